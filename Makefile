@@ -1,0 +1,29 @@
+# trialbed: the user's entry points. Every target sets up what it needs first.
+SHELL := /bin/bash
+VENV := .venv
+ANSIBLE_PLAYBOOK := $(VENV)/bin/ansible-playbook
+PYTHON := $(VENV)/bin/python
+EXPERIMENT ?= experiments/smoke.yml
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: setup rack-up rack-down trial test lint bench
+
+setup:  ## install Debian packages, the pinned Python environment and Ansible collections
+	@scripts/setup.sh
+
+rack-up: setup  ## build the virtual rack (namespaces with sshd) and write inventory/virtual/hosts.yml
+	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml
+
+rack-down: setup  ## remove every namespace, link, bridge and process of the virtual rack
+	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent
+
+trial: rack-up  ## run $(EXPERIMENT) on the virtual rack and print its results
+	@$(PYTHON) -m trials run $(EXPERIMENT)
+
+test: setup  ## unit tests, then end-to-end tests on a virtual rack the tests build and remove
+	@$(PYTHON) -m pytest
+
+lint: setup  ## ruff, ansible-lint, and a syntax check of every playbook
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/ansible-lint --offline -q playbooks roles

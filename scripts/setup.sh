@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything the controller (and, on the virtual rack, every host) needs.
+# Idempotent: a second run installs nothing and takes a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages: traffic tools, capture, SSH for the rack hosts, tc/nftables/iptables,
+# and the headers NetfilterQueue builds against.
+apt_packages=(
+  iperf3 tcpreplay tcpdump openssh-server openssh-client nftables iptables iproute2
+  ethtool util-linux procps python3 python3-venv python3-dev build-essential
+  libnetfilter-queue-dev libnetfilter-queue1 git make
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  # Never let the package's own sshd start in the root namespace.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Controller virtualenv with the pinned stack. Rebuilt only when requirements.txt changes.
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the Python environment (.venv)"
+  [ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+
+# Ansible collections: the pinned `ansible` package ships them; install from Galaxy only
+# when a required version is missing (a lab controller with Galaxy access).
+.venv/bin/python -m trials.collections requirements.yml || \
+  .venv/bin/ansible-galaxy collection install -r requirements.yml
