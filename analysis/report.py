@@ -1,0 +1,163 @@
+"""A batch's trials as one table indexed by their parameters, and the paper's Tables 1 and 2.
+
+Table 1: aggregate goodput (KB/s, 1 KB = 1000 B) per CC x RTT x flows, mean and sigma over
+repetitions; with five or more, the highest and lowest are dropped as in the paper.
+Table 2: UDP one-way delay (ms) per CC x RTT x flows: median, mean and sigma over every
+delivered packet of the group's trials.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from analysis.trial import analyse_trial
+
+GROUP = ["cc", "rtt_ms", "flows"]
+
+
+def analyse_batch(batch_dir: Path) -> pd.DataFrame:
+    """Analyse every trial that has captures; write summary.parquet; return one row per trial."""
+    rows = []
+    for trial_json in sorted((batch_dir / "trials").glob("*/trial.json")):
+        record = json.loads(trial_json.read_text())
+        try:
+            rows.append(analyse_trial(trial_json.parent))
+        except (OSError, ValueError, KeyError) as exc:
+            rows.append(
+                {
+                    "trial": record["trial"],
+                    "status": record["status"],
+                    "error": f"analysis: {type(exc).__name__}: {exc}",
+                    **{k: record["parameters"][k] for k in (*GROUP, "repetition")},
+                }
+            )
+    table = pd.DataFrame(rows)
+    if len(table):
+        table.attrs["batch"] = str(batch_dir)
+        flat = table.drop(
+            columns=[
+                c
+                for c in ("flow_goodput_kBps", "delayline_lateness_us", "capture_drops")
+                if c in table
+            ]
+        )
+        flat.to_parquet(batch_dir / "summary.parquet", index=False)
+    return table
+
+
+def _trimmed(values: pd.Series) -> pd.Series:
+    values = values.sort_values()
+    return values.iloc[1:-1] if len(values) >= 5 else values
+
+
+def _fmt(value: float, digits: int = 1) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.{digits}f}"
+    )
+
+
+def goodput_table(table: pd.DataFrame) -> pd.DataFrame:
+    ok = table[table.status == "complete"]
+    grouped = ok.groupby(GROUP)["goodput_kBps"]
+    return pd.DataFrame(
+        {
+            "runs": grouped.size(),
+            "mean_kBps": grouped.apply(lambda s: _trimmed(s).mean()),
+            "std_kBps": grouped.apply(lambda s: _trimmed(s).std(ddof=1)),
+        }
+    )
+
+
+def owd_table(batch_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
+    ok = table[table.status == "complete"]
+    rows = []
+    for group, trials in ok.groupby(GROUP):
+        owd = pd.concat(
+            [
+                pd.read_parquet(
+                    batch_dir / "trials" / t / "analysis" / "udp_owd.parquet",
+                    columns=["owd_ns", "lost"],
+                )
+                for t in trials.trial
+            ]
+        )
+        ms = owd.owd_ns[~owd.lost] / 1e6
+        rows.append((*group, ms.median(), ms.mean(), ms.std(ddof=1), int(owd.lost.sum())))
+    return pd.DataFrame(rows, columns=[*GROUP, "median_ms", "mean_ms", "std_ms", "lost"]).set_index(
+        GROUP
+    )
+
+
+def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:
+    console = console or Console()
+    if table.empty:
+        console.print("no trials")
+        return
+    batch_dir = Path(table.attrs["batch"])
+    t1 = Table(title="Table 1: aggregate TCP goodput (KB/s, steady state, from captures)")
+    for col in ("CC", "RTT ms", "flows", "runs", "mean", "σ"):
+        t1.add_column(col, justify="right")
+    for (cc, rtt, flows), row in goodput_table(table).iterrows():
+        t1.add_row(
+            cc, f"{rtt:g}", str(flows), str(row.runs), _fmt(row.mean_kBps), _fmt(row.std_kBps)
+        )
+    console.print(t1)
+    t2 = Table(title="Table 2: UDP one-way delay through the router (ms, from captures)")
+    for col in ("CC", "RTT ms", "flows", "median", "mean", "σ", "lost"):
+        t2.add_column(col, justify="right")
+    for (cc, rtt, flows), row in owd_table(batch_dir, table).iterrows():
+        t2.add_row(
+            cc,
+            f"{rtt:g}",
+            str(flows),
+            _fmt(row.median_ms),
+            _fmt(row.mean_ms),
+            _fmt(row.std_ms),
+            str(row.lost),
+        )
+    console.print(t2)
+    t3 = Table(title="Trials")
+    for col in (
+        "trial",
+        "status",
+        "goodput KB/s",
+        "per flow",
+        "retx",
+        "OWD min/med/max ms",
+        "UDP lost",
+        "queue drops (capture/tc)",
+        "queue-full /min",
+        "delay path",
+    ):
+        t3.add_column(col)
+    for _, r in table.iterrows():
+        if "error" in r and isinstance(r.get("error"), str):
+            t3.add_row(r.trial, r.status, r.error, *[""] * 7)
+            continue
+        lateness = [v for v in (r.delayline_lateness_us or {}).values() if v]
+        late = (
+            f", late {max(v['mean'] for v in lateness):.0f}/{max(v['max'] for v in lateness):.0f} µs"
+            if lateness
+            else ""
+        )
+        t3.add_row(
+            r.trial,
+            r.status,
+            _fmt(r.goodput_kBps),
+            " ".join(_fmt(v) for v in r.flow_goodput_kBps),
+            str(r.retransmitted_packets),
+            f"{_fmt(r.owd_min_ms)}/{_fmt(r.owd_median_ms)}/{_fmt(r.owd_max_ms)}",
+            f"{r.udp_lost}/{r.udp_packets}",
+            f"{r.queue_drops_capture}/{r.queue_drops_tc}",
+            _fmt(r.queue_full_events_per_min),
+            f"{r.delay_backend}: min OWD − RTT/2 = {_fmt(r.owd_min_excess_ms, 2)} ms{late}",
+        )
+    console.print(t3)

@@ -1,0 +1,81 @@
+"""Pull a trial's files from the hosts into results/, verified against their sha256 sums.
+
+A file counts as collected only when the sum computed on the host equals the sum of the
+local copy; only then is the host's copy removed. The trial's MANIFEST.sha256 lists every
+file of the trial directory (sha256sum format: `sha256sum -c MANIFEST.sha256` checks it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+
+from trials.rack import Rack, RackError
+
+MANIFEST = "MANIFEST.sha256"
+
+
+class CollectError(RuntimeError):
+    """A file could not be brought back intact."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def remote_sums(rack: Rack, host: str, remote_dir: str) -> dict[str, str]:
+    """sha256 of every regular file in remote_dir, computed on the host."""
+    q = shlex.quote(remote_dir)
+    out = rack.run(host, f"test -d {q} && cd {q} && find . -maxdepth 1 -type f -printf '%P\\0' "
+                         f"| sort -z | xargs -0 -r sha256sum", check=False)
+    sums = {}
+    for line in out.splitlines():
+        digest, name = line.split(maxsplit=1)
+        sums[name.lstrip("*")] = digest
+    return sums
+
+
+def pull_host(rack: Rack, host: str, remote_dir: str, local_dir: Path, *,
+              remove_remote: bool = True, attempts: int = 2) -> dict[str, str]:
+    """Copy every file of remote_dir into local_dir; return {name: sha256}."""
+    sums = remote_sums(rack, host, remote_dir)
+    for name, digest in sums.items():
+        local = local_dir / name
+        for attempt in range(1, attempts + 1):
+            rack.get(host, f"{remote_dir}/{name}", local)
+            if sha256_file(local) == digest:
+                break
+            if attempt == attempts:
+                raise CollectError(f"{host}:{remote_dir}/{name}: sha256 of the copy differs "
+                                   f"after {attempts} attempts; the host's copy is kept")
+    if remove_remote and sums:
+        try:
+            rack.run(host, f"rm -rf {shlex.quote(remote_dir)}")
+        except RackError:
+            pass  # the local copies are verified; a leftover remote copy loses nothing
+    return sums
+
+
+def write_manifest(trial_dir: Path) -> Path:
+    """sha256 of every file under trial_dir (except the manifest itself)."""
+    lines = [f"{sha256_file(p)}  {p.relative_to(trial_dir).as_posix()}"
+             for p in sorted(trial_dir.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    manifest = trial_dir / MANIFEST
+    manifest.write_text("\n".join(lines) + "\n")
+    return manifest
+
+
+def verify_manifest(trial_dir: Path) -> list[str]:
+    """Names of files whose sum no longer matches the manifest (empty when intact)."""
+    bad = []
+    for line in (trial_dir / MANIFEST).read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        path = trial_dir / name
+        if not path.is_file() or sha256_file(path) != digest:
+            bad.append(name)
+    return bad

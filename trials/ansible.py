@@ -1,0 +1,50 @@
+"""Run the project's playbooks against the rack's inventory plus a trial's host variables."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from trials.rack import PROJECT_DIR
+
+_RECAP = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
+                    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.M)
+
+
+class PlaybookError(RuntimeError):
+    """A playbook failed; the message carries the failing part of its output."""
+
+
+def write_host_vars(path: Path, host_vars: dict[str, dict]) -> Path:
+    """An inventory overlay holding only host variables (added as a second -i source)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"all": {"hosts": host_vars}}, sort_keys=True))
+    return path
+
+
+def run_playbook(playbook: str, inventory: list[Path], log: Path,
+                 extra_args: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+    """Run a playbook, log its output, return the recap {host: {ok, changed, ...}}."""
+    cmd = [str(PROJECT_DIR / ".venv/bin/ansible-playbook"), str(PROJECT_DIR / "playbooks" / playbook)]
+    for path in inventory:
+        cmd += ["-i", str(path)]
+    cmd += list(extra_args)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
+           "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
+                          stdin=subprocess.DEVNULL)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}\n")
+    recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+             for m in _RECAP.finditer(done.stdout)}
+    if done.returncode != 0:
+        failures = [line for line in done.stdout.splitlines()
+                    if line.startswith(("fatal:", "failed:")) or "msg:" in line]
+        detail = "\n".join(failures[-6:]) or (done.stderr or done.stdout).strip()[-1500:]
+        raise PlaybookError(f"ansible-playbook {playbook} failed (log: {log}):\n{detail}")
+    return recap

@@ -1,0 +1,155 @@
+"""The rack as the inventory describes it, and SSH access to its hosts through Fabric.
+
+The runner reaches hosts only through this module, so a virtual rack, a rack inside a VM and
+a physical rack differ in their inventory alone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from fabric import Connection
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_INVENTORY = PROJECT_DIR / "inventory" / "virtual" / "hosts.yml"
+
+
+class RackError(RuntimeError):
+    """The rack cannot do what was asked (unreachable host, missing inventory, ...)."""
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    user: str
+    groups: tuple[str, ...]
+    workdir: str
+    interfaces: Mapping[str, ipaddress.IPv4Interface]
+    vars: Mapping[str, Any] = field(repr=False)
+
+    def interface_towards(self, address: ipaddress.IPv4Address) -> str | None:
+        """The interface whose subnet holds `address` (None when not directly attached)."""
+        for name, itf in self.interfaces.items():
+            if address in itf.network:
+                return name
+        return None
+
+    def experiment_address(self) -> ipaddress.IPv4Address:
+        if len(self.interfaces) != 1:
+            raise RackError(f"host {self.name} has {len(self.interfaces)} experiment interfaces; "
+                            "an end host needs exactly one")
+        return next(iter(self.interfaces.values())).ip
+
+
+class Rack:
+    """Hosts from an Ansible inventory; SSH sessions to them on demand."""
+
+    def __init__(self, inventory: list[Path], hosts: dict[str, Host], all_vars: dict[str, Any]):
+        self.inventory = inventory
+        self.hosts = hosts
+        self.vars = all_vars
+        self._connections: dict[str, Connection] = {}
+
+    @classmethod
+    def load(cls, inventory: list[Path] | None = None) -> Rack:
+        inventory = inventory or [DEFAULT_INVENTORY]
+        for path in inventory:
+            if not path.exists():
+                hint = " (run `make rack-up` to build the virtual rack)" if path == DEFAULT_INVENTORY else ""
+                raise RackError(f"{path}: inventory not found{hint}")
+        cmd = [str(PROJECT_DIR / ".venv/bin/ansible-inventory"), "--list", "--export"]
+        for path in inventory:
+            cmd += ["-i", str(path)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                              env={**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg")})
+        if done.returncode != 0:
+            raise RackError(f"ansible-inventory failed: {done.stderr.strip()}")
+        data = json.loads(done.stdout)
+        hostvars = data.get("_meta", {}).get("hostvars", {})
+        groups_of: dict[str, list[str]] = {}
+        for group, body in data.items():
+            for name in body.get("hosts", []) if isinstance(body, dict) else []:
+                groups_of.setdefault(name, []).append(group)
+        all_vars = data.get("all", {}).get("vars", {})
+        hosts = {}
+        for name, hv in hostvars.items():
+            merged = {**all_vars, **hv}
+            hosts[name] = Host(
+                name=name,
+                address=merged.get("ansible_host", name),
+                user=merged.get("ansible_user", "root"),
+                groups=tuple(sorted(groups_of.get(name, []))),
+                workdir=merged.get("trialbed_dir", "/var/lib/trialbed"),
+                interfaces={k: ipaddress.IPv4Interface(v["address"])
+                            for k, v in (merged.get("trialbed_interfaces") or {}).items()},
+                vars=merged,
+            )
+        return cls(inventory, hosts, all_vars)
+
+    def host(self, name: str) -> Host:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            raise RackError(f"host {name!r} is not in the inventory "
+                            f"({', '.join(map(str, self.inventory))}); it has: "
+                            f"{', '.join(sorted(self.hosts))}") from None
+
+    def connection(self, name: str) -> Connection:
+        if name not in self._connections:
+            host = self.host(name)
+            kwargs: dict[str, Any] = {"look_for_keys": False, "allow_agent": False}
+            key = host.vars.get("ansible_ssh_private_key_file")
+            if key:
+                kwargs["key_filename"] = key
+            conn = Connection(host.address, user=host.user, connect_kwargs=kwargs,
+                              connect_timeout=15)
+            known = host.vars.get("trialbed_known_hosts")
+            if known:
+                # Host keys come from the inventory's known_hosts; an unknown key is refused.
+                conn.client.load_host_keys(known)
+                conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            self._connections[name] = conn
+        return self._connections[name]
+
+    def run(self, name: str, command: str, *, check: bool = True, timeout: float | None = 120) -> str:
+        """Run a shell command on a host; return stdout. A failure names the host and command."""
+        try:
+            result = self.connection(name).run(command, hide=True, warn=True, timeout=timeout,
+                                               in_stream=False)
+        except Exception as exc:  # paramiko/socket errors: name the host
+            raise RackError(f"{name}: cannot run {command!r}: {exc}") from exc
+        if check and result.exited != 0:
+            raise RackError(f"{name}: {command!r} exited {result.exited}: "
+                            f"{(result.stderr or result.stdout).strip()[-800:]}")
+        return result.stdout
+
+    def run_parallel(self, commands: Mapping[str, str], *, check: bool = True) -> dict[str, str]:
+        """Run one command per host concurrently (one SSH session each)."""
+        with ThreadPoolExecutor(max_workers=max(1, len(commands))) as pool:
+            futures = {name: pool.submit(self.run, name, cmd, check=check)
+                       for name, cmd in commands.items()}
+            return {name: f.result() for name, f in futures.items()}
+
+    def get(self, name: str, remote: str, local: Path) -> None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        self.connection(name).get(remote, str(local))
+
+    def put(self, name: str, local: Path, remote: str) -> None:
+        self.run(name, f"mkdir -p {shlex.quote(str(Path(remote).parent))}")
+        self.connection(name).put(str(local), remote)
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()

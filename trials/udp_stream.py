@@ -1,0 +1,59 @@
+"""The VoIP-like UDP stream: a pcap of fixed-size IP packets at a fixed interval.
+
+The file is generated with placeholder addresses, then rewritten with tcprewrite for the
+rack's addresses and MACs, and replayed in real time with tcpreplay. Every payload starts
+with the packet's sequence number, so that a packet can be matched between two captures
+even after its IP ID has wrapped.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+TEMPLATE_SRC = "198.18.255.1"
+TEMPLATE_DST = "198.18.255.2"
+_ETH_HEADER = 14
+
+
+def write_stream_template(path: Path, *, packets: int, ip_bytes: int, interval_ns: int,
+                          port: int) -> None:
+    """Write `packets` UDP packets of `ip_bytes` IP bytes, `interval_ns` apart (nanosecond pcap)."""
+    if ip_bytes < 28 + 8:
+        raise ValueError("a stream packet needs at least 36 IP bytes (headers and a sequence number)")
+    frame = bytearray(_ETH_HEADER + ip_bytes)
+    frame[12:14] = b"\x08\x00"
+    src = bytes(map(int, TEMPLATE_SRC.split(".")))
+    dst = bytes(map(int, TEMPLATE_DST.split(".")))
+    # IPv4 header (checksum filled in by tcprewrite --fixcsum) and UDP header.
+    frame[14:34] = struct.pack("!BBHHHBBH4s4s", 0x45, 0xB8, ip_bytes, 0, 0, 64, 17, 0, src, dst)
+    frame[34:42] = struct.pack("!HHHH", port, port, ip_bytes - 20, 0)
+
+    seq = np.arange(packets, dtype=np.uint64)
+    ts = seq * np.uint64(interval_ns)
+    rec = np.zeros(packets, dtype=[("sec", "<u4"), ("nsec", "<u4"), ("incl", "<u4"),
+                                   ("orig", "<u4"), ("frame", "u1", len(frame))])
+    rec["sec"] = ts // 10**9
+    rec["nsec"] = ts % 10**9
+    rec["incl"] = rec["orig"] = len(frame)
+    rec["frame"] = np.frombuffer(bytes(frame), dtype=np.uint8)
+    rec["frame"][:, 18:20] = (seq % 65536).astype(">u2").view(np.uint8).reshape(-1, 2)  # IP ID
+    rec["frame"][:, 42:50] = seq.astype(">u8").view(np.uint8).reshape(-1, 8)  # sequence number
+    header = struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1)
+    with path.open("wb") as out:
+        out.write(header)
+        out.write(rec.tobytes())
+
+
+def rewrite_for_rack(template: Path, out: Path, *, src_ip: str, dst_ip: str, src_mac: str,
+                     next_hop_mac: str) -> None:
+    """Point the template at the rack: addresses, the sender's MAC and its next hop's MAC."""
+    subprocess.run(
+        ["tcprewrite", f"--infile={template}", f"--outfile={out}",
+         f"--srcipmap={TEMPLATE_SRC}/32:{src_ip}/32", f"--dstipmap={TEMPLATE_DST}/32:{dst_ip}/32",
+         f"--enet-smac={src_mac}", f"--enet-dmac={next_hop_mac}", "--fixcsum"],
+        check=True, capture_output=True, text=True,
+    )
