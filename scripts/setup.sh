@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # and the headers NetfilterQueue builds against.
 apt_packages=(
   iperf3 tcpreplay tcpdump openssh-server openssh-client nftables iptables iproute2
-  ethtool util-linux procps python3 python3-venv python3-dev build-essential
+  ethtool kmod util-linux procps python3 python3-venv python3-dev build-essential
   libnetfilter-queue-dev libnetfilter-queue1 git make
 )
 missing=()

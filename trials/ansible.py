@@ -26,6 +26,21 @@ def write_host_vars(path: Path, host_vars: dict[str, dict]) -> Path:
     return path
 
 
+def failure_lines(output: str) -> list[str]:
+    """Each failed task's host line and its message (the YAML callback puts it below)."""
+    lines = output.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith(("fatal:", "failed:")):
+            out.append(line)
+            msg = next((j for j in range(i + 1, min(i + 40, len(lines)))
+                        if lines[j].lstrip().startswith("msg:")), None)
+            if msg is not None:
+                out += [lines[msg].strip()] + [m.strip() for m in lines[msg + 1:msg + 4]
+                                               if m.startswith("        ")]
+    return out
+
+
 def run_playbook(playbook: str, inventory: list[Path], log: Path,
                  extra_args: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
     """Run a playbook, log its output, return the recap {host: {ok, changed, ...}}."""
@@ -43,8 +58,6 @@ def run_playbook(playbook: str, inventory: list[Path], log: Path,
     recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
              for m in _RECAP.finditer(done.stdout)}
     if done.returncode != 0:
-        failures = [line for line in done.stdout.splitlines()
-                    if line.startswith(("fatal:", "failed:")) or "msg:" in line]
-        detail = "\n".join(failures[-6:]) or (done.stderr or done.stdout).strip()[-1500:]
+        detail = "\n".join(failure_lines(done.stdout)[-12:]) or (done.stderr or done.stdout).strip()[-1500:]
         raise PlaybookError(f"ansible-playbook {playbook} failed (log: {log}):\n{detail}")
     return recap

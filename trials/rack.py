@@ -124,13 +124,14 @@ class Rack:
 
     def run(self, name: str, command: str, *, check: bool = True, timeout: float | None = 120) -> str:
         """Run a shell command on a host; return stdout. A failure names the host and command."""
+        shown = command if len(command) < 160 else command[:150] + " ..."
         try:
             result = self.connection(name).run(command, hide=True, warn=True, timeout=timeout,
                                                in_stream=False)
         except Exception as exc:  # paramiko/socket errors: name the host
-            raise RackError(f"{name}: cannot run {command!r}: {exc}") from exc
+            raise RackError(f"{name}: cannot run {shown!r}: {exc}") from exc
         if check and result.exited != 0:
-            raise RackError(f"{name}: {command!r} exited {result.exited}: "
+            raise RackError(f"{name}: {shown!r} exited {result.exited}: "
                             f"{(result.stderr or result.stdout).strip()[-800:]}")
         return result.stdout
 

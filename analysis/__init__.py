@@ -1,0 +1,1 @@
+"""Analysis package: pcap reading, packet matching and metrics."""

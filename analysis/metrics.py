@@ -1,0 +1,243 @@
+"""Per-flow TCP metrics and one-way delay / loss from read_pcap frames (all vectorized).
+
+A flow is (src, dst, sport, dport); its data direction is the one carrying payload.
+Sequence and ACK numbers are unwrapped from 32 bits by summing signed 32-bit steps in
+time order, so a flow may cross the 2**32 boundary any number of times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.match import match_packets
+
+__all__ = [
+    "one_way_delay",
+    "queue_full_events",
+    "summarize_owd",
+    "tcp_goodput",
+    "tcp_retransmissions",
+]
+
+FLOW = ["src", "dst", "sport", "dport"]
+_ACK, _FIN = 0x10, 0x01
+_NEVER = 2**62
+
+
+def _group_agg(values, ids, n: int, how: str, fill: int) -> np.ndarray:
+    """int64 per-group min/max for groups 0..n-1 (``fill`` where a group has no rows);
+    stays in integers, unlike reindex + fillna which would pass through float64."""
+    out = np.full(n, fill, dtype=np.int64)
+    if len(values):
+        agg = pd.Series(np.asarray(values, dtype=np.int64)).groupby(np.asarray(ids)).agg(how)
+        out[agg.index.to_numpy()] = agg.to_numpy()
+    return out
+
+
+def _starts(group: np.ndarray) -> np.ndarray:
+    """True where a run of equal values begins (rows sorted by group)."""
+    start = np.ones(len(group), dtype=bool)
+    start[1:] = group[1:] != group[:-1]
+    return start
+
+
+def _signed32(x: np.ndarray) -> np.ndarray:
+    return ((x + 2**31) % 2**32) - 2**31
+
+
+def _unwrap(raw: np.ndarray, group: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Unwrap 32-bit values sorted by (group, time); the first of each group is placed
+    nearest to ``base`` (one value per row) rather than at its raw value."""
+    raw = raw.astype(np.int64)
+    start = _starts(group)
+    step = _signed32(np.diff(raw, prepend=raw[:1]))
+    step[start] = (base + _signed32(raw - base))[start]
+    cs = np.cumsum(step)
+    first = np.maximum.accumulate(np.where(start, np.arange(len(raw)), 0))
+    return cs - cs[first] + step[first]
+
+
+def _flow_ids(packets: pd.DataFrame, data: pd.DataFrame, reverse: bool) -> np.ndarray:
+    """Row in ``data`` (the data-flow table) of each packet's flow, or of the flow its
+    packets acknowledge when ``reverse``; -1 if none."""
+    cols = ["dst", "src", "dport", "sport"] if reverse else FLOW
+    keys = pd.MultiIndex.from_frame(packets[cols].set_axis(FLOW, axis=1))
+    return pd.MultiIndex.from_frame(data[FLOW]).get_indexer(keys)
+
+
+def _tcp_flows(packets: pd.DataFrame):
+    """Data flows, their data packets (unwrapped seq) and their ACKs (unwrapped ack).
+
+    Returns (flows, data, acks) where data/acks carry a ``flow`` row number into flows,
+    sorted by (flow, ts_ns); flows has the first data timestamp and base sequence number.
+    """
+    tcp = packets[packets["proto"] == 6]
+    has_data = tcp["payload_len"].to_numpy() > 0
+    flows = tcp.loc[has_data, FLOW].drop_duplicates().reset_index(drop=True)
+
+    data = tcp[has_data | ((tcp["tcp_flags"].to_numpy() & _FIN) > 0)].copy()
+    data["flow"] = _flow_ids(data, flows, reverse=False)
+    data = data[data["flow"] >= 0].sort_values(["flow", "ts_ns"], kind="stable")
+    fid = data["flow"].to_numpy()
+    seq = data["seq"].to_numpy().astype(np.int64)
+    first_seq = seq[np.searchsorted(fid, fid)]  # the flow's first packet anchors unwrapping
+    data["seq_u"] = _unwrap(seq, fid, first_seq)
+    data["end_u"] = data["seq_u"] + data["payload_len"].clip(lower=0)
+
+    acks = tcp[(tcp["tcp_flags"].to_numpy() & _ACK) > 0].copy()
+    acks["flow"] = _flow_ids(acks, flows, reverse=True)
+    acks = acks[acks["flow"] >= 0].sort_values(["flow", "ts_ns"], kind="stable")
+    afid = acks["flow"].to_numpy()
+    per_flow_first = pd.Series(first_seq).groupby(fid).first()
+    anchor = per_flow_first.reindex(afid).to_numpy() if len(afid) else np.empty(0, np.int64)
+    acks["ack_u"] = _unwrap(acks["ack"].to_numpy(), afid, anchor)
+
+    payload = data[data["payload_len"] > 0]
+    g = payload.groupby("flow", sort=True)
+    flows["first_ts"] = g["ts_ns"].min()
+    flows["base"] = g["seq_u"].min()  # first data byte (the byte after the SYN)
+    fins = data[(data["tcp_flags"].to_numpy() & _FIN) > 0]
+    # The FIN's own sequence number; flows without a FIN get a cap nothing reaches.
+    flows["fin"] = _group_agg(fins["end_u"], fins["flow"], len(flows), "min", _NEVER)
+    return flows, data, acks
+
+
+def tcp_goodput(
+    packets: pd.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None
+) -> pd.DataFrame:
+    """In-order bytes acknowledged by each data flow's receiver, and the rate.
+
+    With a window: bytes acked between the last ACK at or before ``start_ns`` and the last ACK
+    at or before ``end_ns``, over the window length. Without: from the flow's first data packet
+    to its last ACK that advanced. A missing bound defaults to that per-flow value.
+    goodput_bps is NaN when the period is empty.
+    """
+    flows, _, acks = _tcp_flows(packets)
+    out = flows[FLOW].copy()
+    if flows.empty:
+        return out.assign(bytes=np.int64(0), seconds=0.0, goodput_bps=0.0).astype(
+            {"bytes": "int64", "seconds": "float64", "goodput_bps": "float64"}
+        )
+    afid = acks["flow"].to_numpy()
+    base = flows["base"].to_numpy()
+    # SYN and FIN each take one sequence number: count only ACKs of data bytes.
+    acked = np.clip(acks["ack_u"].to_numpy(), base[afid], flows["fin"].to_numpy()[afid])
+    acked = pd.Series(acked, index=afid).groupby(level=0).cummax().to_numpy()
+    ts = acks["ts_ns"].to_numpy()
+    rose = np.ones(len(acked), dtype=bool)
+    rose[1:] = acked[1:] > acked[:-1]
+    advanced = (_starts(afid) | rose) & (acked > base[afid])
+    n = len(flows)
+    lo = flows["first_ts"].to_numpy() if start_ns is None else np.full(n, start_ns, np.int64)
+    if end_ns is None:
+        last_adv = _group_agg(ts[advanced], afid[advanced], n, "max", -1)
+        hi = np.where(last_adv >= 0, last_adv, lo)
+    else:
+        hi = np.full(n, end_ns, np.int64)
+
+    def acked_at(t: np.ndarray) -> np.ndarray:
+        seen = ts <= t[afid]  # acked is a running max, so the max is the last ACK's value
+        return np.maximum(_group_agg(acked[seen], afid[seen], n, "max", 0), base)
+
+    nbytes = np.maximum(acked_at(hi) - acked_at(lo), 0)
+    seconds = np.maximum(hi - lo, 0) / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(seconds > 0, nbytes * 8 / seconds, np.nan)
+    return out.assign(bytes=nbytes.astype(np.int64), seconds=seconds, goodput_bps=rate)
+
+
+def tcp_retransmissions(packets: pd.DataFrame) -> pd.DataFrame:
+    """Per data flow: data packets, and those whose end (seq + payload) does not pass the
+    highest end sent earlier in the flow (in time order)."""
+    flows, data, _ = _tcp_flows(packets)
+    data = data[data["payload_len"] > 0]
+    fid = data["flow"].to_numpy()
+    end = data["end_u"].to_numpy()
+    start = _starts(fid)
+    high = pd.Series(end).groupby(fid).cummax().to_numpy()
+    prev_high = np.where(start, -_NEVER, np.roll(high, 1))  # nothing sent earlier in the flow
+    retx = (end <= prev_high).astype(np.int64)
+    g = pd.DataFrame({"flow": fid, "r": retx, "b": retx * data["payload_len"].to_numpy()})
+    agg = g.groupby("flow").agg(
+        data_packets=("r", "size"),
+        retransmitted_packets=("r", "sum"),
+        retransmitted_bytes=("b", "sum"),
+    )
+    agg = agg.reindex(flows.index, fill_value=0).astype(np.int64)
+    return pd.concat([flows[FLOW], agg.reset_index(drop=True)], axis=1)
+
+
+def one_way_delay(
+    before: pd.DataFrame,
+    after: pd.DataFrame,
+    *,
+    max_delay_ns: int,
+    proto: int = 17,
+    end_ns: int | None = None,
+) -> pd.DataFrame:
+    """match_packets columns plus ``owd_ns`` (-1 when lost) and ``lost`` for packets of
+    ``proto`` in ``before``. Packets sent after end_ns - max_delay_ns (end_ns defaults to the
+    last timestamp in ``after``, or in ``before`` if ``after`` is empty) cannot be judged and
+    are left out."""
+    b = before[before["proto"] == proto]
+    a = after[after["proto"] == proto]
+    m = match_packets(b, a, max_delay_ns=max_delay_ns)
+    if end_ns is None:
+        src = after if len(after) else before
+        end_ns = int(src["ts_ns"].max()) if len(src) else 0
+    m = m[m["ts_ns"] <= end_ns - max_delay_ns].copy()
+    fwd = m["forwarded"].to_numpy()
+    m["owd_ns"] = np.where(fwd, m["ts_out_ns"].to_numpy() - m["ts_ns"].to_numpy(), -1)
+    m["lost"] = ~fwd
+    return m
+
+
+def queue_full_events(matched: pd.DataFrame, *, start_ns: int, end_ns: int) -> dict:
+    """Runs of consecutive drops (in arrival order) among packets entering a bottleneck.
+
+    ``events`` counts runs whose first drop lies in [start_ns, end_ns); ``drops`` is the
+    number of dropped packets in those runs (including any part running past end_ns).
+    """
+    order = np.argsort(matched["ts_ns"].to_numpy(), kind="stable")
+    ts = matched["ts_ns"].to_numpy()[order]
+    dropped = ~matched["forwarded"].to_numpy(bool)[order]
+    run_start = dropped.copy()
+    run_start[1:] &= ~dropped[:-1]
+    run_id = np.cumsum(run_start)
+    counted = run_start & (ts >= start_ns) & (ts < end_ns)
+    events = int(counted.sum())
+    drops = int(np.isin(run_id[dropped], run_id[counted]).sum())
+    minutes = (end_ns - start_ns) / 60e9
+    return {
+        "events": events,
+        "drops": drops,
+        "minutes": minutes,
+        "events_per_minute": events / minutes if minutes > 0 else float("nan"),
+    }
+
+
+def summarize_owd(owd_df: pd.DataFrame) -> dict:
+    """Packet and loss counts plus delay statistics (ms) over delivered packets; the standard
+    deviation is the sample one (ddof=1). Statistics are NaN when nothing was delivered."""
+    lost = owd_df["lost"].to_numpy(bool)
+    ms = owd_df["owd_ns"].to_numpy()[~lost] / 1e6
+    nan = float("nan")
+    stats = {
+        "min_ms": nan,
+        "median_ms": nan,
+        "mean_ms": nan,
+        "std_ms": nan,
+        "max_ms": nan,
+        "p99_ms": nan,
+    }
+    if len(ms):
+        stats = {
+            "min_ms": float(ms.min()),
+            "median_ms": float(np.median(ms)),
+            "mean_ms": float(ms.mean()),
+            "std_ms": float(ms.std(ddof=1)) if len(ms) > 1 else nan,
+            "max_ms": float(ms.max()),
+            "p99_ms": float(np.percentile(ms, 99)),
+        }
+    return {"packets": len(owd_df), "lost": int(lost.sum()), **stats}

@@ -1,0 +1,148 @@
+"""One real collateral-damage trial on the test rack, judged from its captures.
+
+Bounds are derived here from the experiment and from packets, never pasted: the TCP flow can
+carry (rate - the UDP stream's share) x payload/frame, where the shaper counts Ethernet frames.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.pcap import ip_to_int, read_pcap
+from collect.fetch import verify_manifest
+from tests.e2e.conftest import PROJECT, recap
+from trials.spec import load_experiment
+
+pytestmark = pytest.mark.rack
+
+EXPERIMENT = """\
+experiment: collateral_damage
+description: end-to-end test
+rate: 1mbit
+buffer: 60000B
+duration: 45s
+warmup: 5s
+factors: {cc: cubic, rtt_ms: 50, flows: 1}
+udp: {packet_bytes: 186, interval: 20ms}
+"""
+ETHERNET_HEADER = 14
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trials", *args], cwd=PROJECT,
+                          capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def trial(test_rack, tmp_path_factory):
+    base = tmp_path_factory.mktemp("trial")
+    exp_file = base / "cd.yml"
+    exp_file.write_text(EXPERIMENT)
+    done = run_cli("run", str(exp_file), "-i", str(test_rack.inventory),
+                   "--results", str(base / "results"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (batch,) = (base / "results").iterdir()
+    (trial_dir,) = (batch / "trials").iterdir()
+    return {"exp": load_experiment(exp_file), "dir": trial_dir, "batch": batch,
+            "stdout": done.stdout, "record": json.loads((trial_dir / "trial.json").read_text()),
+            "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text())}
+
+
+def test_trial_completed_and_files_are_verified(trial):
+    record = trial["record"]
+    assert record["status"] == "complete", record["errors"]
+    assert record["errors"] == []
+    assert verify_manifest(trial["dir"]) == []
+    for key in ("git", "hosts", "delay", "times", "parameters", "configure"):
+        assert record[key], key
+    assert record["hosts"]["A"]["sysctls"]["net.ipv4.tcp_congestion_control"] == "cubic"
+    assert (trial["dir"] / "R" / "tc_before.txt").read_text().count("bfifo") == 2
+    assert record["delay"]["models_serialization"] is False
+    for point, counts in record["capture"].items():
+        assert counts["dropped_by_kernel"] == 0, point
+    assert "Table 1" in trial["stdout"] and "Table 2" in trial["stdout"]
+
+
+def test_tcp_goodput_fills_what_the_link_leaves_it(trial):
+    exp, trial_dir = trial["exp"], trial["dir"]
+    before = read_pcap(trial_dir / "R" / "bottleneck_in.pcap")
+    addresses = trial["record"]["topology"]["addresses"]
+    sender = ip_to_int(addresses["A"])
+    udp = before[(before.proto == 17) & (before.src == ip_to_int(addresses["B"]))]
+    tcp_data = before[(before.proto == 6) & (before.src == sender) & (before.payload_len > 0)]
+    # The UDP stream's share of the shaper, in Ethernet-frame bits per second, as sent.
+    udp_span_s = (udp.ts_ns.iloc[-1] - udp.ts_ns.iloc[0]) / 1e9
+    udp_bps = (udp.ip_len.astype(int) + ETHERNET_HEADER).sum() * 8 / udp_span_s
+    # A full-size TCP segment: payload (MSS) and the frame the shaper counts.
+    full = tcp_data[tcp_data.payload_len == tcp_data.payload_len.max()].iloc[0]
+    payload_fraction = int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
+    expected_kBps = (exp.rate - udp_bps) * payload_fraction / 8000
+    measured = trial["summary"]["goodput_kBps"]
+    print(f"goodput {measured:.2f} KB/s, link leaves TCP {expected_kBps:.2f} KB/s "
+          f"(UDP {udp_bps / 1000:.1f} kbit/s, payload fraction {payload_fraction:.4f})")
+    assert abs(measured - expected_kBps) / expected_kBps < 0.03
+
+
+def test_udp_one_way_delay_bounds(trial):
+    exp, s = trial["exp"], trial["summary"]
+    one_way_ms = 50 / 2
+    queue_ms = exp.buffer * 8 / exp.rate * 1000
+    frame = exp.udp.packet_bytes + ETHERNET_HEADER
+    serialization_ms = frame * 8 / exp.rate * 1000
+    print(f"OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
+          f"max {s['owd_max_ms']:.2f} ms, lost {s['udp_lost']}/{s['udp_packets']}")
+    assert abs(s["owd_min_ms"] - one_way_ms) <= 2
+    assert s["owd_max_ms"] >= one_way_ms + 400  # the queue filled
+    assert s["owd_max_ms"] <= one_way_ms + queue_ms + serialization_ms + 2
+    expected_packets = exp.duration // exp.udp.interval
+    assert s["udp_packets"] >= 0.9 * expected_packets
+
+
+def test_drops_from_captures_match_the_queue_counter(trial):
+    s = trial["summary"]
+    assert s["queue_drops_capture"] > 0
+    assert s["queue_drops_capture"] == s["queue_drops_tc"]
+    assert s["queue_full_events"] > 0
+    assert s["retransmitted_packets"] > 0
+    owd = pd.read_parquet(trial["dir"] / "analysis" / "udp_owd.parquet")
+    assert int(owd.lost.sum()) == s["udp_lost"]
+
+
+def test_reapplying_the_configuration_changes_nothing(trial, test_rack):
+    overlay = trial["dir"] / "ansible" / "trial_vars.yml"
+    args = ("-i", str(test_rack.inventory), "-i", str(overlay))
+    first = test_rack.playbook("configure.yml", *args)
+    assert first.returncode == 0, first.stdout[-3000:]
+    second = test_rack.playbook("configure.yml", *args)
+    assert second.returncode == 0, second.stdout[-3000:]
+    changed = {host: counts["changed"] for host, counts in recap(second.stdout).items()}
+    assert changed and all(v == 0 for v in changed.values()), changed
+    down = test_rack.playbook("teardown.yml", *args)
+    assert down.returncode == 0, down.stdout[-3000:]
+
+
+def test_unavailable_cc_is_refused_before_any_host_is_touched(test_rack, tmp_path):
+    exp_file = tmp_path / "vegas.yml"
+    exp_file.write_text(EXPERIMENT.replace("cc: cubic", "cc: vegas"))
+    results = tmp_path / "results"
+    done = run_cli("run", str(exp_file), "-i", str(test_rack.inventory), "--results", str(results))
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert str(exp_file) in message and "factors.cc" in message and "'vegas'" in message
+    assert "reno" in message  # says what the host has
+    assert not results.exists()
+
+
+def test_bad_file_is_refused_with_file_key_and_allowed_values(tmp_path):
+    exp_file = tmp_path / "bad.yml"
+    exp_file.write_text(EXPERIMENT.replace("rate: 1mbit", "rate: 1 megabit"))
+    done = run_cli("check", str(exp_file))
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert f"{exp_file}: key 'rate'" in message and "bit, kbit, mbit, gbit" in message
