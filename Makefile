@@ -27,3 +27,6 @@ lint: setup  ## ruff, ansible-lint, and a syntax check of every playbook
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/ansible-lint --offline -q playbooks roles
+
+bench: setup  ## pcap reading speed against tcpdump -r and cat, measured in the same run
+	@$(PYTHON) tests/bench/bench_pcap_reader.py

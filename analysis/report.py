@@ -143,11 +143,10 @@ def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:
             t3.add_row(r.trial, r.status, r.error, *[""] * 7)
             continue
         lateness = [v for v in (r.delayline_lateness_us or {}).values() if v]
-        late = (
-            f", late {max(v['mean'] for v in lateness):.0f}/{max(v['max'] for v in lateness):.0f} µs"
-            if lateness
-            else ""
-        )
+        late = ""
+        if lateness:
+            mean, worst = max(v["mean"] for v in lateness), max(v["max"] for v in lateness)
+            late = f", late {mean:.0f}/{worst:.0f} µs"
         t3.add_row(
             r.trial,
             r.status,

@@ -143,7 +143,7 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         "rtt_ms": p["rtt_ms"],
         "flows": p["flows"],
         "repetition": p["repetition"],
-        "tcp_flows_seen": int(len(flows)),
+        "tcp_flows_seen": len(flows),
         "goodput_kBps": float(flows.steady_goodput_bps.sum() / 8000),
         "goodput_kBps_lifetime": float(flows.lifetime_goodput_bps.sum() / 8000),
         "flow_goodput_kBps": [float(v) for v in flows.steady_goodput_bps / 8000],

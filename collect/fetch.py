@@ -7,6 +7,7 @@ file of the trial directory (sha256sum format: `sha256sum -c MANIFEST.sha256` ch
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shlex
 from pathlib import Path
@@ -31,8 +32,12 @@ def sha256_file(path: Path) -> str:
 def remote_sums(rack: Rack, host: str, remote_dir: str) -> dict[str, str]:
     """sha256 of every regular file in remote_dir, computed on the host."""
     q = shlex.quote(remote_dir)
-    out = rack.run(host, f"test -d {q} && cd {q} && find . -maxdepth 1 -type f -printf '%P\\0' "
-                         f"| sort -z | xargs -0 -r sha256sum", check=False)
+    out = rack.run(
+        host,
+        f"test -d {q} && cd {q} && find . -maxdepth 1 -type f -printf '%P\\0' "
+        f"| sort -z | xargs -0 -r sha256sum",
+        check=False,
+    )
     sums = {}
     for line in out.splitlines():
         digest, name = line.split(maxsplit=1)
@@ -40,8 +45,15 @@ def remote_sums(rack: Rack, host: str, remote_dir: str) -> dict[str, str]:
     return sums
 
 
-def pull_host(rack: Rack, host: str, remote_dir: str, local_dir: Path, *,
-              remove_remote: bool = True, attempts: int = 2) -> dict[str, str]:
+def pull_host(
+    rack: Rack,
+    host: str,
+    remote_dir: str,
+    local_dir: Path,
+    *,
+    remove_remote: bool = True,
+    attempts: int = 2,
+) -> dict[str, str]:
     """Copy every file of remote_dir into local_dir; return {name: sha256}."""
     sums = remote_sums(rack, host, remote_dir)
     for name, digest in sums.items():
@@ -51,20 +63,24 @@ def pull_host(rack: Rack, host: str, remote_dir: str, local_dir: Path, *,
             if sha256_file(local) == digest:
                 break
             if attempt == attempts:
-                raise CollectError(f"{host}:{remote_dir}/{name}: sha256 of the copy differs "
-                                   f"after {attempts} attempts; the host's copy is kept")
+                raise CollectError(
+                    f"{host}:{remote_dir}/{name}: sha256 of the copy differs "
+                    f"after {attempts} attempts; the host's copy is kept"
+                )
     if remove_remote and sums:
-        try:
+        # The local copies are verified; a leftover remote copy loses nothing.
+        with contextlib.suppress(RackError):
             rack.run(host, f"rm -rf {shlex.quote(remote_dir)}")
-        except RackError:
-            pass  # the local copies are verified; a leftover remote copy loses nothing
     return sums
 
 
 def write_manifest(trial_dir: Path) -> Path:
     """sha256 of every file under trial_dir (except the manifest itself)."""
-    lines = [f"{sha256_file(p)}  {p.relative_to(trial_dir).as_posix()}"
-             for p in sorted(trial_dir.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    lines = [
+        f"{sha256_file(p)}  {p.relative_to(trial_dir).as_posix()}"
+        for p in sorted(trial_dir.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    ]
     manifest = trial_dir / MANIFEST
     manifest.write_text("\n".join(lines) + "\n")
     return manifest

@@ -21,8 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the trials of an experiment file and print results")
     run.add_argument("experiment", type=Path)
-    run.add_argument("-i", "--inventory", type=Path, action="append",
-                     help="inventory (default: inventory/virtual/hosts.yml)")
+    run.add_argument(
+        "-i",
+        "--inventory",
+        type=Path,
+        action="append",
+        help="inventory (default: inventory/virtual/hosts.yml)",
+    )
     run.add_argument("--results", type=Path, default=PROJECT_DIR / "results")
     run.add_argument("--only", action="append", help="run only this trial (name), repeatable")
     check = sub.add_parser("check", help="validate an experiment file (no host is touched)")
@@ -42,9 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         exp = load_experiment(args.experiment)
         rack = Rack.load(args.inventory)
         try:
-            batch_dir, _ = run_experiment(exp, args.experiment, rack, args.results,
-                                          log=lambda m: console.print(f"[dim]{m}[/dim]"),
-                                          only=set(args.only) if args.only else None)
+            batch_dir, _ = run_experiment(
+                exp,
+                args.experiment,
+                rack,
+                args.results,
+                log=lambda m: console.print(f"[dim]{m}[/dim]"),
+                only=set(args.only) if args.only else None,
+            )
         finally:
             rack.close()
         print_batch(analyse_batch(batch_dir))
@@ -54,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         return 2
     except Interrupted:
-        console.print("[yellow]interrupted: the network was restored; collected files are kept "
-                      "under results/[/yellow]")
+        console.print(
+            "[yellow]interrupted: the network was restored; collected files are kept "
+            "under results/[/yellow]"
+        )
         return 130
 
 

@@ -11,8 +11,11 @@ import yaml
 
 from trials.rack import PROJECT_DIR
 
-_RECAP = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
-                    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.M)
+_RECAP = re.compile(
+    r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
+    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
+    re.M,
+)
 
 
 class PlaybookError(RuntimeError):
@@ -33,31 +36,52 @@ def failure_lines(output: str) -> list[str]:
     for i, line in enumerate(lines):
         if line.startswith(("fatal:", "failed:")):
             out.append(line)
-            msg = next((j for j in range(i + 1, min(i + 40, len(lines)))
-                        if lines[j].lstrip().startswith("msg:")), None)
+            msg = next(
+                (
+                    j
+                    for j in range(i + 1, min(i + 40, len(lines)))
+                    if lines[j].lstrip().startswith("msg:")
+                ),
+                None,
+            )
             if msg is not None:
-                out += [lines[msg].strip()] + [m.strip() for m in lines[msg + 1:msg + 4]
-                                               if m.startswith("        ")]
+                out += [lines[msg].strip()] + [
+                    m.strip() for m in lines[msg + 1 : msg + 4] if m.startswith("        ")
+                ]
     return out
 
 
-def run_playbook(playbook: str, inventory: list[Path], log: Path,
-                 extra_args: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+def run_playbook(
+    playbook: str, inventory: list[Path], log: Path, extra_args: tuple[str, ...] = ()
+) -> dict[str, dict[str, int]]:
     """Run a playbook, log its output, return the recap {host: {ok, changed, ...}}."""
-    cmd = [str(PROJECT_DIR / ".venv/bin/ansible-playbook"), str(PROJECT_DIR / "playbooks" / playbook)]
+    cmd = [
+        str(PROJECT_DIR / ".venv/bin/ansible-playbook"),
+        str(PROJECT_DIR / "playbooks" / playbook),
+    ]
     for path in inventory:
         cmd += ["-i", str(path)]
     cmd += list(extra_args)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
-           "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
-                          stdin=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, check=False, stdin=subprocess.DEVNULL
+    )
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as f:
         f.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}\n")
-    recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
-             for m in _RECAP.finditer(done.stdout)}
+    recap = {
+        m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+        for m in _RECAP.finditer(done.stdout)
+    }
     if done.returncode != 0:
-        detail = "\n".join(failure_lines(done.stdout)[-12:]) or (done.stderr or done.stdout).strip()[-1500:]
+        detail = (
+            "\n".join(failure_lines(done.stdout)[-12:])
+            or (done.stderr or done.stdout).strip()[-1500:]
+        )
         raise PlaybookError(f"ansible-playbook {playbook} failed (log: {log}):\n{detail}")
     return recap

@@ -11,14 +11,25 @@ import subprocess
 import sys
 
 SYSCTLS = [
-    "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_available_congestion_control",
-    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_ecn", "net.ipv4.tcp_sack",
-    "net.ipv4.tcp_timestamps", "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_rmem",
-    "net.ipv4.tcp_wmem", "net.ipv4.tcp_mtu_probing", "net.ipv4.ip_forward",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_available_congestion_control",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_ecn",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_mtu_probing",
+    "net.ipv4.ip_forward",
     "net.core.default_qdisc",
 ]
-TOOLS = {"iperf3": ["iperf3", "--version"], "tcpreplay": ["tcpreplay", "-V"],
-         "tcpdump": ["tcpdump", "--version"], "tc": ["tc", "-V"]}
+TOOLS = {
+    "iperf3": ["iperf3", "--version"],
+    "tcpreplay": ["tcpreplay", "-V"],
+    "tcpdump": ["tcpdump", "--version"],
+    "tc": ["tc", "-V"],
+}
 
 
 def read(path):
@@ -38,25 +49,39 @@ def first_line(cmd):
 
 def main(workdir, interfaces):
     release = platform.release()
-    modules = sorted(os.path.basename(p).split(".")[0][4:]
-                     for p in glob.glob(f"/lib/modules/{release}/**/tcp_*.ko*", recursive=True))
+    modules = sorted(
+        os.path.basename(p).split(".")[0][4:]
+        for p in glob.glob(f"/lib/modules/{release}/**/tcp_*.ko*", recursive=True)
+    )
     offloads = {}
     for itf in interfaces:
         out = subprocess.run(["ethtool", "-k", itf], capture_output=True, text=True).stdout
-        offloads[itf] = {k: f"{k}: on" in out for k in (
-            "tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload")}
+        offloads[itf] = {
+            k: f"{k}: on" in out
+            for k in (
+                "tcp-segmentation-offload",
+                "generic-segmentation-offload",
+                "generic-receive-offload",
+            )
+        }
     os.makedirs(workdir, exist_ok=True)
     usage = shutil.disk_usage(workdir)
-    print(json.dumps({
-        "hostname": platform.node(),
-        "kernel": release,
-        "cc_loaded": (read("/proc/sys/net/ipv4/tcp_available_congestion_control") or "").split(),
-        "cc_modules": modules,
-        "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
-        "tools": {name: first_line(cmd) for name, cmd in TOOLS.items()},
-        "offloads": offloads,
-        "free_disk_bytes": usage.free,
-    }))
+    print(
+        json.dumps(
+            {
+                "hostname": platform.node(),
+                "kernel": release,
+                "cc_loaded": (
+                    read("/proc/sys/net/ipv4/tcp_available_congestion_control") or ""
+                ).split(),
+                "cc_modules": modules,
+                "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
+                "tools": {name: first_line(cmd) for name, cmd in TOOLS.items()},
+                "offloads": offloads,
+                "free_disk_bytes": usage.free,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,12 @@ from trials.spec import Experiment, SpecError
 from trials.topology import Dumbbell
 
 _FACTS_SOURCE = (Path(__file__).with_name("host_facts.py")).read_text()
-REQUIRED_TOOLS = {"tcp_sender": ["iperf3"], "tcp_receiver": ["iperf3"],
-                  "udp_sender": ["tcpreplay"], "router": ["tcpdump", "tc"]}
+REQUIRED_TOOLS = {
+    "tcp_sender": ["iperf3"],
+    "tcp_receiver": ["iperf3"],
+    "udp_sender": ["tcpreplay"],
+    "router": ["tcpdump", "tc"],
+}
 MIN_FREE_DISK = 200 * 10**6
 
 
@@ -27,7 +31,9 @@ def host_facts(rack: Rack, names: list[str]) -> dict[str, dict[str, Any]]:
     return {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
 
 
-def preflight(exp: Experiment, rack: Rack, topo: Dumbbell, source: str) -> dict[str, dict[str, Any]]:
+def preflight(
+    exp: Experiment, rack: Rack, topo: Dumbbell, source: str
+) -> dict[str, dict[str, Any]]:
     names = sorted({topo.router, *topo.end_hosts})
     facts = host_facts(rack, names)
     problems = []
@@ -35,23 +41,27 @@ def preflight(exp: Experiment, rack: Rack, topo: Dumbbell, source: str) -> dict[
         for name in (topo.tcp_sender, topo.tcp_receiver):
             f = facts[name]
             if cc not in f["cc_loaded"] and cc not in f["cc_modules"]:
+                modules = ", ".join(f["cc_modules"]) or "none"
                 problems.append(
                     f"{source}: key 'factors.cc': {cc!r} is not available on host {name} "
-                    f"(kernel {f['kernel']}): it has {', '.join(f['cc_loaded'])}"
-                    f"{' and modules ' + ', '.join(f['cc_modules']) if f['cc_modules'] else ', no CC modules'}"
-                    ". Remove it from the experiment or use a rack whose kernel has it (the qemu rack"
-                    " boots a stock Debian kernel).")
+                    f"(kernel {f['kernel']}): it has {', '.join(f['cc_loaded'])} (CC modules: "
+                    f"{modules}). Remove it from the experiment or use a rack whose kernel has it."
+                )
     for role, tools in REQUIRED_TOOLS.items():
         name = getattr(topo, role)
         for tool in tools:
             if not facts[name]["tools"].get(tool):
-                problems.append(f"host {name} ({role}) lacks {tool}: install it (make setup, or the "
-                                "testbed_host role with testbed_host_install_packages: true)")
+                problems.append(
+                    f"host {name} ({role}) lacks {tool}: install it (make setup, or the "
+                    "testbed_host role with testbed_host_install_packages: true)"
+                )
     for name, f in facts.items():
         if f["free_disk_bytes"] < MIN_FREE_DISK:
-            problems.append(f"host {name}: only {f['free_disk_bytes'] / 1e6:.0f} MB free in "
-                            f"{rack.host(name).workdir}; captures need at least "
-                            f"{MIN_FREE_DISK / 1e6:.0f} MB")
+            problems.append(
+                f"host {name}: only {f['free_disk_bytes'] / 1e6:.0f} MB free in "
+                f"{rack.host(name).workdir}; captures need at least "
+                f"{MIN_FREE_DISK / 1e6:.0f} MB"
+            )
     if problems:
         raise SpecError("\n".join(dict.fromkeys(problems)))
     return facts

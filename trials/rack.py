@@ -47,8 +47,10 @@ class Host:
 
     def experiment_address(self) -> ipaddress.IPv4Address:
         if len(self.interfaces) != 1:
-            raise RackError(f"host {self.name} has {len(self.interfaces)} experiment interfaces; "
-                            "an end host needs exactly one")
+            raise RackError(
+                f"host {self.name} has {len(self.interfaces)} experiment interfaces; "
+                "an end host needs exactly one"
+            )
         return next(iter(self.interfaces.values())).ip
 
 
@@ -66,13 +68,22 @@ class Rack:
         inventory = inventory or [DEFAULT_INVENTORY]
         for path in inventory:
             if not path.exists():
-                hint = " (run `make rack-up` to build the virtual rack)" if path == DEFAULT_INVENTORY else ""
+                hint = (
+                    " (run `make rack-up` to build the virtual rack)"
+                    if path == DEFAULT_INVENTORY
+                    else ""
+                )
                 raise RackError(f"{path}: inventory not found{hint}")
         cmd = [str(PROJECT_DIR / ".venv/bin/ansible-inventory"), "--list", "--export"]
         for path in inventory:
             cmd += ["-i", str(path)]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                              env={**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg")})
+        done = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg")},
+        )
         if done.returncode != 0:
             raise RackError(f"ansible-inventory failed: {done.stderr.strip()}")
         data = json.loads(done.stdout)
@@ -91,8 +102,10 @@ class Rack:
                 user=merged.get("ansible_user", "root"),
                 groups=tuple(sorted(groups_of.get(name, []))),
                 workdir=merged.get("trialbed_dir", "/var/lib/trialbed"),
-                interfaces={k: ipaddress.IPv4Interface(v["address"])
-                            for k, v in (merged.get("trialbed_interfaces") or {}).items()},
+                interfaces={
+                    k: ipaddress.IPv4Interface(v["address"])
+                    for k, v in (merged.get("trialbed_interfaces") or {}).items()
+                },
                 vars=merged,
             )
         return cls(inventory, hosts, all_vars)
@@ -101,9 +114,11 @@ class Rack:
         try:
             return self.hosts[name]
         except KeyError:
-            raise RackError(f"host {name!r} is not in the inventory "
-                            f"({', '.join(map(str, self.inventory))}); it has: "
-                            f"{', '.join(sorted(self.hosts))}") from None
+            raise RackError(
+                f"host {name!r} is not in the inventory "
+                f"({', '.join(map(str, self.inventory))}); it has: "
+                f"{', '.join(sorted(self.hosts))}"
+            ) from None
 
     def connection(self, name: str) -> Connection:
         if name not in self._connections:
@@ -112,8 +127,9 @@ class Rack:
             key = host.vars.get("ansible_ssh_private_key_file")
             if key:
                 kwargs["key_filename"] = key
-            conn = Connection(host.address, user=host.user, connect_kwargs=kwargs,
-                              connect_timeout=15)
+            conn = Connection(
+                host.address, user=host.user, connect_kwargs=kwargs, connect_timeout=15
+            )
             known = host.vars.get("trialbed_known_hosts")
             if known:
                 # Host keys come from the inventory's known_hosts; an unknown key is refused.
@@ -122,24 +138,31 @@ class Rack:
             self._connections[name] = conn
         return self._connections[name]
 
-    def run(self, name: str, command: str, *, check: bool = True, timeout: float | None = 120) -> str:
+    def run(
+        self, name: str, command: str, *, check: bool = True, timeout: float | None = 120
+    ) -> str:
         """Run a shell command on a host; return stdout. A failure names the host and command."""
         shown = command if len(command) < 160 else command[:150] + " ..."
         try:
-            result = self.connection(name).run(command, hide=True, warn=True, timeout=timeout,
-                                               in_stream=False)
+            result = self.connection(name).run(
+                command, hide=True, warn=True, timeout=timeout, in_stream=False
+            )
         except Exception as exc:  # paramiko/socket errors: name the host
             raise RackError(f"{name}: cannot run {shown!r}: {exc}") from exc
         if check and result.exited != 0:
-            raise RackError(f"{name}: {shown!r} exited {result.exited}: "
-                            f"{(result.stderr or result.stdout).strip()[-800:]}")
+            raise RackError(
+                f"{name}: {shown!r} exited {result.exited}: "
+                f"{(result.stderr or result.stdout).strip()[-800:]}"
+            )
         return result.stdout
 
     def run_parallel(self, commands: Mapping[str, str], *, check: bool = True) -> dict[str, str]:
         """Run one command per host concurrently (one SSH session each)."""
         with ThreadPoolExecutor(max_workers=max(1, len(commands))) as pool:
-            futures = {name: pool.submit(self.run, name, cmd, check=check)
-                       for name, cmd in commands.items()}
+            futures = {
+                name: pool.submit(self.run, name, cmd, check=check)
+                for name, cmd in commands.items()
+            }
             return {name: f.result() for name, f in futures.items()}
 
     def get(self, name: str, remote: str, local: Path) -> None:

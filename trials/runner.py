@@ -36,8 +36,10 @@ class Interrupted(Exception):
 @contextmanager
 def interruptible():
     """Turn SIGTERM into the same clean stop as Ctrl-C."""
+
     def handler(signum, _frame):
         raise Interrupted(signal.Signals(signum).name)
+
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
@@ -48,10 +50,14 @@ def interruptible():
 
 def git_state() -> dict[str, Any]:
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(PROJECT_DIR), *args], capture_output=True,
-                              text=True, check=False).stdout.strip()
-    return {"commit": git("rev-parse", "HEAD") or None,
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+        return subprocess.run(
+            ["git", "-C", str(PROJECT_DIR), *args], capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
 
 
 def now_iso() -> str:
@@ -74,25 +80,37 @@ class Processes:
         d = shlex.quote(self.remote[host])
         # Only the detached process may be backgrounded: anything else holding the SSH
         # channel's stdout would keep this call waiting.
-        self.rack.run(host, f"cd {d} || exit 1; setsid sh -c {shlex.quote(wait + 'exec ' + command)} "
-                            f"> {name}.log 2>&1 < /dev/null & echo $! > {d}/{name}.pid")
+        self.rack.run(
+            host,
+            f"cd {d} || exit 1; setsid sh -c {shlex.quote(wait + 'exec ' + command)} "
+            f"> {name}.log 2>&1 < /dev/null & echo $! > {d}/{name}.pid",
+        )
 
     def running(self, host: str, name: str) -> bool:
         pidfile = shlex.quote(f"{self.remote[host]}/{name}.pid")
-        return self.rack.run(host, f"kill -0 $(cat {pidfile}) 2>/dev/null && echo yes || echo no",
-                             check=False).strip() == "yes"
+        return (
+            self.rack.run(
+                host, f"kill -0 $(cat {pidfile}) 2>/dev/null && echo yes || echo no", check=False
+            ).strip()
+            == "yes"
+        )
 
     def stop(self, host: str, name: str, sig: str = "TERM") -> None:
         pidfile = shlex.quote(f"{self.remote[host]}/{name}.pid")
-        self.rack.run(host, f"if [ -s {pidfile} ]; then pid=$(cat {pidfile}); "
-                            f"kill -{sig} $pid 2>/dev/null; for i in $(seq 50); do "
-                            f"kill -0 $pid 2>/dev/null || break; sleep 0.1; done; "
-                            f"kill -KILL $pid 2>/dev/null; rm -f {pidfile}; fi; true", check=False)
+        self.rack.run(
+            host,
+            f"if [ -s {pidfile} ]; then pid=$(cat {pidfile}); "
+            f"kill -{sig} $pid 2>/dev/null; for i in $(seq 50); do "
+            f"kill -0 $pid 2>/dev/null || break; sleep 0.1; done; "
+            f"kill -KILL $pid 2>/dev/null; rm -f {pidfile}; fi; true",
+            check=False,
+        )
 
 
 class TrialRunner:
-    def __init__(self, exp: Experiment, source: Path, rack: Rack, topo: Dumbbell,
-                 batch_dir: Path, log=print):
+    def __init__(
+        self, exp: Experiment, source: Path, rack: Rack, topo: Dumbbell, batch_dir: Path, log=print
+    ):
         self.exp, self.source, self.rack, self.topo = exp, source, rack, topo
         self.batch_dir = batch_dir
         self.batch_id = batch_dir.name
@@ -102,26 +120,36 @@ class TrialRunner:
     # -- the steps -------------------------------------------------------------------------
 
     def router_links(self, trial: Trial) -> list[dict[str, Any]]:
-        link = {"rate": f"{self.exp.rate}bit", "buffer_bytes": self.exp.buffer,
-                "delay_ms": trial.one_way_delay_ms}
+        link = {
+            "rate": f"{self.exp.rate}bit",
+            "buffer_bytes": self.exp.buffer,
+            "delay_ms": trial.one_way_delay_ms,
+        }
         return [{"iface": self.topo.egress, **link}, {"iface": self.topo.ingress, **link}]
 
     def host_vars(self, trial: Trial) -> dict[str, dict[str, Any]]:
-        cc = {"testbed_host_cc": trial.cc,
-              "testbed_host_cc_params": self.exp.cc_params.get(trial.cc, {})}
+        cc = {
+            "testbed_host_cc": trial.cc,
+            "testbed_host_cc_params": self.exp.cc_params.get(trial.cc, {}),
+        }
         out: dict[str, dict[str, Any]] = {h: dict(cc) for h in self.topo.end_hosts}
         out[self.topo.router] = {
             "linux_router_links": self.router_links(trial),
-            "capture_points": [{"name": "bottleneck_in", "iface": self.topo.ingress},
-                               {"name": "bottleneck_out", "iface": self.topo.egress}],
+            "capture_points": [
+                {"name": "bottleneck_in", "iface": self.topo.ingress},
+                {"name": "bottleneck_out", "iface": self.topo.egress},
+            ],
             "capture_snaplen": self.exp.capture.snaplen,
         }
         return out
 
     def configure(self, trial: Trial, trial_dir: Path) -> dict[str, Any]:
         overlay = write_host_vars(trial_dir / "ansible" / "trial_vars.yml", self.host_vars(trial))
-        recap = run_playbook("configure.yml", [*self.rack.inventory, overlay],
-                             trial_dir / "ansible" / "configure.log")
+        recap = run_playbook(
+            "configure.yml",
+            [*self.rack.inventory, overlay],
+            trial_dir / "ansible" / "configure.log",
+        )
         return {"overlay": overlay.name, "recap": recap}
 
     def udp_stream(self, trial_dir: Path, remote: str) -> None:
@@ -131,8 +159,15 @@ class TrialRunner:
         route = json.loads(self.rack.run(t.udp_sender, f"ip -j route get {dst}"))[0]
         gateway, dev = route.get("gateway", dst), route["dev"]
         src_mac = self.rack.run(t.udp_sender, f"cat /sys/class/net/{dev}/address").strip()
-        owner = next((h for h in self.rack.hosts.values()
-                      for name, itf in h.interfaces.items() if str(itf.ip) == gateway), None)
+        owner = next(
+            (
+                h
+                for h in self.rack.hosts.values()
+                for name, itf in h.interfaces.items()
+                if str(itf.ip) == gateway
+            ),
+            None,
+        )
         if owner is None:
             raise RuntimeError(f"no inventory host owns {t.udp_sender}'s next hop {gateway}")
         owner_if = next(n for n, itf in owner.interfaces.items() if str(itf.ip) == gateway)
@@ -140,10 +175,21 @@ class TrialRunner:
         packets = int((exp.duration - exp.udp.interval) // exp.udp.interval) + 1
         template = trial_dir / "udp_stream.template.pcap"
         stream = trial_dir / "udp_stream.pcap"
-        write_stream_template(template, packets=packets, ip_bytes=exp.udp.packet_bytes,
-                              interval_ns=exp.udp.interval, port=exp.udp.port)
-        rewrite_for_rack(template, stream, src_ip=str(t.addresses[t.udp_sender]), dst_ip=dst,
-                         src_mac=src_mac, next_hop_mac=hop_mac)
+        write_stream_template(
+            template,
+            packets=packets,
+            ip_bytes=exp.udp.packet_bytes,
+            interval_ns=exp.udp.interval,
+            port=exp.udp.port,
+        )
+        rewrite_for_rack(
+            template,
+            stream,
+            src_ip=str(t.addresses[t.udp_sender]),
+            dst_ip=dst,
+            src_mac=src_mac,
+            next_hop_mac=hop_mac,
+        )
         template.unlink()
         self.rack.put(t.udp_sender, stream, f"{remote}/udp_stream.pcap")
         self.udp_iface = dev
@@ -151,11 +197,15 @@ class TrialRunner:
     def router_snapshot(self, remote: str, tag: str) -> None:
         r = self.topo.router
         ifaces = [self.topo.ingress, self.topo.egress]
-        cmd = "; ".join(f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}"
-                        for i in ifaces)
-        self.rack.run(r, f"{{ {cmd}; }} > {shlex.quote(remote)}/tc_{tag}.txt; "
-                         f"cat /proc/net/netfilter/nfnetlink_queue > {shlex.quote(remote)}/"
-                         f"nfqueue_{tag}.txt 2>/dev/null; true")
+        cmd = "; ".join(
+            f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}" for i in ifaces
+        )
+        self.rack.run(
+            r,
+            f"{{ {cmd}; }} > {shlex.quote(remote)}/tc_{tag}.txt; "
+            f"cat /proc/net/netfilter/nfnetlink_queue > {shlex.quote(remote)}/"
+            f"nfqueue_{tag}.txt 2>/dev/null; true",
+        )
 
     def delay_backend(self) -> dict[str, Any]:
         router = self.rack.host(self.topo.router)
@@ -165,7 +215,9 @@ class TrialRunner:
     def delayline(self, action: str, out: str | None = None) -> None:
         router = self.rack.host(self.topo.router)
         ctl = f"{router.workdir}/router/delayline-ctl"
-        self.rack.run(self.topo.router, f"{ctl} {action} {shlex.quote(out) if out else '/dev/null'}")
+        self.rack.run(
+            self.topo.router, f"{ctl} {action} {shlex.quote(out) if out else '/dev/null'}"
+        )
 
     # -- one trial ----------------------------------------------------------------------------
 
@@ -173,18 +225,29 @@ class TrialRunner:
         t, exp = self.topo, self.exp
         trial_dir = self.batch_dir / "trials" / trial.name
         trial_dir.mkdir(parents=True, exist_ok=True)
-        remote = {h: f"{self.rack.host(h).workdir}/trials/{self.batch_id}/{trial.name}"
-                  for h in self.hosts}
+        remote = {
+            h: f"{self.rack.host(h).workdir}/trials/{self.batch_id}/{trial.name}"
+            for h in self.hosts
+        }
         procs = Processes(self.rack, remote)
         record: dict[str, Any] = {
-            "trial": trial.name, "batch": self.batch_id, "status": "running",
-            "experiment_file": str(self.source), "experiment_digest": exp.digest(),
-            "parameters": trial.parameters(), "git": git_state(),
+            "trial": trial.name,
+            "batch": self.batch_id,
+            "status": "running",
+            "experiment_file": str(self.source),
+            "experiment_digest": exp.digest(),
+            "parameters": trial.parameters(),
+            "git": git_state(),
             "inventory": [str(p) for p in self.rack.inventory],
-            "topology": {"router": t.router, "ingress": t.ingress, "egress": t.egress,
-                         "addresses": {h: str(a) for h, a in t.addresses.items()},
-                         "clock_domain": self.rack.vars.get("trialbed_clock_domain")},
-            "times": {"started": now_iso()}, "errors": [],
+            "topology": {
+                "router": t.router,
+                "ingress": t.ingress,
+                "egress": t.egress,
+                "addresses": {h: str(a) for h, a in t.addresses.items()},
+                "clock_domain": self.rack.vars.get("trialbed_clock_domain"),
+            },
+            "times": {"started": now_iso()},
+            "errors": [],
         }
         (trial_dir / "trial.json").write_text(dump_json(record))
         nfqueue = False
@@ -205,34 +268,53 @@ class TrialRunner:
             capture_ctl = f"{self.rack.host(t.router).workdir}/capture/capture-ctl"
             self.rack.run(t.router, f"{capture_ctl} start {shlex.quote(remote[t.router])}")
             rcv = t.addresses[t.tcp_receiver]
-            procs.spawn(t.tcp_receiver, "iperf3_server",
-                        f"iperf3 -s -1 -B {rcv} -p {exp.tcp_port} -J --logfile iperf3_server.json")
-            procs.spawn(t.udp_receiver, "udp_sink",
-                        "python3 -c " + shlex.quote(
-                            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                            f"s.bind(('{t.addresses[t.udp_receiver]}', {exp.udp.port}));\n"
-                            "while True: s.recv(65535)"))
+            procs.spawn(
+                t.tcp_receiver,
+                "iperf3_server",
+                f"iperf3 -s -1 -B {rcv} -p {exp.tcp_port} -J --logfile iperf3_server.json",
+            )
+            procs.spawn(
+                t.udp_receiver,
+                "udp_sink",
+                "python3 -c "
+                + shlex.quote(
+                    "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                    f"s.bind(('{t.addresses[t.udp_receiver]}', {exp.udp.port}));\n"
+                    "while True: s.recv(65535)"
+                ),
+            )
             time.sleep(0.5)  # the server must listen before the client connects
 
             t0 = time.time() + START_LEAD_S
             duration_s = exp.duration / 1e9
             record["times"]["t0"] = t0
             record["times"]["t0_ns"] = int(t0 * 1e9)
-            self.log(f"[{trial.name}] run: {trial.flows} {trial.cc} flow(s) "
-                     f"{t.tcp_sender}->{t.tcp_receiver} and UDP {t.udp_sender}->{t.udp_receiver} "
-                     f"for {duration_s:g} s, RTT {trial.rtt_ms:g} ms")
-            procs.spawn(t.tcp_sender, "iperf3_client",
-                        f"iperf3 -c {rcv} -B {t.addresses[t.tcp_sender]} -p {exp.tcp_port} "
-                        f"-t {duration_s:g} -P {trial.flows} -C {trial.cc} -J "
-                        f"--logfile iperf3_client.json", start_at=t0)
-            procs.spawn(t.udp_sender, "tcpreplay",
-                        f"tcpreplay -i {self.udp_iface} --preload-pcap --timer=nano "
-                        f"udp_stream.pcap", start_at=t0)
+            self.log(
+                f"[{trial.name}] run: {trial.flows} {trial.cc} flow(s) "
+                f"{t.tcp_sender}->{t.tcp_receiver} and UDP {t.udp_sender}->{t.udp_receiver} "
+                f"for {duration_s:g} s, RTT {trial.rtt_ms:g} ms"
+            )
+            procs.spawn(
+                t.tcp_sender,
+                "iperf3_client",
+                f"iperf3 -c {rcv} -B {t.addresses[t.tcp_sender]} -p {exp.tcp_port} "
+                f"-t {duration_s:g} -P {trial.flows} -C {trial.cc} -J "
+                f"--logfile iperf3_client.json",
+                start_at=t0,
+            )
+            procs.spawn(
+                t.udp_sender,
+                "tcpreplay",
+                f"tcpreplay -i {self.udp_iface} --preload-pcap --timer=nano udp_stream.pcap",
+                start_at=t0,
+            )
             traffic_started = True
             deadline = t0 + duration_s + FINISH_GRACE_S
             time.sleep(max(0.0, t0 + duration_s - time.time()))
-            while time.time() < deadline and (procs.running(t.tcp_sender, "iperf3_client")
-                                              or procs.running(t.udp_sender, "tcpreplay")):
+            while time.time() < deadline and (
+                procs.running(t.tcp_sender, "iperf3_client")
+                or procs.running(t.udp_sender, "tcpreplay")
+            ):
                 time.sleep(1.0)
             # Let the queues drain and the delay line release what it holds.
             time.sleep(exp.buffer * 8 / exp.rate + trial.rtt_ms / 1000 + 1.0)
@@ -247,30 +329,55 @@ class TrialRunner:
             record["errors"].append(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            self.stop_and_collect(trial, trial_dir, remote, procs, record, nfqueue,
-                                  traffic_started)
+            self.stop_and_collect(trial, trial_dir, remote, procs, record, nfqueue, traffic_started)
         return record
 
-    def stop_and_collect(self, trial: Trial, trial_dir: Path, remote: dict[str, str],
-                         procs: Processes, record: dict[str, Any], nfqueue: bool,
-                         traffic_started: bool) -> None:
+    def stop_and_collect(
+        self,
+        trial: Trial,
+        trial_dir: Path,
+        remote: dict[str, str],
+        procs: Processes,
+        record: dict[str, Any],
+        nfqueue: bool,
+        traffic_started: bool,
+    ) -> None:
         """Stop everything of the trial, bring the files back, write trial.json and the manifest.
         Runs on every exit path; each step is attempted even when an earlier one fails."""
         t = self.topo
         with ignore_signals():
             steps = [
-                ("stop senders", lambda: (procs.stop(t.tcp_sender, "iperf3_client"),
-                                          procs.stop(t.udp_sender, "tcpreplay"))),
-                ("stop receivers", lambda: (procs.stop(t.tcp_receiver, "iperf3_server"),
-                                            procs.stop(t.udp_receiver, "udp_sink"))),
-                ("stop captures", lambda: self.rack.run(
-                    t.router, f"{self.rack.host(t.router).workdir}/capture/capture-ctl stop "
-                              f"{shlex.quote(remote[t.router])}")),
+                (
+                    "stop senders",
+                    lambda: (
+                        procs.stop(t.tcp_sender, "iperf3_client"),
+                        procs.stop(t.udp_sender, "tcpreplay"),
+                    ),
+                ),
+                (
+                    "stop receivers",
+                    lambda: (
+                        procs.stop(t.tcp_receiver, "iperf3_server"),
+                        procs.stop(t.udp_receiver, "udp_sink"),
+                    ),
+                ),
+                (
+                    "stop captures",
+                    lambda: self.rack.run(
+                        t.router,
+                        f"{self.rack.host(t.router).workdir}/capture/capture-ctl stop "
+                        f"{shlex.quote(remote[t.router])}",
+                    ),
+                ),
                 ("snapshot router", lambda: self.router_snapshot(remote[t.router], "after")),
             ]
             if nfqueue and traffic_started:
-                steps.append(("delay line stats", lambda: self.delayline(
-                    "stats", f"{remote[t.router]}/delayline_stats.json")))
+                steps.append(
+                    (
+                        "delay line stats",
+                        lambda: self.delayline("stats", f"{remote[t.router]}/delayline_stats.json"),
+                    )
+                )
             for what, step in steps:
                 try:
                     step()
@@ -280,8 +387,9 @@ class TrialRunner:
             record["files"] = {}
             for host in self.hosts:
                 try:
-                    record["files"][host] = pull_host(self.rack, host, remote[host],
-                                                      trial_dir / host)
+                    record["files"][host] = pull_host(
+                        self.rack, host, remote[host], trial_dir / host
+                    )
                 except Exception as exc:
                     record["errors"].append(f"collect {host}: {type(exc).__name__}: {exc}")
                     if record["status"] == "complete":
@@ -325,8 +433,14 @@ def new_batch_dir(results: Path, exp_path: Path) -> Path:
     return path
 
 
-def run_experiment(exp: Experiment, source: Path, rack: Rack, results: Path, log=print,
-                   only: set[str] | None = None) -> tuple[Path, list[dict[str, Any]]]:
+def run_experiment(
+    exp: Experiment,
+    source: Path,
+    rack: Rack,
+    results: Path,
+    log=print,
+    only: set[str] | None = None,
+) -> tuple[Path, list[dict[str, Any]]]:
     """Validate against the rack (read-only), then run every trial; return the batch dir and
     the trial records. The network is restored on every exit path."""
     topo = resolve_dumbbell(exp, rack, str(source))
@@ -343,9 +457,11 @@ def run_experiment(exp: Experiment, source: Path, rack: Rack, results: Path, log
     finally:
         with ignore_signals():
             log("restore the network (ansible-playbook teardown.yml)")
-            overlay = write_host_vars(batch_dir / "ansible" / "teardown_vars.yml",
-                                      {topo.router: {"linux_router_links":
-                                                     runner.router_links(trials[0])}})
-            run_playbook("teardown.yml", [*rack.inventory, overlay],
-                         batch_dir / "ansible" / "teardown.log")
+            overlay = write_host_vars(
+                batch_dir / "ansible" / "teardown_vars.yml",
+                {topo.router: {"linux_router_links": runner.router_links(trials[0])}},
+            )
+            run_playbook(
+                "teardown.yml", [*rack.inventory, overlay], batch_dir / "ansible" / "teardown.log"
+            )
     return batch_dir, records

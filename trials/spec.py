@@ -28,13 +28,31 @@ from trials.units import parse_bytes, parse_duration_ns, parse_rate
 
 # Congestion controls Linux has (built in or as modules); whether a host has one is checked
 # against the host itself by the preflight.
-LINUX_CC = ("reno", "cubic", "htcp", "bbr", "bic", "dctcp", "highspeed", "hybla", "illinois",
-            "lp", "nv", "scalable", "vegas", "veno", "westwood", "yeah", "cdg")
+LINUX_CC = (
+    "reno",
+    "cubic",
+    "htcp",
+    "bbr",
+    "bic",
+    "dctcp",
+    "highspeed",
+    "hybla",
+    "illinois",
+    "lp",
+    "nv",
+    "scalable",
+    "vegas",
+    "veno",
+    "westwood",
+    "yeah",
+    "cdg",
+)
 
 RateBps = Annotated[int, BeforeValidator(parse_rate), PlainSerializer(lambda v: f"{v}bit")]
 Bytes = Annotated[int, BeforeValidator(parse_bytes), PlainSerializer(lambda v: f"{v}B")]
-DurationNs = Annotated[int, BeforeValidator(parse_duration_ns),
-                       PlainSerializer(lambda v: f"{v / 1e6:g}ms")]
+DurationNs = Annotated[
+    int, BeforeValidator(parse_duration_ns), PlainSerializer(lambda v: f"{v / 1e6:g}ms")
+]
 
 
 class SpecError(ValueError):
@@ -61,7 +79,9 @@ class Factors(_Strict):
     def _known_cc(cls, values: list[str]) -> list[str]:
         for v in values:
             if v not in LINUX_CC:
-                raise ValueError(f"unknown congestion control {v!r}; allowed: {', '.join(LINUX_CC)}")
+                raise ValueError(
+                    f"unknown congestion control {v!r}; allowed: {', '.join(LINUX_CC)}"
+                )
         return values
 
     @field_validator("rtt_ms")
@@ -109,8 +129,9 @@ class Experiment(_Strict):
     rate: RateBps
     buffer: Bytes
     duration: DurationNs
-    warmup: DurationNs = Field(default=parse_duration_ns("5s"),
-                               description="start of the steady-state goodput window")
+    warmup: DurationNs = Field(
+        default=parse_duration_ns("5s"), description="start of the steady-state goodput window"
+    )
     factors: Factors
     repetitions: int = Field(1, ge=1, le=100)
     seed: int = 1
@@ -125,29 +146,38 @@ class Experiment(_Strict):
     def _cc_params(cls, value: dict[str, dict[str, int | str]]) -> dict[str, dict[str, int | str]]:
         for name in value:
             if name not in LINUX_CC:
-                raise ValueError(f"unknown congestion control {name!r}; allowed: {', '.join(LINUX_CC)}")
+                raise ValueError(
+                    f"unknown congestion control {name!r}; allowed: {', '.join(LINUX_CC)}"
+                )
         return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
         if self.warmup >= self.duration:
-            raise ValueError(f"warmup ({self.warmup / 1e9:g} s) must be shorter than duration "
-                            f"({self.duration / 1e9:g} s)")
+            raise ValueError(
+                f"warmup ({self.warmup / 1e9:g} s) must be shorter than duration "
+                f"({self.duration / 1e9:g} s)"
+            )
         frame = self.udp.packet_bytes + 14
         if self.buffer < 1514:
             raise ValueError(f"buffer ({self.buffer} B) must hold at least one full frame (1514 B)")
         if frame * 8 * 1e9 / self.udp.interval >= self.rate:
-            raise ValueError("the UDP stream alone would fill the bottleneck: lower udp.packet_bytes "
-                            "or raise udp.interval or rate")
+            raise ValueError(
+                "the UDP stream alone would fill the bottleneck: lower udp.packet_bytes "
+                "or raise udp.interval or rate"
+            )
         return self
 
     def trials(self) -> list[Trial]:
         """Every trial of the matrix, in a seeded random order (so that slow drifts of the
         rack do not line up with one factor)."""
-        combos = itertools.product(self.factors.cc, self.factors.rtt_ms, self.factors.flows,
-                                   range(1, self.repetitions + 1))
-        out = [Trial(experiment=self, cc=cc, rtt_ms=rtt, flows=flows, repetition=rep)
-               for cc, rtt, flows, rep in combos]
+        combos = itertools.product(
+            self.factors.cc, self.factors.rtt_ms, self.factors.flows, range(1, self.repetitions + 1)
+        )
+        out = [
+            Trial(experiment=self, cc=cc, rtt_ms=rtt, flows=flows, repetition=rep)
+            for cc, rtt, flows, rep in combos
+        ]
         random.Random(self.seed).shuffle(out)
         return out
 
@@ -177,15 +207,22 @@ class Trial(BaseModel):
     def parameters(self) -> dict[str, Any]:
         """The resolved parameters as recorded in trial.json."""
         exp = self.experiment.model_dump(mode="json", exclude={"factors", "repetitions"})
-        return {**exp, "cc": self.cc, "rtt_ms": self.rtt_ms, "flows": self.flows,
-                "repetition": self.repetition,
-                "cc_params": self.experiment.cc_params.get(self.cc, {})}
+        return {
+            **exp,
+            "cc": self.cc,
+            "rtt_ms": self.rtt_ms,
+            "flows": self.flows,
+            "repetition": self.repetition,
+            "cc_params": self.experiment.cc_params.get(self.cc, {}),
+        }
 
 
 def _format_errors(path: Path, err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in e["loc"]).replace(".[", "[")
+        key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in e["loc"]).replace(
+            ".[", "["
+        )
         where = f"key '{key}'" if key else "keys"
         if e["type"] == "extra_forbidden":
             model = _model_at(e["loc"][:-1])
@@ -205,7 +242,11 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
         if model is None or not isinstance(part, str) or part not in model.model_fields:
             return None
         annotation = model.model_fields[part].annotation
-        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        model = (
+            annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            else None
+        )
     return model
 
 

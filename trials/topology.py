@@ -40,21 +40,31 @@ def resolve_dumbbell(exp: Experiment, rack: Rack, source: str) -> Dumbbell:
     except RackError as exc:
         raise RackError(f"{source}: key 'hosts.router': {exc}") from None
     if "linux_routers" not in router.groups:
-        raise RackError(f"{source}: key 'hosts.router': {roles.router} is not in group linux_routers")
+        raise RackError(
+            f"{source}: key 'hosts.router': {roles.router} is not in group linux_routers"
+        )
 
     def side(role_a: str, role_b: str) -> str:
         names = {router.interface_towards(addresses[getattr(roles, r)]) for r in (role_a, role_b)}
         if len(names) != 1 or None in names:
-            raise RackError(f"{source}: hosts.{role_a} and hosts.{role_b} must sit on one segment "
-                            f"attached to router {roles.router} (its interfaces: "
-                            f"{', '.join(f'{k} {v}' for k, v in router.interfaces.items())})")
+            raise RackError(
+                f"{source}: hosts.{role_a} and hosts.{role_b} must sit on one segment "
+                f"attached to router {roles.router} (its interfaces: "
+                f"{', '.join(f'{k} {v}' for k, v in router.interfaces.items())})"
+            )
         return names.pop()
 
     ingress = side("tcp_sender", "udp_sender")
     egress = side("tcp_receiver", "udp_receiver")
     if ingress == egress:
         raise RackError(f"{source}: senders and receivers are on the same side of {roles.router}")
-    return Dumbbell(router=roles.router, tcp_sender=roles.tcp_sender,
-                    tcp_receiver=roles.tcp_receiver, udp_sender=roles.udp_sender,
-                    udp_receiver=roles.udp_receiver, addresses=addresses,
-                    ingress=ingress, egress=egress)
+    return Dumbbell(
+        router=roles.router,
+        tcp_sender=roles.tcp_sender,
+        tcp_receiver=roles.tcp_receiver,
+        udp_sender=roles.udp_sender,
+        udp_receiver=roles.udp_receiver,
+        addresses=addresses,
+        ingress=ingress,
+        egress=egress,
+    )

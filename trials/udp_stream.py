@@ -19,11 +19,14 @@ TEMPLATE_DST = "198.18.255.2"
 _ETH_HEADER = 14
 
 
-def write_stream_template(path: Path, *, packets: int, ip_bytes: int, interval_ns: int,
-                          port: int) -> None:
+def write_stream_template(
+    path: Path, *, packets: int, ip_bytes: int, interval_ns: int, port: int
+) -> None:
     """Write `packets` UDP packets of `ip_bytes` IP bytes, `interval_ns` apart (nanosecond pcap)."""
     if ip_bytes < 28 + 8:
-        raise ValueError("a stream packet needs at least 36 IP bytes (headers and a sequence number)")
+        raise ValueError(
+            "a stream packet needs at least 36 IP bytes (headers and a sequence number)"
+        )
     frame = bytearray(_ETH_HEADER + ip_bytes)
     frame[12:14] = b"\x08\x00"
     src = bytes(map(int, TEMPLATE_SRC.split(".")))
@@ -34,8 +37,16 @@ def write_stream_template(path: Path, *, packets: int, ip_bytes: int, interval_n
 
     seq = np.arange(packets, dtype=np.uint64)
     ts = seq * np.uint64(interval_ns)
-    rec = np.zeros(packets, dtype=[("sec", "<u4"), ("nsec", "<u4"), ("incl", "<u4"),
-                                   ("orig", "<u4"), ("frame", "u1", len(frame))])
+    rec = np.zeros(
+        packets,
+        dtype=[
+            ("sec", "<u4"),
+            ("nsec", "<u4"),
+            ("incl", "<u4"),
+            ("orig", "<u4"),
+            ("frame", "u1", len(frame)),
+        ],
+    )
     rec["sec"] = ts // 10**9
     rec["nsec"] = ts % 10**9
     rec["incl"] = rec["orig"] = len(frame)
@@ -48,12 +59,22 @@ def write_stream_template(path: Path, *, packets: int, ip_bytes: int, interval_n
         out.write(rec.tobytes())
 
 
-def rewrite_for_rack(template: Path, out: Path, *, src_ip: str, dst_ip: str, src_mac: str,
-                     next_hop_mac: str) -> None:
+def rewrite_for_rack(
+    template: Path, out: Path, *, src_ip: str, dst_ip: str, src_mac: str, next_hop_mac: str
+) -> None:
     """Point the template at the rack: addresses, the sender's MAC and its next hop's MAC."""
     subprocess.run(
-        ["tcprewrite", f"--infile={template}", f"--outfile={out}",
-         f"--srcipmap={TEMPLATE_SRC}/32:{src_ip}/32", f"--dstipmap={TEMPLATE_DST}/32:{dst_ip}/32",
-         f"--enet-smac={src_mac}", f"--enet-dmac={next_hop_mac}", "--fixcsum"],
-        check=True, capture_output=True, text=True,
+        [
+            "tcprewrite",
+            f"--infile={template}",
+            f"--outfile={out}",
+            f"--srcipmap={TEMPLATE_SRC}/32:{src_ip}/32",
+            f"--dstipmap={TEMPLATE_DST}/32:{dst_ip}/32",
+            f"--enet-smac={src_mac}",
+            f"--enet-dmac={next_hop_mac}",
+            "--fixcsum",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )

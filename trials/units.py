@@ -21,7 +21,9 @@ def _parse(text: object, units: dict[str, int], what: str, example: str) -> int:
     folded = {unit.lower(): factor for unit, factor in units.items()}
     match = re.fullmatch(_NUMBER + r"(?P<unit>[A-Za-z]+)", str(text).strip())
     if not match or match["unit"].lower() not in folded:
-        raise ValueError(f"{text!r} is not a {what}; write a number and one of: {allowed} (e.g. {example})")
+        raise ValueError(
+            f"{text!r} is not a {what}; write a number and one of: {allowed} (e.g. {example})"
+        )
     value = Decimal(match["num"]) * folded[match["unit"].lower()]
     if value != int(value):
         raise ValueError(f"{text!r} is not a whole number of {next(iter(units))}")

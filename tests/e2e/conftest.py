@@ -26,32 +26,60 @@ class TestRack:
 
     def playbook(self, playbook: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(PROJECT / ".venv/bin/ansible-playbook"), str(PROJECT / "playbooks" / playbook),
-             *args], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-            env={**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
+            [
+                str(PROJECT / ".venv/bin/ansible-playbook"),
+                str(PROJECT / "playbooks" / playbook),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env={
+                **os.environ,
+                "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+                "ANSIBLE_NOCOLOR": "1",
+            },
+        )
 
     def rack(self, state: str) -> subprocess.CompletedProcess:
-        return self.playbook("rack.yml", "-e", f"virtual_rack_topology_file={self.topology}",
-                             "-e", f"virtual_rack_state_dir={self.state_dir}",
-                             "-e", f"virtual_rack_namespace_prefix={PREFIX}",
-                             "-e", f"virtual_rack_state={state}")
+        return self.playbook(
+            "rack.yml",
+            "-e",
+            f"virtual_rack_topology_file={self.topology}",
+            "-e",
+            f"virtual_rack_state_dir={self.state_dir}",
+            "-e",
+            f"virtual_rack_namespace_prefix={PREFIX}",
+            "-e",
+            f"virtual_rack_state={state}",
+        )
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP lines as {host: {ok, changed, unreachable, failed}}."""
-    pattern = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
-                         re.M)
-    return {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]),
-                   "failed": int(m[5])} for m in pattern.finditer(output)}
+    pattern = re.compile(
+        r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
+    )
+    return {
+        m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5])}
+        for m in pattern.finditer(output)
+    }
 
 
 def rack_leftovers() -> list[str]:
     """Namespaces, links and processes of the test rack still present."""
-    left = [n["name"] for n in json.loads(subprocess.run(
-        ["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout or "[]")
-        if n["name"].startswith(PREFIX)]
-    links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True,
-                                      text=True).stdout)
+    left = [
+        n["name"]
+        for n in json.loads(
+            subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
+            or "[]"
+        )
+        if n["name"].startswith(PREFIX)
+    ]
+    links = json.loads(
+        subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True).stdout
+    )
     left += [link["ifname"] for link in links if link["ifname"].startswith(PREFIX.rstrip("-"))]
     return left
 
@@ -75,8 +103,9 @@ def test_rack(tmp_path_factory):
     topo_file.write_text(yaml.safe_dump(topology))
     # sshd refuses keys below a world-writable directory such as /tmp: keep state in the project.
     state_dir = PROJECT / ".state" / f"test-rack-{os.getpid()}"
-    rack = TestRack(topology=topo_file, inventory=base / "inventory" / "hosts.yml",
-                    state_dir=state_dir)
+    rack = TestRack(
+        topology=topo_file, inventory=base / "inventory" / "hosts.yml", state_dir=state_dir
+    )
     up = rack.rack("present")
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
     rack.first_up = up

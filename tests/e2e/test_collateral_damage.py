@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -35,8 +34,14 @@ ETHERNET_HEADER = 14
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trials", *args], cwd=PROJECT,
-                          capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "trials", *args],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +49,20 @@ def trial(test_rack, tmp_path_factory):
     base = tmp_path_factory.mktemp("trial")
     exp_file = base / "cd.yml"
     exp_file.write_text(EXPERIMENT)
-    done = run_cli("run", str(exp_file), "-i", str(test_rack.inventory),
-                   "--results", str(base / "results"))
+    done = run_cli(
+        "run", str(exp_file), "-i", str(test_rack.inventory), "--results", str(base / "results")
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (batch,) = (base / "results").iterdir()
     (trial_dir,) = (batch / "trials").iterdir()
-    return {"exp": load_experiment(exp_file), "dir": trial_dir, "batch": batch,
-            "stdout": done.stdout, "record": json.loads((trial_dir / "trial.json").read_text()),
-            "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text())}
+    return {
+        "exp": load_experiment(exp_file),
+        "dir": trial_dir,
+        "batch": batch,
+        "stdout": done.stdout,
+        "record": json.loads((trial_dir / "trial.json").read_text()),
+        "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
+    }
 
 
 def test_trial_completed_and_files_are_verified(trial):
@@ -84,8 +95,10 @@ def test_tcp_goodput_fills_what_the_link_leaves_it(trial):
     payload_fraction = int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
     expected_kBps = (exp.rate - udp_bps) * payload_fraction / 8000
     measured = trial["summary"]["goodput_kBps"]
-    print(f"goodput {measured:.2f} KB/s, link leaves TCP {expected_kBps:.2f} KB/s "
-          f"(UDP {udp_bps / 1000:.1f} kbit/s, payload fraction {payload_fraction:.4f})")
+    print(
+        f"goodput {measured:.2f} KB/s, link leaves TCP {expected_kBps:.2f} KB/s "
+        f"(UDP {udp_bps / 1000:.1f} kbit/s, payload fraction {payload_fraction:.4f})"
+    )
     assert abs(measured - expected_kBps) / expected_kBps < 0.03
 
 
@@ -95,8 +108,10 @@ def test_udp_one_way_delay_bounds(trial):
     queue_ms = exp.buffer * 8 / exp.rate * 1000
     frame = exp.udp.packet_bytes + ETHERNET_HEADER
     serialization_ms = frame * 8 / exp.rate * 1000
-    print(f"OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
-          f"max {s['owd_max_ms']:.2f} ms, lost {s['udp_lost']}/{s['udp_packets']}")
+    print(
+        f"OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
+        f"max {s['owd_max_ms']:.2f} ms, lost {s['udp_lost']}/{s['udp_packets']}"
+    )
     assert abs(s["owd_min_ms"] - one_way_ms) <= 2
     assert s["owd_max_ms"] >= one_way_ms + 400  # the queue filled
     assert s["owd_max_ms"] <= one_way_ms + queue_ms + serialization_ms + 2

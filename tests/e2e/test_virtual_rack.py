@@ -27,15 +27,22 @@ def test_hosts_answer_over_ssh_with_their_own_hostname(test_rack):
         for host in rack.hosts.values():
             for itf in host.interfaces:
                 features = rack.run(host.name, f"ethtool -k {itf}")
-                for feature in ("tcp-segmentation-offload", "generic-segmentation-offload",
-                                "generic-receive-offload"):
+                for feature in (
+                    "tcp-segmentation-offload",
+                    "generic-segmentation-offload",
+                    "generic-receive-offload",
+                ):
                     assert f"{feature}: off" in features, (host.name, itf, feature)
     finally:
         rack.close()
 
 
 def test_sshd_listens_only_on_the_management_address(test_rack):
-    out = subprocess.run(["ip", "netns", "exec", f"{PREFIX}A", "ss", "-Hltn"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "netns", "exec", f"{PREFIX}A", "ss", "-Hltn"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     listeners = {line.split()[3] for line in out.splitlines()}
     assert listeners == {"198.19.1.11:22"}

@@ -95,8 +95,7 @@ def test_missing_key(tmp_path):
 
 def test_cross_field_rules(tmp_path):
     assert "warmup" in error_of(tmp_path, GOOD + "warmup: 50s\n")
-    assert "fill the bottleneck" in error_of(
-        tmp_path, GOOD.replace("rate: 1mbit", "rate: 50kbit"))
+    assert "fill the bottleneck" in error_of(tmp_path, GOOD.replace("rate: 1mbit", "rate: 50kbit"))
 
 
 def test_not_yaml_and_missing_file(tmp_path):

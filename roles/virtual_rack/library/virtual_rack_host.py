@@ -9,7 +9,6 @@ addresses, routes and offloads. It changes only what differs, so a second run re
 from __future__ import annotations
 
 import json
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -70,7 +69,10 @@ class Host:
     def links(self, ns: bool) -> dict[str, dict]:
         if ns and not self.ns_exists():
             return {}
-        return {link["ifname"]: link for link in json.loads(self.run("ip", "-j", "-d", "link", "show", ns=ns))}
+        return {
+            link["ifname"]: link
+            for link in json.loads(self.run("ip", "-j", "-d", "link", "show", ns=ns))
+        }
 
     def ns_exists(self) -> bool:
         out = self.run("ip", "-j", "netns", "list")
@@ -79,9 +81,15 @@ class Host:
     def addresses(self, ifname: str) -> set[str]:
         if not self.ns_exists():
             return set()
-        out = json.loads(self.run("ip", "-j", "addr", "show", "dev", ifname, ns=True, check=False) or "[]")
-        return {f"{a['local']}/{a['prefixlen']}" for link in out for a in link.get("addr_info", [])
-                if a.get("family") == "inet"}
+        out = json.loads(
+            self.run("ip", "-j", "addr", "show", "dev", ifname, ns=True, check=False) or "[]"
+        )
+        return {
+            f"{a['local']}/{a['prefixlen']}"
+            for link in out
+            for a in link.get("addr_info", [])
+            if a.get("family") == "inet"
+        }
 
     def offloads_on(self, ifname: str, ns: bool) -> list[str]:
         if self.module.check_mode and ns and not self.ns_exists():
@@ -104,8 +112,20 @@ class Host:
         for itf in p["interfaces"]:
             name, peer, bridge = itf["name"], itf["peer"], itf["bridge"]
             if peer not in root_links:
-                self.change(f"veth {peer}<->{self.ns}:{name}", "ip", "link", "add", peer,
-                            "type", "veth", "peer", "name", name, "netns", self.ns)
+                self.change(
+                    f"veth {peer}<->{self.ns}:{name}",
+                    "ip",
+                    "link",
+                    "add",
+                    peer,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    name,
+                    "netns",
+                    self.ns,
+                )
                 root_links[peer] = {"operstate": "DOWN", "flags": []}
                 inner_links[name] = {"operstate": "DOWN", "flags": []}
             if root_links[peer].get("master") != bridge:
@@ -113,15 +133,29 @@ class Host:
             self.ensure_up(peer, root_links, ns=False)
             self.ensure_up(name, inner_links, ns=True)
             if itf["address"] and itf["address"] not in self.addresses(name):
-                self.change(f"{name} address {itf['address']}", "ip", "addr", "add",
-                            itf["address"], "dev", name, ns=True)
+                self.change(
+                    f"{name} address {itf['address']}",
+                    "ip",
+                    "addr",
+                    "add",
+                    itf["address"],
+                    "dev",
+                    name,
+                    ns=True,
+                )
             if p["offloads_off"]:
                 for ifname, ns in ((peer, False), (name, True)):
                     on = self.offloads_on(ifname, ns)
                     if on:
                         args = [arg for o in on for arg in (o, "off")]
-                        self.change(f"{ifname} offloads off: {' '.join(on)}",
-                                    "ethtool", "-K", ifname, *args, ns=ns)
+                        self.change(
+                            f"{ifname} offloads off: {' '.join(on)}",
+                            "ethtool",
+                            "-K",
+                            ifname,
+                            *args,
+                            ns=ns,
+                        )
         self.ensure_routes()
 
     def ensure_up(self, ifname: str, links: dict[str, dict], ns: bool) -> None:
@@ -135,8 +169,16 @@ class Host:
                 have.add((r.get("dst"), r.get("gateway")))
         for route in self.module.params["routes"]:
             if (route["to"], route["via"]) not in have:
-                self.change(f"route {route['to']} via {route['via']}", "ip", "route",
-                            "replace", route["to"], "via", route["via"], ns=True)
+                self.change(
+                    f"route {route['to']} via {route['via']}",
+                    "ip",
+                    "route",
+                    "replace",
+                    route["to"],
+                    "via",
+                    route["via"],
+                    ns=True,
+                )
 
     def ensure_absent(self) -> None:
         root_links = self.links(ns=False)
@@ -164,8 +206,11 @@ def main() -> None:
         host.ensure_present()
     else:
         host.ensure_absent()
-    module.exit_json(changed=bool(host.changes), changes=host.changes,
-                     diff={"before": "", "after": "\n".join(host.changes) + "\n"} if host.changes else {})
+    module.exit_json(
+        changed=bool(host.changes),
+        changes=host.changes,
+        diff={"before": "", "after": "\n".join(host.changes) + "\n"} if host.changes else {},
+    )
 
 
 if __name__ == "__main__":
