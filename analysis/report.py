@@ -107,7 +107,7 @@ def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:
         t1.add_column(col, justify="right")
     for (cc, rtt, flows), row in goodput_table(table).iterrows():
         t1.add_row(
-            cc, f"{rtt:g}", str(flows), str(row.runs), _fmt(row.mean_kBps), _fmt(row.std_kBps)
+            cc, f"{rtt:g}", str(flows), str(int(row.runs)), _fmt(row.mean_kBps), _fmt(row.std_kBps)
         )
     console.print(t1)
     t2 = Table(title="Table 2: UDP one-way delay through the router (ms, from captures)")
@@ -121,42 +121,55 @@ def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:
             _fmt(row.median_ms),
             _fmt(row.mean_ms),
             _fmt(row.std_ms),
-            str(row.lost),
+            str(int(row.lost)),
         )
     console.print(t2)
-    t3 = Table(title="Trials")
-    for col in (
-        "trial",
-        "status",
-        "goodput KB/s",
-        "per flow",
-        "retx",
-        "OWD min/med/max ms",
-        "UDP lost",
-        "queue drops (capture/tc)",
-        "queue-full /min",
-        "delay path",
-    ):
-        t3.add_column(col)
     for _, r in table.iterrows():
-        if "error" in r and isinstance(r.get("error"), str):
-            t3.add_row(r.trial, r.status, r.error, *[""] * 7)
-            continue
-        lateness = [v for v in (r.delayline_lateness_us or {}).values() if v]
-        late = ""
-        if lateness:
-            mean, worst = max(v["mean"] for v in lateness), max(v["max"] for v in lateness)
-            late = f", late {mean:.0f}/{worst:.0f} µs"
-        t3.add_row(
-            r.trial,
-            r.status,
-            _fmt(r.goodput_kBps),
-            " ".join(_fmt(v) for v in r.flow_goodput_kBps),
-            str(r.retransmitted_packets),
-            f"{_fmt(r.owd_min_ms)}/{_fmt(r.owd_median_ms)}/{_fmt(r.owd_max_ms)}",
-            f"{r.udp_lost}/{r.udp_packets}",
-            f"{r.queue_drops_capture}/{r.queue_drops_tc}",
-            _fmt(r.queue_full_events_per_min),
-            f"{r.delay_backend}: min OWD − RTT/2 = {_fmt(r.owd_min_excess_ms, 2)} ms{late}",
+        console.print(trial_table(r))
+
+
+def trial_table(r: pd.Series) -> Table:
+    """One trial's figures, one per line (fits an 80-column terminal)."""
+    t = Table(title=f"Trial {r.trial}: {r.status}", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    if isinstance(r.get("error"), str):
+        t.add_row("error", r.error)
+        return t
+    per_flow = ", ".join(_fmt(v) for v in r.flow_goodput_kBps)
+    t.add_row(
+        "TCP goodput",
+        f"{_fmt(r.goodput_kBps)} KB/s steady ({per_flow} per flow); "
+        f"{_fmt(r.goodput_kBps_lifetime)} KB/s over each flow's lifetime",
+    )
+    t.add_row("retransmitted", f"{r.retransmitted_packets} packets")
+    t.add_row(
+        "UDP one-way delay",
+        f"min {_fmt(r.owd_min_ms)} / median {_fmt(r.owd_median_ms)} / "
+        f"mean {_fmt(r.owd_mean_ms)} / p99 {_fmt(r.owd_p99_ms)} / "
+        f"max {_fmt(r.owd_max_ms)} ms",
+    )
+    if r.udp_delay_path_stalled:
+        t.add_row(
+            "delay-line stalls",
+            f"{r.udp_delay_path_stalled} UDP packets crossed the router while the delay line "
+            f"was late by > 2 ms; max OWD without them {_fmt(r.owd_max_ms_unstalled)} ms",
         )
-    console.print(t3)
+    t.add_row("UDP lost at the queue", f"{r.udp_lost} of {r.udp_packets}")
+    t.add_row(
+        "queue drops",
+        f"{r.queue_drops_capture} from captures, {r.queue_drops_tc} by the bfifo counter",
+    )
+    t.add_row(
+        "queue-full events",
+        f"{r.queue_full_events} in {r.queue_window_s:g} s "
+        f"({_fmt(r.queue_full_events_per_min)} per minute)",
+    )
+    delay = f"{r.delay_backend}; smallest OWD − RTT/2 = {_fmt(r.owd_min_excess_ms, 2)} ms"
+    lateness = [v for v in (r.delayline_lateness_us or {}).values() if v]
+    if lateness:
+        mean, p99 = max(v["mean"] for v in lateness), max(v["p99"] for v in lateness)
+        worst = max(v["max"] for v in lateness)
+        delay += f"; delay line late by {mean:.0f} µs mean, {p99:.0f} µs p99, {worst:.0f} µs max"
+    t.add_row("delay path", delay)
+    return t

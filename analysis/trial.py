@@ -42,6 +42,35 @@ def tc_drops(tc_text: str, iface: str) -> int:
     return int(match[1]) if match else 0
 
 
+def stall_windows(delayline_stats: dict[str, Any]) -> np.ndarray:
+    """Disjoint, sorted [start_ns, end_ns] intervals in which the delay line released a packet
+    later than its threshold (the release time minus the lateness, to the release)."""
+    events = [e for q in delayline_stats.get("queues", []) for e in q.get("late_events", [])]
+    if not events:
+        return np.empty((0, 2), dtype=np.int64)
+    ev = np.array(events, dtype=np.int64)
+    windows = np.column_stack([ev[:, 0] - ev[:, 1] * 1000, ev[:, 0]])
+    windows = windows[np.argsort(windows[:, 0])]
+    # Merge overlapping windows so that their ends are sorted too.
+    merged_end = np.maximum.accumulate(windows[:, 1])
+    new = np.r_[True, windows[1:, 0] > merged_end[:-1]]
+    group = np.cumsum(new) - 1
+    starts = windows[new, 0]
+    ends = np.zeros(len(starts), dtype=np.int64)
+    np.maximum.at(ends, group, windows[:, 1])
+    return np.column_stack([starts, ends])
+
+
+def crossed_a_stall(ts_in: np.ndarray, ts_out: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    """True where the router transit [ts_in, ts_out] overlaps a stall window."""
+    if not len(windows):
+        return np.zeros(len(ts_in), dtype=bool)
+    i = np.searchsorted(windows[:, 1], ts_in)  # first window ending at or after ts_in
+    inside = i < len(windows)
+    starts = windows[np.minimum(i, len(windows) - 1), 0]
+    return inside & (starts <= ts_out) & (ts_out >= 0)
+
+
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     record = json.loads((trial_dir / "trial.json").read_text())
     p, topo = record["parameters"], record["topology"]
@@ -130,12 +159,16 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(exist_ok=True)
     named = flows.assign(src=flows.src.map(int_to_ip), dst=flows.dst.map(int_to_ip))
     named.to_parquet(out_dir / "flows.parquet", index=False)
-    owd.to_parquet(out_dir / "udp_owd.parquet", index=False)
 
-    owd_stats = summarize_owd(owd)
-    one_way_ms = p["rtt_ms"] / 2
     delay = record.get("delay", {})
     line_stats = delay.get("delayline_stats") or {}
+    owd["delay_path_stalled"] = crossed_a_stall(
+        owd.ts_ns.to_numpy(), owd.ts_out_ns.to_numpy(), stall_windows(line_stats)
+    )
+    owd.to_parquet(out_dir / "udp_owd.parquet", index=False)
+    owd_stats = summarize_owd(owd)
+    unstalled = summarize_owd(owd[~owd.delay_path_stalled])
+    one_way_ms = p["rtt_ms"] / 2
     summary = {
         "trial": record["trial"],
         "status": record["status"],
@@ -156,6 +189,8 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         "owd_std_ms": owd_stats["std_ms"],
         "owd_p99_ms": owd_stats["p99_ms"],
         "owd_max_ms": owd_stats["max_ms"],
+        "udp_delay_path_stalled": int(owd.delay_path_stalled.sum()),
+        "owd_max_ms_unstalled": unstalled["max_ms"],
         "queue_drops_capture": int((~matched.forwarded).sum()),
         "queue_drops_tc": int(drops_tc),
         "queue_full_events": queue["events"],

@@ -84,6 +84,19 @@ def rack_leftovers() -> list[str]:
     return left
 
 
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of running processes that contain `text` (e.g. the rack's state dir)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
 @pytest.fixture(scope="session")
 def test_rack(tmp_path_factory):
     if os.geteuid() != 0:
@@ -113,3 +126,4 @@ def test_rack(tmp_path_factory):
     down = rack.rack("absent")
     assert down.returncode == 0, down.stdout[-3000:]
     assert rack_leftovers() == []
+    assert processes_mentioning(str(state_dir)) == []

@@ -38,6 +38,11 @@ PROC_NFQUEUE = "/proc/net/netfilter/nfnetlink_queue"
 # (4876 // 2 per packet; the kernel doubles it): a stall of the event loop then
 # overflows the kernel queue (max_len) long before the netlink socket.
 SOCK_BYTES_PER_PACKET = 2438
+# A release later than this is recorded with its wall-clock time, so that the analysis can
+# tell which packets crossed the router while the delay line was stalled (this VM's vCPUs
+# are sometimes descheduled for tens of milliseconds, whatever the process priority).
+LATE_EVENT_US = 2000
+MAX_LATE_EVENTS = 10000
 
 
 def log(msg):
@@ -85,6 +90,7 @@ class Queue:
         # bounded by the spread of lateness rather than by packet count, and no
         # sort of millions of samples that would stall the loop at a USR1.
         self.lateness = collections.Counter()
+        self.late_events = []  # [wall-clock ns of the release, lateness us]
 
     def _arrive(self, packet):
         # Stamp on arrival in user space: the kernel's timestamp is present
@@ -99,7 +105,10 @@ class Queue:
         while held and held[0][0] <= now:
             due, packet = held.popleft()
             packet.accept()
-            lateness[(time.monotonic_ns() - due) // 1000] += 1
+            late_us = (time.monotonic_ns() - due) // 1000
+            lateness[late_us] += 1
+            if late_us > LATE_EVENT_US and len(self.late_events) < MAX_LATE_EVENTS:
+                self.late_events.append([time.time_ns(), late_us])
 
     def stats(self):
         n = sum(self.lateness.values())
@@ -126,6 +135,8 @@ class Queue:
             "held_now": len(self.held),
             "max_held": self.max_held,
             "lateness_us": late,
+            "late_threshold_us": LATE_EVENT_US,
+            "late_events": self.late_events,
             "kernel": {
                 "queue_dropped": queue_dropped - base_q,
                 "user_dropped": user_dropped - base_u,

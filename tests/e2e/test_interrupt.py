@@ -1,0 +1,89 @@
+"""Ctrl-C in the middle of a trial: the network is restored, nothing captured is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collect.fetch import verify_manifest
+from tests.e2e.conftest import PREFIX, PROJECT
+from trials.rack import Rack
+
+pytestmark = pytest.mark.rack
+
+EXPERIMENT = """\
+experiment: collateral_damage
+rate: 1mbit
+buffer: 60000B
+duration: 60s
+warmup: 5s
+factors: {cc: reno, rtt_ms: 100, flows: 2}
+"""
+
+
+def namespace_commands(host: str) -> set[str]:
+    pids = subprocess.run(
+        ["ip", "netns", "pids", PREFIX + host], capture_output=True, text=True, check=True
+    ).stdout.split()
+    names = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):  # ended meanwhile
+            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
+    return names
+
+
+def test_ctrl_c_mid_trial_restores_the_network_and_keeps_the_captures(test_rack, tmp_path):
+    exp_file = tmp_path / "interrupt.yml"
+    exp_file.write_text(EXPERIMENT)
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trials",
+            "run",
+            str(exp_file),
+            "-i",
+            str(test_rack.inventory),
+            "--results",
+            str(results),
+        ],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    # Wait until the TCP sender is launched, then let traffic flow for a few seconds.
+    client_pids = test_rack.state_dir / "hosts" / "A" / "work" / "trials"
+    deadline = time.time() + 120
+    while not list(client_pids.glob("*/*/iperf3_client.pid")) and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    time.sleep(8)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "interrupted" in err
+
+    (trial_dir,) = results.glob("*/trials/*")
+    record = json.loads((trial_dir / "trial.json").read_text())
+    assert record["status"] == "interrupted"
+    assert (trial_dir / "R" / "bottleneck_in.pcap").stat().st_size > 100_000
+    assert verify_manifest(trial_dir) == []
+
+    rack = Rack.load([test_rack.inventory])
+    try:
+        assert "htb" not in rack.run("R", "tc qdisc show")
+        assert "TRIALBED_DELAY" not in rack.run("R", "iptables -t mangle -S")
+    finally:
+        rack.close()
+    for host in "ABCDR":
+        assert namespace_commands(host) <= {"sshd"}, host
