@@ -152,8 +152,8 @@ def trial_table(r: pd.Series) -> Table:
     if r.udp_delay_path_stalled:
         t.add_row(
             "delay-line stalls",
-            f"{r.udp_delay_path_stalled} UDP packets crossed the router while the delay line "
-            f"was late by > 2 ms; max OWD without them {_fmt(r.owd_max_ms_unstalled)} ms",
+            f"{r.udp_delay_path_stalled} UDP packets fell due while the delay line was "
+            f"stalled by > 2 ms; max OWD without them {_fmt(r.owd_max_ms_unstalled)} ms",
         )
     t.add_row("UDP lost at the queue", f"{r.udp_lost} of {r.udp_packets}")
     t.add_row(

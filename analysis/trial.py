@@ -61,14 +61,17 @@ def stall_windows(delayline_stats: dict[str, Any]) -> np.ndarray:
     return np.column_stack([starts, ends])
 
 
-def crossed_a_stall(ts_in: np.ndarray, ts_out: np.ndarray, windows: np.ndarray) -> np.ndarray:
-    """True where the router transit [ts_in, ts_out] overlaps a stall window."""
+def due_in_a_stall(
+    due_ns: np.ndarray, windows: np.ndarray, slack_ns: int = 1_000_000
+) -> np.ndarray:
+    """True where a packet fell due for release inside a stall window (widened by slack_ns,
+    the gap between the capture's timestamp and the delay line's own arrival stamp)."""
     if not len(windows):
-        return np.zeros(len(ts_in), dtype=bool)
-    i = np.searchsorted(windows[:, 1], ts_in)  # first window ending at or after ts_in
+        return np.zeros(len(due_ns), dtype=bool)
+    i = np.searchsorted(windows[:, 1] + slack_ns, due_ns)  # first window not ended by due
     inside = i < len(windows)
-    starts = windows[np.minimum(i, len(windows) - 1), 0]
-    return inside & (starts <= ts_out) & (ts_out >= 0)
+    starts = windows[np.minimum(i, len(windows) - 1), 0] - slack_ns
+    return inside & (starts <= due_ns)
 
 
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:
@@ -162,8 +165,11 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
 
     delay = record.get("delay", {})
     line_stats = delay.get("delayline_stats") or {}
-    owd["delay_path_stalled"] = crossed_a_stall(
-        owd.ts_ns.to_numpy(), owd.ts_out_ns.to_numpy(), stall_windows(line_stats)
+    # A packet the delay line was due to release while it was stalled (lost ones included:
+    # the stall may have cost them their place in the queue).
+    delay_ns = int(p["rtt_ms"] / 2 * 1e6)
+    owd["delay_path_stalled"] = due_in_a_stall(
+        owd.ts_ns.to_numpy() + delay_ns, stall_windows(line_stats)
     )
     owd.to_parquet(out_dir / "udp_owd.parquet", index=False)
     owd_stats = summarize_owd(owd)

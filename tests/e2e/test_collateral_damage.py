@@ -111,7 +111,7 @@ def test_udp_one_way_delay_bounds(trial):
     print(
         f"OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
         f"max {s['owd_max_ms']:.2f} ms ({s['owd_max_ms_unstalled']:.2f} ms without the "
-        f"{s['udp_delay_path_stalled']} packets that crossed a measured delay-line stall), "
+        f"{s['udp_delay_path_stalled']} packets due while the delay line was measurably stalled), "
         f"lost {s['udp_lost']}/{s['udp_packets']}"
     )
     assert abs(s["owd_min_ms"] - one_way_ms) <= 2
