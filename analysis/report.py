@@ -149,11 +149,12 @@ def trial_table(r: pd.Series) -> Table:
         f"mean {_fmt(r.owd_mean_ms)} / p99 {_fmt(r.owd_p99_ms)} / "
         f"max {_fmt(r.owd_max_ms)} ms",
     )
-    if r.udp_delay_path_stalled:
+    if r.router_stalls:
         t.add_row(
-            "delay-line stalls",
-            f"{r.udp_delay_path_stalled} UDP packets fell due while the delay line was "
-            f"stalled by > 2 ms; max OWD without them {_fmt(r.owd_max_ms_unstalled)} ms",
+            "router stalls",
+            f"{r.router_stalls} (> 2 ms, {_fmt(r.router_stalled_ms, 0)} ms in all); "
+            f"{r.udp_delay_path_stalled} UDP packets were in transit during one; max OWD "
+            f"without them {_fmt(r.owd_max_ms_unstalled)} ms",
         )
     t.add_row("UDP lost at the queue", f"{r.udp_lost} of {r.udp_packets}")
     t.add_row(

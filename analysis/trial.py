@@ -43,9 +43,9 @@ def tc_drops(tc_text: str, iface: str) -> int:
 
 
 def stall_windows(delayline_stats: dict[str, Any]) -> np.ndarray:
-    """Disjoint, sorted [start_ns, end_ns] intervals in which the delay line released a packet
-    later than its threshold (the release time minus the lateness, to the release)."""
-    events = [e for q in delayline_stats.get("queues", []) for e in q.get("late_events", [])]
+    """Disjoint, sorted [start_ns, end_ns] intervals in which the router's delay line was not
+    run (it wakes every millisecond and records every wake-up later than its threshold)."""
+    events = delayline_stats.get("stalls", {}).get("events", [])
     if not events:
         return np.empty((0, 2), dtype=np.int64)
     ev = np.array(events, dtype=np.int64)
@@ -61,17 +61,16 @@ def stall_windows(delayline_stats: dict[str, Any]) -> np.ndarray:
     return np.column_stack([starts, ends])
 
 
-def due_in_a_stall(
-    due_ns: np.ndarray, windows: np.ndarray, slack_ns: int = 1_000_000
-) -> np.ndarray:
-    """True where a packet fell due for release inside a stall window (widened by slack_ns,
-    the gap between the capture's timestamp and the delay line's own arrival stamp)."""
+def crossed_a_stall(ts_in: np.ndarray, ts_out: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    """True where the router transit [ts_in, ts_out] overlaps a stall window: the packet was in
+    the delay line or the queue while the router was not run, so it did not see the emulated
+    link (a stalled HTB does not catch up afterwards). Lost packets (ts_out -1) are not flagged."""
     if not len(windows):
-        return np.zeros(len(due_ns), dtype=bool)
-    i = np.searchsorted(windows[:, 1] + slack_ns, due_ns)  # first window not ended by due
+        return np.zeros(len(ts_in), dtype=bool)
+    i = np.searchsorted(windows[:, 1], ts_in)  # first window ending at or after ts_in
     inside = i < len(windows)
-    starts = windows[np.minimum(i, len(windows) - 1), 0] - slack_ns
-    return inside & (starts <= due_ns)
+    starts = windows[np.minimum(i, len(windows) - 1), 0]
+    return inside & (starts <= ts_out) & (ts_out >= 0)
 
 
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:
@@ -165,11 +164,9 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
 
     delay = record.get("delay", {})
     line_stats = delay.get("delayline_stats") or {}
-    # A packet the delay line was due to release while it was stalled (lost ones included:
-    # the stall may have cost them their place in the queue).
-    delay_ns = int(p["rtt_ms"] / 2 * 1e6)
-    owd["delay_path_stalled"] = due_in_a_stall(
-        owd.ts_ns.to_numpy() + delay_ns, stall_windows(line_stats)
+    windows = stall_windows(line_stats)
+    owd["delay_path_stalled"] = crossed_a_stall(
+        owd.ts_ns.to_numpy(), owd.ts_out_ns.to_numpy(), windows
     )
     owd.to_parquet(out_dir / "udp_owd.parquet", index=False)
     owd_stats = summarize_owd(owd)
@@ -196,6 +193,8 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         "owd_p99_ms": owd_stats["p99_ms"],
         "owd_max_ms": owd_stats["max_ms"],
         "udp_delay_path_stalled": int(owd.delay_path_stalled.sum()),
+        "router_stalls": len(windows),
+        "router_stalled_ms": float((windows[:, 1] - windows[:, 0]).sum() / 1e6),
         "owd_max_ms_unstalled": unstalled["max_ms"],
         "queue_drops_capture": int((~matched.forwarded).sum()),
         "queue_drops_tc": int(drops_tc),

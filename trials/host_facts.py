@@ -64,6 +64,12 @@ def main(workdir, interfaces):
                 "generic-receive-offload",
             )
         }
+    # Module parameters of every congestion control the kernel has (H-TCP's use_rtt_scaling,
+    # CUBIC's beta, ...): what a trial actually ran with. CUBIC's old "max increment" is gone.
+    cc_params = {}
+    for path in sorted(glob.glob("/sys/module/tcp_*/parameters/*")):
+        module, _, name = path.split("/")[3:6]
+        cc_params.setdefault(module[4:], {})[name] = read(path)
     os.makedirs(workdir, exist_ok=True)
     usage = shutil.disk_usage(workdir)
     print(
@@ -75,6 +81,7 @@ def main(workdir, interfaces):
                     read("/proc/sys/net/ipv4/tcp_available_congestion_control") or ""
                 ).split(),
                 "cc_modules": modules,
+                "cc_params": cc_params,
                 "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
                 "tools": {name: first_line(cmd) for name, cmd in TOOLS.items()},
                 "offloads": offloads,

@@ -21,7 +21,7 @@ from collect.fetch import pull_host, write_manifest
 from trials.ansible import run_playbook, write_host_vars
 from trials.preflight import host_facts, preflight
 from trials.rack import PROJECT_DIR, Rack
-from trials.spec import Experiment, Trial, dump_json
+from trials.spec import Experiment, SpecError, Trial, dump_json
 from trials.topology import Dumbbell, resolve_dumbbell
 from trials.udp_stream import rewrite_for_rack, write_stream_template
 
@@ -152,7 +152,8 @@ class TrialRunner:
         )
         return {"overlay": overlay.name, "recap": recap}
 
-    def udp_stream(self, trial_dir: Path, remote: str) -> None:
+    def udp_stream(self, trial_dir: Path, remote: str) -> str:
+        """Build the stream's pcap for the rack, put it on the sender; return its interface."""
         t = self.topo
         exp = self.exp
         dst = str(t.addresses[t.udp_receiver])
@@ -192,7 +193,7 @@ class TrialRunner:
         )
         template.unlink()
         self.rack.put(t.udp_sender, stream, f"{remote}/udp_stream.pcap")
-        self.udp_iface = dev
+        return dev
 
     def router_snapshot(self, remote: str, tag: str) -> None:
         r = self.topo.router
@@ -261,7 +262,7 @@ class TrialRunner:
 
             self.log(f"[{trial.name}] arm: captures, iperf3 server, UDP sink")
             self.rack.run_parallel({h: f"mkdir -p {shlex.quote(d)}" for h, d in remote.items()})
-            self.udp_stream(trial_dir, remote[t.udp_sender])
+            udp_iface = self.udp_stream(trial_dir, remote[t.udp_sender])
             self.router_snapshot(remote[t.router], "before")
             if nfqueue:
                 self.delayline("stats")  # resets the delay line's counters for this trial
@@ -305,7 +306,7 @@ class TrialRunner:
             procs.spawn(
                 t.udp_sender,
                 "tcpreplay",
-                f"tcpreplay -i {self.udp_iface} --preload-pcap --timer=nano udp_stream.pcap",
+                f"tcpreplay -i {udp_iface} --preload-pcap --timer=nano udp_stream.pcap",
                 start_at=t0,
             )
             traffic_started = True
@@ -443,13 +444,19 @@ def run_experiment(
 ) -> tuple[Path, list[dict[str, Any]]]:
     """Validate against the rack (read-only), then run every trial; return the batch dir and
     the trial records. The network is restored on every exit path."""
+    trials = [tr for tr in exp.trials() if not only or tr.name in only]
+    unknown = (only or set()) - {tr.name for tr in trials}
+    if unknown:
+        raise SpecError(
+            f"{source}: no trial named {', '.join(sorted(unknown))}; its trials are: "
+            f"{', '.join(sorted(tr.name for tr in exp.trials()))}"
+        )
     topo = resolve_dumbbell(exp, rack, str(source))
     preflight(exp, rack, topo, str(source))
     batch_dir = new_batch_dir(results, source)
     (batch_dir / "experiment.yml").write_text(source.read_text())
     runner = TrialRunner(exp, source, rack, topo, batch_dir, log=log)
     records = []
-    trials = [tr for tr in exp.trials() if not only or tr.name in only]
     try:
         with interruptible():
             for trial in trials:

@@ -38,11 +38,14 @@ PROC_NFQUEUE = "/proc/net/netfilter/nfnetlink_queue"
 # (4876 // 2 per packet; the kernel doubles it): a stall of the event loop then
 # overflows the kernel queue (max_len) long before the netlink socket.
 SOCK_BYTES_PER_PACKET = 2438
-# A release later than this is recorded with its wall-clock time, so that the analysis can
-# tell which packets crossed the router while the delay line was stalled (this VM's vCPUs
-# are sometimes descheduled for tens of milliseconds, whatever the process priority).
-LATE_EVENT_US = 2000
-MAX_LATE_EVENTS = 10000
+# The loop wakes at least this often, so that it notices when the machine stops running it
+# (measured on the 2-vCPU CI VM: a SCHED_FIFO loop is sometimes descheduled for 30-90 ms).
+HEARTBEAT_NS = 1_000_000
+# A wake-up later than this is recorded as a stall, with its wall-clock time: while this
+# process is stalled the kernel's own timers (HTB) are most likely stalled too, so packets
+# crossing the router then did not see the emulated link.
+STALL_US = 2000
+MAX_STALLS = 10000
 
 
 def log(msg):
@@ -90,7 +93,6 @@ class Queue:
         # bounded by the spread of lateness rather than by packet count, and no
         # sort of millions of samples that would stall the loop at a USR1.
         self.lateness = collections.Counter()
-        self.late_events = []  # [wall-clock ns of the release, lateness us]
 
     def _arrive(self, packet):
         # Stamp on arrival in user space: the kernel's timestamp is present
@@ -105,10 +107,7 @@ class Queue:
         while held and held[0][0] <= now:
             due, packet = held.popleft()
             packet.accept()
-            late_us = (time.monotonic_ns() - due) // 1000
-            lateness[late_us] += 1
-            if late_us > LATE_EVENT_US and len(self.late_events) < MAX_LATE_EVENTS:
-                self.late_events.append([time.time_ns(), late_us])
+            lateness[(time.monotonic_ns() - due) // 1000] += 1
 
     def stats(self):
         n = sum(self.lateness.values())
@@ -135,8 +134,6 @@ class Queue:
             "held_now": len(self.held),
             "max_held": self.max_held,
             "lateness_us": late,
-            "late_threshold_us": LATE_EVENT_US,
-            "late_events": self.late_events,
             "kernel": {
                 "queue_dropped": queue_dropped - base_q,
                 "user_dropped": user_dropped - base_u,
@@ -155,6 +152,11 @@ class DelayLine:
         self.sched_fifo = raise_priority()
         self.interval_start = time.monotonic_ns()
         self.flag_usr1 = self.flag_stop = False
+        self.stalls = []  # [wall-clock ns at the end of the stall, its length in us]
+
+    def record_stall(self, lag_ns):
+        if len(self.stalls) < MAX_STALLS:
+            self.stalls.append([time.time_ns(), lag_ns // 1000])
 
     def write_stats(self):
         now = time.monotonic_ns()
@@ -164,6 +166,13 @@ class DelayLine:
             "max_len": self.max_len,
             "interval_ns": {"start": self.interval_start, "end": now},
             "queues": [q.stats() for q in self.queues],
+            "stalls": {
+                "threshold_us": STALL_US,
+                "heartbeat_us": HEARTBEAT_NS // 1000,
+                "count": len(self.stalls),
+                "total_us": sum(us for _, us in self.stalls),
+                "events": self.stalls,
+            },
         }
         tmp = f"{self.stats_path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
@@ -171,6 +180,7 @@ class DelayLine:
         os.replace(tmp, self.stats_path)
         for q in self.queues:
             q.reset()
+        self.stalls = []
         self.interval_start = now
 
     def catch_signals(self):
@@ -188,13 +198,13 @@ class DelayLine:
         wake_r = self.wake_r
         fds = [*self.by_fd, wake_r]
         while not self.flag_stop:
-            heads = [q.held[0][0] for q in self.queues if q.held]
-            timeout = None
-            if heads:
-                # Round up to the next microsecond (select's resolution) so we
-                # do not wake just before the due time and spin.
-                timeout = max(0, -(-(min(heads) - time.monotonic_ns()) // 1000)) / 1e6
+            start = time.monotonic_ns()
+            wake_by = min([start + HEARTBEAT_NS] + [q.held[0][0] for q in self.queues if q.held])
+            # Round up to the next microsecond (select's resolution) so we
+            # do not wake just before the due time and spin.
+            timeout = max(0, -(-(wake_by - start) // 1000)) / 1e6
             ready, _, _ = select.select(fds, [], [], timeout)
+            woke = time.monotonic_ns()
             for fd in ready:
                 if fd == wake_r:
                     os.read(wake_r, 4096)  # one byte per signal; the flags say which
@@ -203,6 +213,11 @@ class DelayLine:
             now = time.monotonic_ns()
             for q in self.queues:
                 q.release_due(now)
+            # From the moment we should have been running (the deadline, or the earlier
+            # wake-up by a packet) to the end of this round: more than STALL_US is a stall.
+            lag = time.monotonic_ns() - min(wake_by, woke)
+            if lag > STALL_US * 1000:
+                self.record_stall(lag)
             if self.flag_usr1:
                 self.flag_usr1 = False
                 self.write_stats()
