@@ -104,9 +104,9 @@ def arp_frame() -> bytes:
         4,
         1,
         SRC_MAC,
-        _addr("10.0.0.1"),
+        _addr("198.18.0.1"),
         b"\0" * 6,
-        _addr("10.0.0.2"),
+        _addr("198.18.0.2"),
     )
     return ethernet(body, ETH_ARP)
 

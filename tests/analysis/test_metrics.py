@@ -22,7 +22,7 @@ from analysis.pcap import COLUMNS, ip_to_int, read_pcap
 from .pcapgen import ethernet, ipv4, tcp_segment, write_pcap
 
 MS = 1_000_000
-A, B = ip_to_int("10.0.0.1"), ip_to_int("10.0.0.2")
+A, B = ip_to_int("198.18.0.1"), ip_to_int("198.18.0.2")
 SYN, ACK, PSH, FIN = 0x02, 0x10, 0x08, 0x01
 
 
@@ -107,7 +107,7 @@ def test_goodput_counts_only_in_order_acked_bytes() -> None:
 def test_goodput_through_pcap(tmp_path: Path) -> None:
     frames = []
     for r in transfer(segments=3):
-        src, dst = ("10.0.0.2", "10.0.0.1") if r["src"] == B else ("10.0.0.1", "10.0.0.2")
+        src, dst = ("198.18.0.2", "198.18.0.1") if r["src"] == B else ("198.18.0.1", "198.18.0.2")
         seg = tcp_segment(r["sport"], r["dport"], r["seq"], r["ack"], r["tcp_flags"])
         seg += bytes(r["payload_len"])
         frames.append((r["ts_ns"] + 10**18, ethernet(ipv4(src, dst, 6, seg))))

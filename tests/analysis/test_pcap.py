@@ -34,7 +34,7 @@ needs_tcpdump = pytest.mark.skipif(shutil.which("tcpdump") is None, reason="need
 def random_capture(seed: int, n: int = 300, *, vlan_share: float = 0.2) -> list[tuple[int, bytes]]:
     """Mixed IPv4 TCP/UDP/ICMP with options, VLAN tags, padding; plus ARP and IPv6 to skip."""
     rng = random.Random(seed)
-    hosts = ["198.18.1.11", "198.18.2.22", "10.0.0.1", "192.168.255.254"]
+    hosts = ["198.18.1.11", "198.18.2.22", "198.18.0.1", "198.19.255.254"]
     ts = T0 + rng.randrange(10**9)
     out = []
     for _ in range(n):
@@ -163,7 +163,7 @@ def test_exact_timestamps_and_fields(tmp_path: Path) -> None:
 
 def test_payload_head_beyond_snaplen_is_zero(tmp_path: Path) -> None:
     seg = tcp_segment(1, 2, 100, 0, 0x18, b"ABCDEFGHIJ")
-    frame = ethernet(ipv4("10.0.0.1", "10.0.0.2", 6, seg))
+    frame = ethernet(ipv4("198.18.0.1", "198.18.0.2", 6, seg))
     df = read_pcap(write_pcap(tmp_path / "s.pcap", [(T0, frame)], snaplen=14 + 20 + 20 + 3))
     assert df["payload_head"].tolist() == [int.from_bytes(b"ABC\0\0\0\0\0", "big")]
     assert df["payload_len"].tolist() == [10]
@@ -192,7 +192,7 @@ def test_fake_headers_in_payload_and_small_blocks(
         fake = struct.pack("<IIII", sec, usec, rng.randrange(20, 90), 1500) + rng.randbytes(40)
         payload = fake * rng.randrange(1, 40)
         l4 = udp_datagram(45000, 40000 + i, payload)
-        recs.append((ts, ethernet(ipv4("10.1.1.1", "10.2.2.2", 17, l4, ip_id=i))))
+        recs.append((ts, ethernet(ipv4("198.18.1.1", "198.18.2.2", 17, l4, ip_id=i))))
     path = write_pcap(tmp_path / "fake.pcap", recs)
     expected = assert_matches_tcpdump(path, nano=False)
     assert expected["ip_id"].tolist() == list(range(400))
@@ -268,5 +268,5 @@ def test_unsupported_linktype(tmp_path: Path) -> None:
 
 def test_ip_helpers() -> None:
     assert ip_to_int("198.18.1.11") == (198 << 24) | (18 << 16) | (1 << 8) | 11
-    assert int_to_ip(ip_to_int("10.0.0.255")) == "10.0.0.255"
+    assert int_to_ip(ip_to_int("198.18.0.255")) == "198.18.0.255"
     assert int_to_ip(np.uint32(0xC612010B)) == "198.18.1.11"
