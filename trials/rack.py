@@ -120,6 +120,14 @@ class Rack:
                 f"{', '.join(sorted(self.hosts))}"
             ) from None
 
+    def interface_with_address(self, address: str) -> tuple[Host, str] | None:
+        """The host and interface that own an experiment address, if any."""
+        for host in self.hosts.values():
+            for name, itf in host.interfaces.items():
+                if str(itf.ip) == address:
+                    return host, name
+        return None
+
     def connection(self, name: str) -> Connection:
         if name not in self._connections:
             host = self.host(name)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -152,7 +154,7 @@ class TrialRunner:
         )
         return {"overlay": overlay.name, "recap": recap}
 
-    def udp_stream(self, trial_dir: Path, remote: str) -> str:
+    def udp_stream(self, remote: str) -> str:
         """Build the stream's pcap for the rack, put it on the sender; return its interface."""
         t = self.topo
         exp = self.exp
@@ -160,22 +162,15 @@ class TrialRunner:
         route = json.loads(self.rack.run(t.udp_sender, f"ip -j route get {dst}"))[0]
         gateway, dev = route.get("gateway", dst), route["dev"]
         src_mac = self.rack.run(t.udp_sender, f"cat /sys/class/net/{dev}/address").strip()
-        owner = next(
-            (
-                h
-                for h in self.rack.hosts.values()
-                for name, itf in h.interfaces.items()
-                if str(itf.ip) == gateway
-            ),
-            None,
-        )
-        if owner is None:
+        found = self.rack.interface_with_address(gateway)
+        if found is None:
             raise RuntimeError(f"no inventory host owns {t.udp_sender}'s next hop {gateway}")
-        owner_if = next(n for n, itf in owner.interfaces.items() if str(itf.ip) == gateway)
+        owner, owner_if = found
         hop_mac = self.rack.run(owner.name, f"cat /sys/class/net/{owner_if}/address").strip()
         packets = int((exp.duration - exp.udp.interval) // exp.udp.interval) + 1
-        template = trial_dir / "udp_stream.template.pcap"
-        stream = trial_dir / "udp_stream.pcap"
+        # Built in a scratch directory: the copy the sender replayed comes back with its files.
+        scratch = Path(tempfile.mkdtemp(prefix="trialbed-udp-"))
+        template, stream = scratch / "template.pcap", scratch / "udp_stream.pcap"
         write_stream_template(
             template,
             packets=packets,
@@ -191,8 +186,10 @@ class TrialRunner:
             src_mac=src_mac,
             next_hop_mac=hop_mac,
         )
-        template.unlink()
-        self.rack.put(t.udp_sender, stream, f"{remote}/udp_stream.pcap")
+        try:
+            self.rack.put(t.udp_sender, stream, f"{remote}/udp_stream.pcap")
+        finally:
+            shutil.rmtree(scratch)
         return dev
 
     def router_snapshot(self, remote: str, tag: str) -> None:
@@ -262,7 +259,7 @@ class TrialRunner:
 
             self.log(f"[{trial.name}] arm: captures, iperf3 server, UDP sink")
             self.rack.run_parallel({h: f"mkdir -p {shlex.quote(d)}" for h, d in remote.items()})
-            udp_iface = self.udp_stream(trial_dir, remote[t.udp_sender])
+            udp_iface = self.udp_stream(remote[t.udp_sender])
             self.router_snapshot(remote[t.router], "before")
             if nfqueue:
                 self.delayline("stats")  # resets the delay line's counters for this trial
