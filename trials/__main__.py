@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from analysis.report import analyse_batch, print_batch
+from trials.ansible import PlaybookError
 from trials.rack import PROJECT_DIR, Rack, RackError
 from trials.runner import Interrupted, run_experiment
 from trials.spec import SpecError, load_experiment
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, RackError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         return 2
+    except PlaybookError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print("the network was restored; collected files are kept under results/")
+        return 1
     except Interrupted:
         console.print(
             "[yellow]interrupted: the network was restored; collected files are kept "

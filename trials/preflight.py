@@ -47,6 +47,19 @@ def preflight(
                     f"(kernel {f['kernel']}): it has {', '.join(f['cc_loaded'])} (CC modules: "
                     f"{modules}). Remove it from the experiment or use a rack whose kernel has it."
                 )
+    for cc, params in exp.cc_params.items():
+        if cc not in exp.factors.cc:
+            continue
+        for name in (topo.tcp_sender, topo.tcp_receiver):
+            have = facts[name]["cc_params"].get(cc)
+            if have is None:
+                continue  # module not loaded yet: the testbed_host role checks after loading it
+            for param in params:
+                if param not in have:
+                    problems.append(
+                        f"{source}: key 'cc_params.{cc}.{param}': tcp_{cc} on host {name} has no "
+                        f"such parameter; it has: {', '.join(sorted(have)) or 'none'}"
+                    )
     for role, tools in REQUIRED_TOOLS.items():
         name = getattr(topo, role)
         for tool in tools:

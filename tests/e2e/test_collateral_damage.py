@@ -161,6 +161,19 @@ def test_unavailable_cc_is_refused_before_any_host_is_touched(test_rack, tmp_pat
     assert not results.exists()
 
 
+def test_cc_parameter_the_kernel_lacks_is_refused_before_any_host_is_touched(test_rack, tmp_path):
+    # CUBIC's "max increment" of 2.6-era kernels no longer exists.
+    exp_file = tmp_path / "maxinc.yml"
+    exp_file.write_text(EXPERIMENT + "cc_params: {cubic: {max_increment: 16}}\n")
+    results = tmp_path / "results"
+    done = run_cli("run", str(exp_file), "-i", str(test_rack.inventory), "--results", str(results))
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert f"{exp_file}: key 'cc_params.cubic.max_increment'" in message
+    assert "hystart" in message  # lists the parameters tcp_cubic does have
+    assert not results.exists()
+
+
 def test_bad_file_is_refused_with_file_key_and_allowed_values(tmp_path):
     exp_file = tmp_path / "bad.yml"
     exp_file.write_text(EXPERIMENT.replace("rate: 1mbit", "rate: 1 megabit"))
