@@ -119,11 +119,20 @@ def test_rack(tmp_path_factory):
     rack = TestRack(
         topology=topo_file, inventory=base / "inventory" / "hosts.yml", state_dir=state_dir
     )
-    up = rack.rack("present")
-    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
-    rack.first_up = up
-    yield rack
-    down = rack.rack("absent")
-    assert down.returncode == 0, down.stdout[-3000:]
-    assert rack_leftovers() == []
-    assert processes_mentioning(str(state_dir)) == []
+    # As on a fresh machine, the initial namespace does not allow CUBIC: configure must add it
+    # for the rack's namespaces, and rack-down must put the list back.
+    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    original = allowed.read_text()
+    allowed.write_text("reno")
+    try:
+        up = rack.rack("present")
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
+        rack.first_up = up
+        yield rack
+        down = rack.rack("absent")
+        assert down.returncode == 0, down.stdout[-3000:]
+        assert rack_leftovers() == []
+        assert processes_mentioning(str(state_dir)) == []
+        assert allowed.read_text().split() == ["reno"]
+    finally:
+        allowed.write_text(original)
