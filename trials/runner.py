@@ -167,7 +167,7 @@ class TrialRunner:
             raise RuntimeError(f"no inventory host owns {t.udp_sender}'s next hop {gateway}")
         owner, owner_if = found
         hop_mac = self.rack.run(owner.name, f"cat /sys/class/net/{owner_if}/address").strip()
-        packets = int((exp.duration - exp.udp.interval) // exp.udp.interval) + 1
+        packets = exp.duration // exp.udp.interval
         # Built in a scratch directory: the copy the sender replayed comes back with its files.
         scratch = Path(tempfile.mkdtemp(prefix="trialbed-udp-"))
         template, stream = scratch / "template.pcap", scratch / "udp_stream.pcap"
@@ -209,6 +209,11 @@ class TrialRunner:
         router = self.rack.host(self.topo.router)
         text = self.rack.run(self.topo.router, f"cat {router.workdir}/router/delay_backend.json")
         return json.loads(text)
+
+    def captures(self, action: str, remote_dir: str) -> None:
+        """Start or stop the router's capture points (the capture role's control script)."""
+        ctl = f"{self.rack.host(self.topo.router).workdir}/capture/capture-ctl"
+        self.rack.run(self.topo.router, f"{ctl} {action} {shlex.quote(remote_dir)}")
 
     def delayline(self, action: str, out: str | None = None) -> None:
         router = self.rack.host(self.topo.router)
@@ -263,8 +268,7 @@ class TrialRunner:
             self.router_snapshot(remote[t.router], "before")
             if nfqueue:
                 self.delayline("stats")  # resets the delay line's counters for this trial
-            capture_ctl = f"{self.rack.host(t.router).workdir}/capture/capture-ctl"
-            self.rack.run(t.router, f"{capture_ctl} start {shlex.quote(remote[t.router])}")
+            self.captures("start", remote[t.router])
             rcv = t.addresses[t.tcp_receiver]
             procs.spawn(
                 t.tcp_receiver,
@@ -361,11 +365,7 @@ class TrialRunner:
                 ),
                 (
                     "stop captures",
-                    lambda: self.rack.run(
-                        t.router,
-                        f"{self.rack.host(t.router).workdir}/capture/capture-ctl stop "
-                        f"{shlex.quote(remote[t.router])}",
-                    ),
+                    lambda: self.captures("stop", remote[t.router]),
                 ),
                 ("snapshot router", lambda: self.router_snapshot(remote[t.router], "after")),
             ]

@@ -71,8 +71,14 @@ class Factors(_Strict):
     """The matrix: every combination of these values is one trial (times repetitions)."""
 
     cc: Annotated[list[str], BeforeValidator(_as_list), Field(min_length=1)]
-    rtt_ms: Annotated[list[float], BeforeValidator(_as_list), Field(min_length=1)]
-    flows: Annotated[list[int], BeforeValidator(_as_list), Field(min_length=1)]
+    rtt_ms: Annotated[
+        list[Annotated[float, Field(ge=0, le=10_000)]],
+        BeforeValidator(_as_list),
+        Field(min_length=1),
+    ]
+    flows: Annotated[
+        list[Annotated[int, Field(ge=1, le=128)]], BeforeValidator(_as_list), Field(min_length=1)
+    ]
 
     @field_validator("cc")
     @classmethod
@@ -82,20 +88,6 @@ class Factors(_Strict):
                 raise ValueError(
                     f"unknown congestion control {v!r}; allowed: {', '.join(LINUX_CC)}"
                 )
-        return values
-
-    @field_validator("rtt_ms")
-    @classmethod
-    def _rtt(cls, values: list[float]) -> list[float]:
-        if any(v < 0 or v > 10_000 for v in values):
-            raise ValueError("RTT must be between 0 and 10000 ms")
-        return values
-
-    @field_validator("flows")
-    @classmethod
-    def _flows(cls, values: list[int]) -> list[int]:
-        if any(v < 1 or v > 128 for v in values):
-            raise ValueError("flows must be between 1 and 128")
         return values
 
 
