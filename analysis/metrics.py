@@ -103,6 +103,37 @@ def _tcp_flows(packets: pd.DataFrame):
     return flows, data, acks
 
 
+def _acked_progress(
+    flows: pd.DataFrame, acks: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per ACK of ``_tcp_flows`` (sorted by flow, time): flow row, ts_ns, and the highest
+    unwrapped sequence number acknowledged in order so far in its flow, clipped to
+    [base, fin] (SYN and FIN each take one sequence number: count only ACKs of data bytes)."""
+    afid = acks["flow"].to_numpy()
+    base = flows["base"].to_numpy()
+    acked = np.clip(acks["ack_u"].to_numpy(), base[afid], flows["fin"].to_numpy()[afid])
+    acked = pd.Series(acked, index=afid).groupby(level=0).cummax().to_numpy()
+    return afid, acks["ts_ns"].to_numpy(), acked
+
+
+def _acked_at(
+    afid: np.ndarray, ts: np.ndarray, acked: np.ndarray, base: np.ndarray, t: np.ndarray
+) -> np.ndarray:
+    """Per flow f: the unwrapped sequence number acknowledged in order by time t[f] (ACKs at
+    or before it count), or base[f] if none; inputs as returned by ``_acked_progress``."""
+    seen = ts <= t[afid]  # acked is a running max, so the max is the last ACK's value
+    return np.maximum(_group_agg(acked[seen], afid[seen], len(base), "max", 0), base)
+
+
+def _retransmitted(fid: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """True for data packets (sorted by flow, time) whose end (seq + payload, unwrapped) does
+    not pass the highest end sent earlier in their flow."""
+    start = _starts(fid)
+    high = pd.Series(end).groupby(fid).cummax().to_numpy()
+    prev_high = np.where(start, -_NEVER, np.roll(high, 1))  # nothing sent earlier in the flow
+    return end <= prev_high
+
+
 def tcp_goodput(
     packets: pd.DataFrame, *, start_ns: int | None = None, end_ns: int | None = None
 ) -> pd.DataFrame:
@@ -119,12 +150,8 @@ def tcp_goodput(
         return out.assign(bytes=np.int64(0), seconds=0.0, goodput_bps=0.0).astype(
             {"bytes": "int64", "seconds": "float64", "goodput_bps": "float64"}
         )
-    afid = acks["flow"].to_numpy()
+    afid, ts, acked = _acked_progress(flows, acks)
     base = flows["base"].to_numpy()
-    # SYN and FIN each take one sequence number: count only ACKs of data bytes.
-    acked = np.clip(acks["ack_u"].to_numpy(), base[afid], flows["fin"].to_numpy()[afid])
-    acked = pd.Series(acked, index=afid).groupby(level=0).cummax().to_numpy()
-    ts = acks["ts_ns"].to_numpy()
     rose = np.ones(len(acked), dtype=bool)
     rose[1:] = acked[1:] > acked[:-1]
     advanced = (_starts(afid) | rose) & (acked > base[afid])
@@ -137,8 +164,7 @@ def tcp_goodput(
         hi = np.full(n, end_ns, np.int64)
 
     def acked_at(t: np.ndarray) -> np.ndarray:
-        seen = ts <= t[afid]  # acked is a running max, so the max is the last ACK's value
-        return np.maximum(_group_agg(acked[seen], afid[seen], n, "max", 0), base)
+        return _acked_at(afid, ts, acked, base, t)
 
     nbytes = np.maximum(acked_at(hi) - acked_at(lo), 0)
     seconds = np.maximum(hi - lo, 0) / 1e9
@@ -153,11 +179,7 @@ def tcp_retransmissions(packets: pd.DataFrame) -> pd.DataFrame:
     flows, data, _ = _tcp_flows(packets)
     data = data[data["payload_len"] > 0]
     fid = data["flow"].to_numpy()
-    end = data["end_u"].to_numpy()
-    start = _starts(fid)
-    high = pd.Series(end).groupby(fid).cummax().to_numpy()
-    prev_high = np.where(start, -_NEVER, np.roll(high, 1))  # nothing sent earlier in the flow
-    retx = (end <= prev_high).astype(np.int64)
+    retx = _retransmitted(fid, data["end_u"].to_numpy()).astype(np.int64)
     g = pd.DataFrame({"flow": fid, "r": retx, "b": retx * data["payload_len"].to_numpy()})
     agg = g.groupby("flow").agg(
         data_packets=("r", "size"),
