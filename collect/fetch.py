@@ -12,7 +12,7 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from trials.rack import Rack, RackError
+from core.rack import Rack, RackError
 
 MANIFEST = "MANIFEST.sha256"
 

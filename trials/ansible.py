@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from trials.rack import PROJECT_DIR
+from core.rack import PROJECT_DIR
 
 _RECAP = re.compile(
     r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"

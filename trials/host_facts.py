@@ -1,6 +1,7 @@
 """Runs ON a rack host (sent over SSH as source, standard library only): prints a JSON
 object with what a trial depends on: kernel, congestion controls, tool versions, sysctls,
-offloads, free disk. Used both by the preflight and for each trial's metadata."""
+offloads, MTUs, IPv4 routes with their metrics (initcwnd, rto_min, ...), free disk. Used both
+by the preflight and for each trial's metadata."""
 
 import glob
 import json
@@ -29,6 +30,7 @@ TOOLS = {
     "tcpreplay": ["tcpreplay", "-V"],
     "tcpdump": ["tcpdump", "--version"],
     "tc": ["tc", "-V"],
+    "python3": ["python3", "--version"],
 }
 
 
@@ -45,6 +47,29 @@ def first_line(cmd):
         return None
     done = subprocess.run(cmd, capture_output=True, text=True)
     return ((done.stdout or done.stderr).strip().splitlines() or [""])[0]
+
+
+def ipv4_routes():
+    """The IPv4 routes of every table but `local` (`ip -4 -d -j route show table all`), each
+    with its metrics as one dict ({"initcwnd": 10, "rto_min": 200}, rto_min in ms; {} for the
+    kernel's defaults) instead of ip's list of one dict. None where ip is missing."""
+    if not shutil.which("ip"):
+        return None
+    out = subprocess.run(
+        ["ip", "-4", "-d", "-j", "route", "show", "table", "all"], capture_output=True, text=True
+    ).stdout
+    routes = [r for r in json.loads(out or "[]") if r.get("table") != "local"]
+    for route in routes:
+        metrics = {}
+        for entry in route.get("metrics", []):
+            metrics.update(entry)
+        route["metrics"] = metrics
+    return routes
+
+
+def mtu(interface):
+    value = read(f"/sys/class/net/{interface}/mtu")
+    return int(value) if value else None
 
 
 def main(workdir, interfaces):
@@ -85,6 +110,8 @@ def main(workdir, interfaces):
                 "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
                 "tools": {name: first_line(cmd) for name, cmd in TOOLS.items()},
                 "offloads": offloads,
+                "mtu": {itf: mtu(itf) for itf in interfaces},
+                "routes": ipv4_routes(),
                 "free_disk_bytes": usage.free,
             }
         )

@@ -1,4 +1,6 @@
-"""Ask every host of a trial what it has, read-only, and refuse an experiment it cannot run."""
+"""Ask every host of the selected trials what it has, read-only, and refuse what it cannot
+run faithfully: congestion controls, their module parameters, tools, queue disciplines,
+rates beyond what the rack carries, free disk."""
 
 from __future__ import annotations
 
@@ -7,18 +9,16 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from trials.rack import Rack, RackError
-from trials.spec import Experiment, SpecError
-from trials.topology import Dumbbell
+from core.rack import Rack, RackError
+from core.units import format_rate, parse_rate
+from trials.network import host_settings, resolve_network
+from trials.plan import Trial
+from trials.spec import SpecError
 
 _FACTS_SOURCE = (Path(__file__).with_name("host_facts.py")).read_text()
-REQUIRED_TOOLS = {
-    "tcp_sender": ["iperf3"],
-    "tcp_receiver": ["iperf3"],
-    "udp_sender": ["tcpreplay"],
-    "router": ["tcpdump", "tc"],
-}
 MIN_FREE_DISK = 200 * 10**6
+SHAPING_TOOLS = ["tc"]
+CAPTURE_TOOLS = ["tcpdump"]
 
 
 def host_facts(rack: Rack, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -31,42 +31,109 @@ def host_facts(rack: Rack, names: list[str]) -> dict[str, dict[str, Any]]:
     return {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
 
 
-def preflight(
-    exp: Experiment, rack: Rack, topo: Dumbbell, source: str
-) -> dict[str, dict[str, Any]]:
-    names = sorted({topo.router, *topo.end_hosts})
-    facts = host_facts(rack, names)
-    problems = []
-    for cc in exp.factors.cc:
-        for name in (topo.tcp_sender, topo.tcp_receiver):
-            f = facts[name]
+def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str, set[str]]:
+    """Which of the named qdiscs each host's kernel has (loaded, built in, or loadable)."""
+    if not names or not hosts:
+        return {h: set() for h in hosts}
+    probe = "; ".join(
+        f"(test -d /sys/module/sch_{q} || modprobe -n sch_{q}) >/dev/null 2>&1 && echo {q}"
+        for q in sorted(names)
+    )
+    out = rack.run_parallel({h: probe + "; true" for h in hosts})
+    return {h: set(text.split()) for h, text in out.items()}
+
+
+def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[str, Any]]:
+    """Raise SpecError listing every problem of the selected trials on this rack."""
+    problems: list[str] = []
+    needs_cc: dict[str, dict[str, str]] = {}  # host -> cc -> key that asks for it
+    needs_params: dict[tuple[str, str], dict[str, str]] = {}  # (host, cc) -> param -> key
+    needs_tools: dict[str, dict[str, str]] = {}  # host -> tool -> why
+    needs_qdisc: dict[str, dict[str, str]] = {}  # host -> qdisc -> link
+    max_rate = rack.vars.get("trialbed_max_rate")
+    for trial in trials:
+        exp = trial.experiment
+        try:
+            net = resolve_network(exp, rack, source)
+            settings = host_settings(exp, net, source)
+        except RackError as exc:
+            problems.append(str(exc))
+            continue
+        for i, gen in enumerate(exp.traffic):
+            for node, tools in gen.tools().items():
+                for tool in tools:
+                    needs_tools.setdefault(net.host_of(node), {})[tool] = (
+                        f"traffic[{i}] ({gen.type})"
+                    )
+            cc = getattr(gen, "cc", None)
+            for node in gen.endpoints():
+                chosen = cc or settings[node].cc
+                if chosen:
+                    key = f"traffic[{i}].cc" if cc else _cc_key(trial, exp, node)
+                    needs_cc.setdefault(net.host_of(node), {})[chosen] = key
+        for node, s in settings.items():
+            for cc, params in s.cc_params.items():
+                for param in params:
+                    key = f"hosts.*.cc_params.{cc}.{param}"
+                    needs_params.setdefault((net.host_of(node), cc), {})[param] = key
+        for e in net.egress:
+            for tool in SHAPING_TOOLS:
+                needs_tools.setdefault(e.host, {})[tool] = f"link {e.link}"
+            if e.shaping.qdisc != "droptail":
+                needs_qdisc.setdefault(e.host, {})[e.shaping.qdisc] = e.link
+            if max_rate and e.shaping.rate and e.shaping.rate > parse_rate(max_rate):
+                problems.append(
+                    f"{source}: link {e.link} ({e.direction}, {e.node}:{e.iface}): "
+                    f"{format_rate(e.shaping.rate)} is beyond what this rack carries faithfully "
+                    f"(trialbed_max_rate {max_rate}, measured); scale the experiment's rates "
+                    "down and say so in its description, or use a faster rack"
+                )
+        for c in net.captures:
+            for tool in CAPTURE_TOOLS:
+                needs_tools.setdefault(c.host, {})[tool] = f"capture {c.name}"
+
+    hosts = sorted(set(needs_tools) | set(needs_cc) | {h for h, _ in needs_params})
+    facts = host_facts(rack, hosts) if hosts else {}
+    for host, ccs in needs_cc.items():
+        f = facts[host]
+        for cc, key in ccs.items():
             if cc not in f["cc_loaded"] and cc not in f["cc_modules"]:
                 modules = ", ".join(f["cc_modules"]) or "none"
                 problems.append(
-                    f"{source}: key 'factors.cc': {cc!r} is not available on host {name} "
+                    f"{source}: key '{key}': {cc!r} is not available on host {host} "
                     f"(kernel {f['kernel']}): it has {', '.join(f['cc_loaded'])} (CC modules: "
-                    f"{modules}). Remove it from the experiment or use a rack whose kernel has it."
+                    f"{modules}). Remove it from the experiment (or pick trials without it "
+                    "with --only) or use a rack whose kernel has it."
                 )
-    for cc, params in exp.cc_params.items():
-        if cc not in exp.factors.cc:
-            continue
-        for name in (topo.tcp_sender, topo.tcp_receiver):
-            have = facts[name]["cc_params"].get(cc)
-            if have is None:
-                continue  # module not loaded yet: the testbed_host role checks after loading it
-            for param in params:
-                if param not in have:
-                    problems.append(
-                        f"{source}: key 'cc_params.{cc}.{param}': tcp_{cc} on host {name} has no "
-                        f"such parameter; it has: {', '.join(sorted(have)) or 'none'}"
-                    )
-    for role, tools in REQUIRED_TOOLS.items():
-        name = getattr(topo, role)
-        for tool in tools:
-            if not facts[name]["tools"].get(tool):
+    used_cc = {(h, cc) for h, ccs in needs_cc.items() for cc in ccs}
+    for (host, cc), params in needs_params.items():
+        have = facts[host]["cc_params"].get(cc)
+        if have is None or (host, cc) not in used_cc:
+            continue  # module not loaded yet (the role checks after loading) or not used
+        for param, key in params.items():
+            if param not in have:
                 problems.append(
-                    f"host {name} ({role}) lacks {tool}: install it (make setup, or the "
-                    "testbed_host role with testbed_host_install_packages: true)"
+                    f"{source}: key '{key.replace('*', _layer_of(trials, cc, param))}': "
+                    f"tcp_{cc} on host {host} has no such parameter; it has: "
+                    f"{', '.join(sorted(have)) or 'none'}"
+                )
+    for host, tools in needs_tools.items():
+        for tool, why in tools.items():
+            if not facts[host]["tools"].get(tool):
+                problems.append(
+                    f"host {host} lacks {tool} (needed by {why}): install it (make setup, or "
+                    "the testbed_host role with testbed_host_install_packages: true)"
+                )
+    have_qdisc = qdiscs_available(
+        rack, sorted(needs_qdisc), {q for d in needs_qdisc.values() for q in d}
+    )
+    for host, qdiscs in needs_qdisc.items():
+        for qdisc, link in qdiscs.items():
+            if qdisc not in have_qdisc[host]:
+                problems.append(
+                    f"{source}: link {link}: qdisc {qdisc!r} is not in the kernel of host {host} "
+                    f"({facts.get(host, {}).get('kernel', '?')}); use droptail here, or a rack "
+                    "whose kernel has sch_" + qdisc
                 )
     for name, f in facts.items():
         if f["free_disk_bytes"] < MIN_FREE_DISK:
@@ -80,4 +147,20 @@ def preflight(
     return facts
 
 
-__all__ = ["RackError", "host_facts", "preflight"]
+def _cc_key(trial: Trial, exp, node: str) -> str:
+    """The key a node's congestion control came from (a factor, or the hosts block)."""
+    for key in trial.overrides:
+        if key.startswith("hosts.") and key.endswith(".cc"):
+            return f"factors.{key}"
+    for layer in (node, "senders", "receivers", "all"):
+        if layer in exp.hosts and exp.hosts[layer].cc:
+            return f"hosts.{layer}.cc"
+    return "hosts.cc"
+
+
+def _layer_of(trials: list[Trial], cc: str, param: str) -> str:
+    for trial in trials:
+        for layer, s in trial.experiment.hosts.items():
+            if param in s.cc_params.get(cc, {}):
+                return layer
+    return "all"

@@ -1,34 +1,41 @@
-"""Run the trials of an experiment on a rack: configure, arm, run, stop, collect, analyse.
+"""Run the trials of an experiment on a rack: configure, arm, run, stop, collect.
 
-Every exit path (success, failure, Ctrl-C, SIGTERM) stops the traffic and captures, brings
-back what was captured, records the trial's status and restores the network.
+The runner knows the network, the capture points and the generators only through their
+resolved forms (trials.network, trials.generators): it loops over them. Every exit path
+(success, failure, Ctrl-C, SIGTERM) stops the traffic and captures, brings back what was
+captured, records the trial's status and restores the network.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from collect.fetch import pull_host, write_manifest
+from core.daemons import Daemons
+from core.rack import PROJECT_DIR, Rack
+from core.units import format_duration, format_rate
 from trials.ansible import run_playbook, write_host_vars
+from trials.generators import GENERATOR_TYPES, TrafficGenerator
+from trials.generators.base import TrialContext
+from trials.network import ResolvedNetwork, host_settings, resolve_network
+from trials.plan import Plan, Trial
 from trials.preflight import host_facts, preflight
-from trials.rack import PROJECT_DIR, Rack
-from trials.spec import Experiment, SpecError, Trial, dump_json
-from trials.topology import Dumbbell, resolve_dumbbell
-from trials.udp_stream import rewrite_for_rack, write_stream_template
+from trials.spec import HostSettings, dump_json
 
 START_LEAD_S = 2.0  # between launching the senders and their common start time T0
-FINISH_GRACE_S = 60.0  # how long past T0 + duration a sender may take before it is stopped
+FINISH_GRACE_S = 60.0  # how long past its end a sender may take before it is stopped
+# Kernel defaults of the TCP buffer limits: a trial that sets none gets these back.
+TCP_RMEM = (4096, 131072, 6291456)
+TCP_WMEM = (4096, 16384, 4194304)
 
 
 class Interrupted(Exception):
@@ -43,6 +50,17 @@ def interruptible():
         raise Interrupted(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def ignore_signals():
+    """Cleanup must not be cut short by a second Ctrl-C."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
@@ -66,87 +84,76 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-@dataclass
-class Processes:
-    """Detached processes on rack hosts, each with a pid file and log in the trial's dir."""
+def _tcp_buffer(limits: tuple[int, int, int], largest: int | None) -> str:
+    low, default, high = limits
+    if largest is not None:
+        default, high = min(default, largest), largest
+    return f"{low} {default} {high}"
 
-    rack: Rack
-    remote: dict[str, str]  # host -> remote trial directory
 
-    def spawn(self, host: str, name: str, command: str, start_at: float | None = None) -> None:
-        wait = ""
-        if start_at is not None:
-            # Every sender sleeps until the same absolute time (one clock on the virtual rack;
-            # NTP/PTP-disciplined clocks on a physical one).
-            wait = f"python3 -c 'import time; time.sleep(max(0, {start_at!r} - time.time()))'; "
-        d = shlex.quote(self.remote[host])
-        # Only the detached process may be backgrounded: anything else holding the SSH
-        # channel's stdout would keep this call waiting.
-        self.rack.run(
-            host,
-            f"cd {d} || exit 1; setsid sh -c {shlex.quote(wait + 'exec ' + command)} "
-            f"> {name}.log 2>&1 < /dev/null & echo $! > {d}/{name}.pid",
-        )
-
-    def running(self, host: str, name: str) -> bool:
-        pidfile = shlex.quote(f"{self.remote[host]}/{name}.pid")
-        return (
-            self.rack.run(
-                host, f"kill -0 $(cat {pidfile}) 2>/dev/null && echo yes || echo no", check=False
-            ).strip()
-            == "yes"
-        )
-
-    def stop(self, host: str, name: str, sig: str = "TERM") -> None:
-        pidfile = shlex.quote(f"{self.remote[host]}/{name}.pid")
-        self.rack.run(
-            host,
-            f"if [ -s {pidfile} ]; then pid=$(cat {pidfile}); "
-            f"kill -{sig} $pid 2>/dev/null; for i in $(seq 50); do "
-            f"kill -0 $pid 2>/dev/null || break; sleep 0.1; done; "
-            f"kill -KILL $pid 2>/dev/null; rm -f {pidfile}; fi; true",
-            check=False,
-        )
+def host_vars(
+    trial: Trial, net: ResolvedNetwork, settings: dict[str, HostSettings]
+) -> dict[str, dict[str, Any]]:
+    """The trial's variables for every host (the roles' inputs), from the resolved network."""
+    exp = trial.experiment
+    flow_cc: dict[str, list[str]] = {}
+    for gen in exp.traffic:
+        if getattr(gen, "cc", None):
+            flow_cc.setdefault(net.host_of(gen.from_), []).append(gen.cc)
+            flow_cc.setdefault(net.host_of(gen.to), []).append(gen.cc)
+    out: dict[str, dict[str, Any]] = {}
+    for node, host in net.nodes.items():
+        s = settings[node]
+        v: dict[str, Any] = {
+            "testbed_host_sysctls": {
+                "net.ipv4.tcp_no_metrics_save": 1
+                if s.tcp_no_metrics_save is None
+                else s.tcp_no_metrics_save,
+                "net.ipv4.tcp_rmem": _tcp_buffer(TCP_RMEM, s.rcvbuf),
+                "net.ipv4.tcp_wmem": _tcp_buffer(TCP_WMEM, s.sndbuf),
+            },
+            "testbed_host_mtu": {
+                iface: net.mtu.get((host, iface), 1500) for iface in net.hosts[host].interfaces
+            },
+            "testbed_host_route_metrics": {
+                **({"initcwnd": s.initcwnd} if s.initcwnd else {}),
+                **({"rto_min": format_duration(s.rto_min)} if s.rto_min else {}),
+            },
+            "trialbed_flow_cc": sorted(set(flow_cc.get(host, []))),
+        }
+        if s.cc:
+            v["testbed_host_cc"] = s.cc
+            v["testbed_host_cc_params"] = s.cc_params.get(s.cc, {})
+        links = [e for e in net.egress if e.host == host]
+        if links or node in net.routers:
+            v["linux_router_forwarding"] = node in net.routers
+            v["linux_router_links"] = [
+                {
+                    "iface": e.iface,
+                    "rate": format_rate(e.shaping.rate) if e.shaping.rate else None,
+                    "buffer": str(e.shaping.buffer) if e.shaping.buffer else None,
+                    "delay_ms": e.shaping.delay / 1e6,
+                    "qdisc": e.shaping.qdisc,
+                }
+                for e in links
+            ]
+        points = [c for c in net.captures if c.host == host]
+        v["capture_points"] = [{"name": c.name, "iface": c.iface} for c in points]
+        out[host] = v
+    return out
 
 
 class TrialRunner:
-    def __init__(
-        self, exp: Experiment, source: Path, rack: Rack, topo: Dumbbell, batch_dir: Path, log=print
-    ):
-        self.exp, self.source, self.rack, self.topo = exp, source, rack, topo
-        self.batch_dir = batch_dir
+    def __init__(self, plan: Plan, rack: Rack, batch_dir: Path, log: Callable[[str], None] = print):
+        self.plan, self.rack, self.batch_dir, self.log = plan, rack, batch_dir, log
         self.batch_id = batch_dir.name
-        self.log = log
-        self.hosts = sorted({topo.router, *topo.end_hosts})
+        self.last_vars: dict[str, dict[str, Any]] | None = None
 
-    # -- the steps -------------------------------------------------------------------------
+    # -- steps on the rack ----------------------------------------------------------------------
 
-    def router_links(self, trial: Trial) -> list[dict[str, Any]]:
-        link = {
-            "rate": f"{self.exp.rate}bit",
-            "buffer_bytes": self.exp.buffer,
-            "delay_ms": trial.one_way_delay_ms,
-        }
-        return [{"iface": self.topo.egress, **link}, {"iface": self.topo.ingress, **link}]
-
-    def host_vars(self, trial: Trial) -> dict[str, dict[str, Any]]:
-        cc = {
-            "testbed_host_cc": trial.cc,
-            "testbed_host_cc_params": self.exp.cc_params.get(trial.cc, {}),
-        }
-        out: dict[str, dict[str, Any]] = {h: dict(cc) for h in self.topo.end_hosts}
-        out[self.topo.router] = {
-            "linux_router_links": self.router_links(trial),
-            "capture_points": [
-                {"name": "bottleneck_in", "iface": self.topo.ingress},
-                {"name": "bottleneck_out", "iface": self.topo.egress},
-            ],
-            "capture_snaplen": self.exp.capture.snaplen,
-        }
-        return out
-
-    def configure(self, trial: Trial, trial_dir: Path) -> dict[str, Any]:
-        overlay = write_host_vars(trial_dir / "ansible" / "trial_vars.yml", self.host_vars(trial))
+    def configure(self, trial_dir: Path, variables: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        overlay = write_host_vars(trial_dir / "ansible" / "trial_vars.yml", variables)
+        self.last_vars = variables
         recap = run_playbook(
             "configure.yml",
             [*self.rack.inventory, overlay],
@@ -154,172 +161,129 @@ class TrialRunner:
         )
         return {"overlay": overlay.name, "recap": recap}
 
-    def udp_stream(self, remote: str) -> str:
-        """Build the stream's pcap for the rack, put it on the sender; return its interface."""
-        t = self.topo
-        exp = self.exp
-        dst = str(t.addresses[t.udp_receiver])
-        route = json.loads(self.rack.run(t.udp_sender, f"ip -j route get {dst}"))[0]
-        gateway, dev = route.get("gateway", dst), route["dev"]
-        src_mac = self.rack.run(t.udp_sender, f"cat /sys/class/net/{dev}/address").strip()
-        found = self.rack.interface_with_address(gateway)
-        if found is None:
-            raise RuntimeError(f"no inventory host owns {t.udp_sender}'s next hop {gateway}")
-        owner, owner_if = found
-        hop_mac = self.rack.run(owner.name, f"cat /sys/class/net/{owner_if}/address").strip()
-        packets = exp.duration // exp.udp.interval
-        # Built in a scratch directory: the copy the sender replayed comes back with its files.
-        scratch = Path(tempfile.mkdtemp(prefix="trialbed-udp-"))
-        template, stream = scratch / "template.pcap", scratch / "udp_stream.pcap"
-        write_stream_template(
-            template,
-            packets=packets,
-            ip_bytes=exp.udp.packet_bytes,
-            interval_ns=exp.udp.interval,
-            port=exp.udp.port,
-        )
-        rewrite_for_rack(
-            template,
-            stream,
-            src_ip=str(t.addresses[t.udp_sender]),
-            dst_ip=dst,
-            src_mac=src_mac,
-            next_hop_mac=hop_mac,
-        )
-        try:
-            self.rack.put(t.udp_sender, stream, f"{remote}/udp_stream.pcap")
-        finally:
-            shutil.rmtree(scratch)
-        return dev
+    def shaping_snapshot(self, net: ResolvedNetwork, daemons: Daemons, tag: str) -> None:
+        """`tc -s` of every shaped interface and the NFQUEUE counters, per host."""
+        commands = {}
+        for host in sorted({e.host for e in net.egress}):
+            ifaces = [e.iface for e in net.egress if e.host == host]
+            show = "; ".join(
+                f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}" for i in ifaces
+            )
+            d = shlex.quote(daemons.remote[host])
+            commands[host] = (
+                f"{{ {show}; }} > {d}/tc_{tag}.txt; "
+                f"cat /proc/net/netfilter/nfnetlink_queue > {d}/nfqueue_{tag}.txt 2>/dev/null; true"
+            )
+        if commands:
+            self.rack.run_parallel(commands)
 
-    def router_snapshot(self, remote: str, tag: str) -> None:
-        r = self.topo.router
-        ifaces = [self.topo.ingress, self.topo.egress]
-        cmd = "; ".join(
-            f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}" for i in ifaces
-        )
-        self.rack.run(
-            r,
-            f"{{ {cmd}; }} > {shlex.quote(remote)}/tc_{tag}.txt; "
-            f"cat /proc/net/netfilter/nfnetlink_queue > {shlex.quote(remote)}/"
-            f"nfqueue_{tag}.txt 2>/dev/null; true",
-        )
+    def delay_backends(self, net: ResolvedNetwork) -> dict[str, Any]:
+        out = {}
+        for host in sorted({e.host for e in net.egress if e.shaping.delay}):
+            text = self.rack.run(
+                host, f"cat {self.rack.host(host).workdir}/router/delay_backend.json"
+            )
+            out[host] = json.loads(text)
+        return out
 
-    def delay_backend(self) -> dict[str, Any]:
-        router = self.rack.host(self.topo.router)
-        text = self.rack.run(self.topo.router, f"cat {router.workdir}/router/delay_backend.json")
-        return json.loads(text)
+    def delayline(self, host: str, action: str, out: str | None = None) -> None:
+        ctl = f"{self.rack.host(host).workdir}/router/delayline-ctl"
+        self.rack.run(host, f"{ctl} {action} {shlex.quote(out) if out else '/dev/null'}")
 
-    def captures(self, action: str, remote_dir: str) -> None:
-        """Start or stop the router's capture points (the capture role's control script)."""
-        ctl = f"{self.rack.host(self.topo.router).workdir}/capture/capture-ctl"
-        self.rack.run(self.topo.router, f"{ctl} {action} {shlex.quote(remote_dir)}")
-
-    def delayline(self, action: str, out: str | None = None) -> None:
-        router = self.rack.host(self.topo.router)
-        ctl = f"{router.workdir}/router/delayline-ctl"
-        self.rack.run(
-            self.topo.router, f"{ctl} {action} {shlex.quote(out) if out else '/dev/null'}"
-        )
-
-    # -- one trial ----------------------------------------------------------------------------
+    # -- one trial --------------------------------------------------------------------------------
 
     def run(self, trial: Trial) -> dict[str, Any]:
-        t, exp = self.topo, self.exp
+        exp = trial.experiment
+        source = str(self.plan.source)
+        net = resolve_network(exp, self.rack, source)
+        settings = host_settings(exp, net, source)
+        hosts = sorted(set(net.nodes.values()))
         trial_dir = self.batch_dir / "trials" / trial.name
         trial_dir.mkdir(parents=True, exist_ok=True)
         remote = {
-            h: f"{self.rack.host(h).workdir}/trials/{self.batch_id}/{trial.name}"
-            for h in self.hosts
+            h: f"{self.rack.host(h).workdir}/trials/{self.batch_id}/{trial.name}" for h in hosts
         }
-        procs = Processes(self.rack, remote)
+        daemons = Daemons(self.rack, remote)
+        ctx = TrialContext(self.rack, net, daemons, exp.duration)
+        generators: list[TrafficGenerator] = [
+            GENERATOR_TYPES[spec.type](spec, name, i, ctx)
+            for i, (spec, name) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))
+        ]
         record: dict[str, Any] = {
             "trial": trial.name,
+            "id": trial.id,
             "batch": self.batch_id,
             "status": "running",
-            "experiment_file": str(self.source),
+            "experiment_file": source,
             "experiment_digest": exp.digest(),
+            "family": exp.experiment,
+            "overrides": trial.overrides,
+            "repetition": trial.repetition,
             "parameters": trial.parameters(),
             "git": git_state(),
             "inventory": [str(p) for p in self.rack.inventory],
-            "topology": {
-                "router": t.router,
-                "ingress": t.ingress,
-                "egress": t.egress,
-                "addresses": {h: str(a) for h, a in t.addresses.items()},
-                "clock_domain": self.rack.vars.get("trialbed_clock_domain"),
+            "network": net.record(),
+            "host_settings": {
+                n: s.model_dump(mode="json", exclude_none=True) for n, s in settings.items()
+            },
+            "traffic": {
+                g.name: {**g.record(), "path": net.path_summary(g.spec.from_, g.spec.to)}
+                for g in generators
             },
             "times": {"started": now_iso()},
             "errors": [],
         }
         (trial_dir / "trial.json").write_text(dump_json(record))
-        nfqueue = False
-        traffic_started = False
+        delayed = [h for h in sorted({e.host for e in net.egress if e.shaping.delay})]
+        nfqueue: list[str] = []
         try:
             self.log(f"[{trial.name}] configure (ansible-playbook configure.yml)")
-            record["configure"] = self.configure(trial, trial_dir)
-            record["delay"] = self.delay_backend()
-            nfqueue = record["delay"]["backend"] == "nfqueue"
-            record["hosts"] = host_facts(self.rack, self.hosts)
+            record["configure"] = self.configure(trial_dir, host_vars(trial, net, settings))
+            record["delay"] = self.delay_backends(net)
+            nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
+            record["hosts"] = host_facts(self.rack, hosts)
 
-            self.log(f"[{trial.name}] arm: captures, iperf3 server, UDP sink")
+            self.log(f"[{trial.name}] arm: captures, receivers")
             self.rack.run_parallel({h: f"mkdir -p {shlex.quote(d)}" for h, d in remote.items()})
-            udp_iface = self.udp_stream(remote[t.udp_sender])
-            self.router_snapshot(remote[t.router], "before")
-            if nfqueue:
-                self.delayline("stats")  # resets the delay line's counters for this trial
-            self.captures("start", remote[t.router])
-            rcv = t.addresses[t.tcp_receiver]
-            procs.spawn(
-                t.tcp_receiver,
-                "iperf3_server",
-                f"iperf3 -s -1 -B {rcv} -p {exp.tcp_port} -J --logfile iperf3_server.json",
-            )
-            procs.spawn(
-                t.udp_receiver,
-                "udp_sink",
-                "python3 -c "
-                + shlex.quote(
-                    "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                    f"s.bind(('{t.addresses[t.udp_receiver]}', {exp.udp.port}));\n"
-                    "while True: s.recv(65535)"
-                ),
-            )
-            time.sleep(0.5)  # the server must listen before the client connects
+            for g in generators:
+                g.prepare()
+            self.shaping_snapshot(net, daemons, "before")
+            for host in nfqueue:
+                self.delayline(host, "stats")  # resets the delay line's counters for this trial
+            for c in net.captures:
+                daemons.spawn(
+                    c.host,
+                    f"{c.name}.tcpdump",
+                    f"tcpdump -i {c.iface} -n -s {exp.capture.snaplen} -B 16384 "
+                    f"--time-stamp-precision=nano -Z root -w {c.name}.pcap ip",
+                )
+            for c in net.captures:
+                daemons.wait_for_log(c.host, f"{c.name}.tcpdump", "listening on")
+            for g in generators:
+                g.arm()
+            time.sleep(0.5)  # servers must listen before clients connect
 
             t0 = time.time() + START_LEAD_S
-            duration_s = exp.duration / 1e9
             record["times"]["t0"] = t0
             record["times"]["t0_ns"] = int(t0 * 1e9)
             self.log(
-                f"[{trial.name}] run: {trial.flows} {trial.cc} flow(s) "
-                f"{t.tcp_sender}->{t.tcp_receiver} and UDP {t.udp_sender}->{t.udp_receiver} "
-                f"for {duration_s:g} s, RTT {trial.rtt_ms:g} ms"
+                f"[{trial.name}] run for {exp.duration / 1e9:g} s: "
+                + "; ".join(
+                    f"{g.name} {g.type} {g.spec.from_}->{g.spec.to} at +{g.spec.start / 1e9:g} s"
+                    for g in generators
+                )
             )
-            procs.spawn(
-                t.tcp_sender,
-                "iperf3_client",
-                f"iperf3 -c {rcv} -B {t.addresses[t.tcp_sender]} -p {exp.tcp_port} "
-                f"-t {duration_s:g} -P {trial.flows} -C {trial.cc} -J "
-                f"--logfile iperf3_client.json",
-                start_at=t0,
-            )
-            procs.spawn(
-                t.udp_sender,
-                "tcpreplay",
-                f"tcpreplay -i {udp_iface} --preload-pcap --timer=nano udp_stream.pcap",
-                start_at=t0,
-            )
-            traffic_started = True
-            deadline = t0 + duration_s + FINISH_GRACE_S
-            time.sleep(max(0.0, t0 + duration_s - time.time()))
-            while time.time() < deadline and (
-                procs.running(t.tcp_sender, "iperf3_client")
-                or procs.running(t.udp_sender, "tcpreplay")
+            for g in generators:
+                g.launch(t0)
+            record["times"]["launched"] = now_iso()
+            end = t0 + max(g.spec.start + g.duration_ns for g in generators) / 1e9
+            time.sleep(max(0.0, end - time.time()))
+            senders = [p for g in generators for p in g.senders()]
+            while time.time() < end + FINISH_GRACE_S and any(
+                daemons.running(h, n) for h, n in senders
             ):
                 time.sleep(1.0)
-            # Let the queues drain and the delay line release what it holds.
-            time.sleep(exp.buffer * 8 / exp.rate + trial.rtt_ms / 1000 + 1.0)
+            time.sleep(exp.drain / 1e9)  # queues drain, the delay line releases what it holds
             record["times"]["traffic_done"] = now_iso()
             record["status"] = "complete"
         except (Interrupted, KeyboardInterrupt) as exc:
@@ -331,51 +295,44 @@ class TrialRunner:
             record["errors"].append(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            self.stop_and_collect(trial, trial_dir, remote, procs, record, nfqueue, traffic_started)
+            self.stop_and_collect(trial_dir, net, daemons, generators, record, nfqueue)
         return record
 
     def stop_and_collect(
         self,
-        trial: Trial,
         trial_dir: Path,
-        remote: dict[str, str],
-        procs: Processes,
+        net: ResolvedNetwork,
+        daemons: Daemons,
+        generators: list[TrafficGenerator],
         record: dict[str, Any],
-        nfqueue: bool,
-        traffic_started: bool,
+        nfqueue: list[str],
     ) -> None:
         """Stop everything of the trial, bring the files back, write trial.json and the manifest.
         Runs on every exit path; each step is attempted even when an earlier one fails."""
-        t = self.topo
         with ignore_signals():
-            steps = [
-                (
-                    "stop senders",
-                    lambda: (
-                        procs.stop(t.tcp_sender, "iperf3_client"),
-                        procs.stop(t.udp_sender, "tcpreplay"),
-                    ),
-                ),
-                (
-                    "stop receivers",
-                    lambda: (
-                        procs.stop(t.tcp_receiver, "iperf3_server"),
-                        procs.stop(t.udp_receiver, "udp_sink"),
-                    ),
-                ),
-                (
-                    "stop captures",
-                    lambda: self.captures("stop", remote[t.router]),
-                ),
-                ("snapshot router", lambda: self.router_snapshot(remote[t.router], "after")),
-            ]
-            if nfqueue and traffic_started:
+            steps: list[tuple[str, Callable[[], None]]] = []
+            for g in generators:
+                for host, name in g.daemon_names():
+                    steps.append(
+                        (f"stop {name} on {host}", lambda h=host, n=name: daemons.stop(h, n))
+                    )
+            for c in net.captures:
                 steps.append(
                     (
-                        "delay line stats",
-                        lambda: self.delayline("stats", f"{remote[t.router]}/delayline_stats.json"),
+                        f"stop capture {c.name}",
+                        lambda c=c: daemons.stop(c.host, f"{c.name}.tcpdump", "INT"),
                     )
                 )
+            steps.append(("snapshot shaping", lambda: self.shaping_snapshot(net, daemons, "after")))
+            if "t0" in record["times"]:
+                for host in nfqueue:
+                    out = f"{daemons.remote[host]}/delayline_stats.json"
+                    steps.append(
+                        (
+                            f"delay line stats {host}",
+                            lambda h=host, o=out: self.delayline(h, "stats", o),
+                        )
+                    )
             for what, step in steps:
                 try:
                     step()
@@ -383,45 +340,37 @@ class TrialRunner:
                     record["errors"].append(f"{what}: {type(exc).__name__}: {exc}")
             record["times"]["stopped"] = now_iso()
             record["files"] = {}
-            for host in self.hosts:
+            for host in daemons.remote:
                 try:
                     record["files"][host] = pull_host(
-                        self.rack, host, remote[host], trial_dir / host
+                        self.rack, host, daemons.remote[host], trial_dir / host
                     )
                 except Exception as exc:
                     record["errors"].append(f"collect {host}: {type(exc).__name__}: {exc}")
                     if record["status"] == "complete":
                         record["status"] = "failed"
-            stats = trial_dir / t.router / "delayline_stats.json"
-            if stats.exists() and "delay" in record:
-                record["delay"]["delayline_stats"] = json.loads(stats.read_text())
-            record["capture"] = capture_stats(trial_dir / t.router)
+            for host in nfqueue:
+                stats = trial_dir / host / "delayline_stats.json"
+                if stats.exists() and host in record.get("delay", {}):
+                    record["delay"][host]["delayline_stats"] = json.loads(stats.read_text())
+            record["capture"] = capture_stats(trial_dir, net)
             (trial_dir / "trial.json").write_text(dump_json(record))
             write_manifest(trial_dir)
 
 
-def capture_stats(router_dir: Path) -> dict[str, dict[str, int]]:
+def capture_stats(trial_dir: Path, net: ResolvedNetwork) -> dict[str, dict[str, int]]:
     """tcpdump's own counters (received by filter, dropped by kernel) per capture point."""
     out = {}
-    for log in sorted(router_dir.glob("*.tcpdump.log")):
+    for c in net.captures:
+        log = trial_dir / c.host / f"{c.name}.tcpdump.log"
         counts = {}
-        for line in log.read_text().splitlines():
-            words = line.split()
-            if len(words) >= 3 and words[0].isdigit():
-                counts[" ".join(words[2:]).replace(" ", "_")] = int(words[0])
-        out[log.name.removesuffix(".tcpdump.log")] = counts
+        if log.exists():
+            for line in log.read_text().splitlines():
+                words = line.split()
+                if len(words) >= 3 and words[0].isdigit():
+                    counts[" ".join(words[2:]).replace(" ", "_")] = int(words[0])
+        out[c.name] = counts
     return out
-
-
-@contextmanager
-def ignore_signals():
-    """Cleanup must not be cut short by a second Ctrl-C."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def new_batch_dir(results: Path, exp_path: Path) -> Path:
@@ -431,28 +380,19 @@ def new_batch_dir(results: Path, exp_path: Path) -> Path:
     return path
 
 
-def run_experiment(
-    exp: Experiment,
-    source: Path,
+def run_plan(
+    plan: Plan,
+    trials: list[Trial],
     rack: Rack,
     results: Path,
-    log=print,
-    only: set[str] | None = None,
+    log: Callable[[str], None] = print,
 ) -> tuple[Path, list[dict[str, Any]]]:
-    """Validate against the rack (read-only), then run every trial; return the batch dir and
-    the trial records. The network is restored on every exit path."""
-    trials = [tr for tr in exp.trials() if not only or tr.name in only]
-    unknown = (only or set()) - {tr.name for tr in trials}
-    if unknown:
-        raise SpecError(
-            f"{source}: no trial named {', '.join(sorted(unknown))}; its trials are: "
-            f"{', '.join(sorted(tr.name for tr in exp.trials()))}"
-        )
-    topo = resolve_dumbbell(exp, rack, str(source))
-    preflight(exp, rack, topo, str(source))
-    batch_dir = new_batch_dir(results, source)
-    (batch_dir / "experiment.yml").write_text(source.read_text())
-    runner = TrialRunner(exp, source, rack, topo, batch_dir, log=log)
+    """Check the selected trials against the rack (read-only), then run them; return the
+    batch dir and the trial records. The network is restored on every exit path."""
+    preflight(trials, rack, str(plan.source))
+    batch_dir = new_batch_dir(results, plan.source)
+    (batch_dir / "experiment.yml").write_text(plan.source.read_text())
+    runner = TrialRunner(plan, rack, batch_dir, log=log)
     records = []
     try:
         with interruptible():
@@ -463,7 +403,10 @@ def run_experiment(
             log("restore the network (ansible-playbook teardown.yml)")
             overlay = write_host_vars(
                 batch_dir / "ansible" / "teardown_vars.yml",
-                {topo.router: {"linux_router_links": runner.router_links(trials[0])}},
+                {
+                    h: {k: v for k, v in hv.items() if k.startswith("linux_router")}
+                    for h, hv in (runner.last_vars or {}).items()
+                },
             )
             run_playbook(
                 "teardown.yml", [*rack.inventory, overlay], batch_dir / "ansible" / "teardown.log"

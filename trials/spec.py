@@ -1,14 +1,15 @@
 """Experiment files: parsed into typed, frozen objects, or rejected with a clear message.
 
-A message names the file, the key and what is allowed, before any host is touched.
+One schema for every family (../shared/DESIGN.md, "Experiment model"): a `network` of nodes
+and shaped links, `traffic` as a list of typed generators, named `captures`, per-host
+settings, and `factors` over any dotted key. A message names the file, the key and what is
+allowed, before any host is touched.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import random
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -16,132 +17,212 @@ import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
-    PlainSerializer,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
-from trials.units import parse_bytes, parse_duration_ns, parse_rate
-
-# Congestion controls Linux has (built in or as modules); whether a host has one is checked
-# against the host itself by the preflight.
-LINUX_CC = (
-    "reno",
-    "cubic",
-    "htcp",
-    "bbr",
-    "bic",
-    "dctcp",
-    "highspeed",
-    "hybla",
-    "illinois",
-    "lp",
-    "nv",
-    "scalable",
-    "vegas",
-    "veno",
-    "westwood",
-    "yeah",
-    "cdg",
+from core.units import parse_duration_ns
+from trials.fields import (
+    BufferSize,
+    Bytes,
+    CongestionControl,
+    DurationNs,
+    Name,
+    OffsetNs,
+    RateBps,
+    Strict,
 )
+from trials.generators import Generator
 
-RateBps = Annotated[int, BeforeValidator(parse_rate), PlainSerializer(lambda v: f"{v}bit")]
-Bytes = Annotated[int, BeforeValidator(parse_bytes), PlainSerializer(lambda v: f"{v}B")]
-DurationNs = Annotated[
-    int, BeforeValidator(parse_duration_ns), PlainSerializer(lambda v: f"{v / 1e6:g}ms")
-]
+# Queue disciplines of a link direction. droptail is bfifo (byte buffer) or pfifo (packet
+# buffer); the AQMs are accepted here and checked against the router's kernel by preflight.
+QDISCS = ("droptail", "red", "gred", "fq_codel", "pie")
 
 
 class SpecError(ValueError):
     """An experiment file that cannot be run as written."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# -- network -----------------------------------------------------------------------------------
 
 
-def _as_list(value: Any) -> Any:
-    return value if isinstance(value, list) else [value]
+class Shaping(Strict):
+    """What one direction of a link does to the packets sent into it."""
+
+    rate: RateBps | None = Field(None, description="link rate; none = not shaped")
+    buffer: BufferSize | None = Field(None, description="drop-tail limit, bytes or packets")
+    delay: OffsetNs = Field(0, description="one-way propagation delay")
+    qdisc: Literal[QDISCS] = "droptail"  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _buffer_with_rate(self) -> Shaping:
+        if self.rate is not None and self.buffer is None:
+            raise ValueError("a shaped direction (rate) needs a buffer, e.g. 60000B or 20pkt")
+        if self.buffer is not None and self.rate is None:
+            raise ValueError("a buffer needs a rate to drain it")
+        return self
+
+    @property
+    def shaped(self) -> bool:
+        return self.rate is not None or self.delay > 0
 
 
-class Factors(_Strict):
-    """The matrix: every combination of these values is one trial (times repetitions)."""
+class Link(Strict):
+    """A link between two nodes (both directions), or one direction of it (from/to).
 
-    cc: Annotated[list[str], BeforeValidator(_as_list), Field(min_length=1)]
-    rtt_ms: Annotated[
-        list[Annotated[float, Field(ge=0, le=10_000)]],
-        BeforeValidator(_as_list),
-        Field(min_length=1),
-    ]
-    flows: Annotated[
-        list[Annotated[int, Field(ge=1, le=128)]], BeforeValidator(_as_list), Field(min_length=1)
-    ]
+    Each direction is shaped on the egress interface of the node sending into it; `forward`
+    and `reverse` override the shared settings for between[0] -> between[1] and back.
+    """
 
-    @field_validator("cc")
-    @classmethod
-    def _known_cc(cls, values: list[str]) -> list[str]:
-        for v in values:
-            if v not in LINUX_CC:
-                raise ValueError(
-                    f"unknown congestion control {v!r}; allowed: {', '.join(LINUX_CC)}"
-                )
-        return values
+    name: Name
+    between: tuple[str, str] | None = None
+    from_: str | None = Field(None, alias="from")
+    to: str | None = None
+    rate: RateBps | None = None
+    buffer: BufferSize | None = None
+    delay: OffsetNs = 0
+    qdisc: Literal[QDISCS] = "droptail"  # type: ignore[valid-type]
+    mtu: int = Field(1500, ge=68, le=9000)
+    forward: dict[str, Any] = Field(default_factory=dict)
+    reverse: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ends(self) -> Link:
+        if (self.between is None) == (self.from_ is None or self.to is None):
+            raise ValueError(
+                "give either between: [X, Y] (both directions) or from: X and to: Y (one)"
+            )
+        if self.between is None and self.reverse:
+            raise ValueError("a one-way link (from/to) has no reverse direction")
+        a, b = self.ends
+        if a == b:
+            raise ValueError(f"a link joins two different nodes, not {a} to itself")
+        for which in ("forward", "reverse"):
+            self.direction(which)  # validates the override
+        return self
+
+    @property
+    def ends(self) -> tuple[str, str]:
+        return self.between or (self.from_, self.to)  # type: ignore[return-value]
+
+    @property
+    def one_way(self) -> bool:
+        return self.between is None
+
+    def direction(self, which: Literal["forward", "reverse"]) -> Shaping:
+        base = self.model_dump(mode="json", include={"rate", "buffer", "delay", "qdisc"})
+        override = self.forward if which == "forward" else self.reverse
+        unknown = set(override) - set(base)
+        if unknown:
+            raise ValueError(
+                f"{which}: unknown key {', '.join(sorted(unknown))}; allowed: {', '.join(base)}"
+            )
+        try:
+            return Shaping.model_validate({**base, **override})
+        except ValidationError as exc:
+            raise ValueError(f"{which}: {_first_message(exc)}") from None
 
 
-class Roles(_Strict):
-    """Which inventory hosts play which part (the seed-000 dumbbell by default)."""
+class Network(Strict):
+    """The nodes the experiment uses, bound to inventory hosts, and its shaped links."""
 
-    router: str = "R"
-    tcp_sender: str = "A"
-    tcp_receiver: str = "C"
-    udp_sender: str = "B"
-    udp_receiver: str = "D"
+    nodes: dict[str, str] = Field(
+        default_factory=dict,
+        description="node -> inventory host; a node not listed is the host of the same name",
+    )
+    links: list[Link] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Network:
+        names = [link.name for link in self.links]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"link names must be unique; repeated: {', '.join(dup)}")
+        return self
+
+    def host_of(self, node: str) -> str:
+        return self.nodes.get(node, node)
+
+    def link(self, name: str) -> Link | None:
+        return next((link for link in self.links if link.name == name), None)
 
 
-class UdpStream(_Strict):
-    """The VoIP-like flow: fixed-size IP packets at a fixed interval, replayed by tcpreplay."""
-
-    packet_bytes: int = Field(186, ge=28, le=1500, description="IP packet size (header included)")
-    interval: DurationNs = Field(default=parse_duration_ns("20ms"))
-    port: int = Field(40000, ge=1, le=65535)
+# -- captures, hosts ---------------------------------------------------------------------------
 
 
-class Capture(_Strict):
+class CapturePoint(Strict):
+    """A tcpdump point: a node's end of a link (link + at), or a node's interface by name."""
+
+    name: Name
+    link: str | None = None
+    at: str | None = Field(None, description="which end of the link: one of its two nodes")
+    node: str | None = None
+    interface: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> CapturePoint:
+        by_link = self.link is not None and self.at is not None
+        by_iface = self.node is not None and self.interface is not None
+        if by_link == by_iface or (self.link is None) != (self.at is None):
+            raise ValueError("give either link and at (a node of that link), or node and interface")
+        return self
+
+
+class Capture(Strict):
     snaplen: int = Field(128, ge=96, le=65535)
+    points: list[CapturePoint] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Capture:
+        names = [p.name for p in self.points]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"capture point names must be unique; repeated: {', '.join(dup)}")
+        return self
 
 
-class Experiment(_Strict):
+class HostSettings(Strict):
+    """TCP settings of a host or group (all, senders, receivers, an inventory group, a node)."""
+
+    cc: CongestionControl | None = None
+    cc_params: dict[CongestionControl, dict[str, int | str]] = Field(
+        default_factory=dict, description="module parameters per congestion control"
+    )
+    initcwnd: int | None = Field(None, ge=1, le=1000, description="route initcwnd")
+    rto_min: DurationNs | None = Field(None, description="route rto_min")
+    rcvbuf: Bytes | None = Field(None, description="largest TCP receive buffer (tcp_rmem max)")
+    sndbuf: Bytes | None = Field(None, description="largest TCP send buffer (tcp_wmem max)")
+    tcp_no_metrics_save: Literal[0, 1] | None = None
+
+
+# -- the experiment ----------------------------------------------------------------------------
+
+
+class Experiment(Strict):
     """One experiment file."""
 
-    experiment: Literal["collateral_damage"]
+    experiment: Name = Field(description="the family's report (collateral_damage, startup, ...)")
+    name: str = ""
     description: str = ""
-    rate: RateBps
-    buffer: Bytes
+    topology: Name = Field("dumbbell", description="the rack topology it needs")
+    network: Network = Field(default_factory=Network)
+    traffic: list[Generator] = Field(min_length=1)
+    capture: Capture = Field(default_factory=Capture)
+    hosts: dict[str, HostSettings] = Field(default_factory=dict)
     duration: DurationNs
-    warmup: DurationNs = Field(
-        default=parse_duration_ns("5s"), description="start of the steady-state goodput window"
+    warmup: OffsetNs = Field(0, description="start of the steady-state window after T0")
+    drain: OffsetNs = Field(
+        default=parse_duration_ns("1s"), description="wait after traffic ends (queues drain)"
     )
-    factors: Factors
+    factors: dict[str, Annotated[list[Any], BeforeValidator(lambda v: _as_list(v))]] = Field(
+        default_factory=dict
+    )
     repetitions: int = Field(1, ge=1, le=100)
     seed: int = 1
-    cc_params: dict[str, dict[str, int | str]] = Field(default_factory=dict)
-    hosts: Roles = Field(default_factory=Roles)
-    udp: UdpStream = Field(default_factory=UdpStream)
-    capture: Capture = Field(default_factory=Capture)
-    tcp_port: int = Field(5201, ge=1, le=65535)
-
-    @field_validator("cc_params")
-    @classmethod
-    def _cc_params(cls, value: dict[str, dict[str, int | str]]) -> dict[str, dict[str, int | str]]:
-        for name in value:
-            if name not in LINUX_CC:
-                raise ValueError(
-                    f"unknown congestion control {name!r}; allowed: {', '.join(LINUX_CC)}"
-                )
-        return value
+    report: dict[str, Any] = Field(
+        default_factory=dict, description="settings of the family's report"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
@@ -150,113 +231,184 @@ class Experiment(_Strict):
                 f"warmup ({self.warmup / 1e9:g} s) must be shorter than duration "
                 f"({self.duration / 1e9:g} s)"
             )
-        frame = self.udp.packet_bytes + 14
-        if self.buffer < 1514:
-            raise ValueError(f"buffer ({self.buffer} B) must hold at least one full frame (1514 B)")
-        if frame * 8 * 1e9 / self.udp.interval >= self.rate:
-            raise ValueError(
-                "the UDP stream alone would fill the bottleneck: lower udp.packet_bytes "
-                "or raise udp.interval or rate"
-            )
+        names = [g.label(i) for i, g in enumerate(self.traffic)]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"traffic names must be unique; repeated: {', '.join(dup)}")
+        self._check_references()
+        for i, gen in enumerate(self.traffic):
+            if gen.start >= self.duration:
+                raise ValueError(
+                    f"traffic[{i}].start ({gen.start / 1e9:g} s) is not before the end of the "
+                    f"trial (duration {self.duration / 1e9:g} s)"
+                )
         return self
 
-    def trials(self) -> list[Trial]:
-        """Every trial of the matrix, in a seeded random order (so that slow drifts of the
-        rack do not line up with one factor)."""
-        combos = itertools.product(
-            self.factors.cc, self.factors.rtt_ms, self.factors.flows, range(1, self.repetitions + 1)
-        )
-        out = [
-            Trial(experiment=self, cc=cc, rtt_ms=rtt, flows=flows, repetition=rep)
-            for cc, rtt, flows, rep in combos
-        ]
-        random.Random(self.seed).shuffle(out)
-        return out
+    def _check_references(self) -> None:
+        """Names that point elsewhere in the file must exist there."""
+        declared = self.network.nodes
+        if declared:
+            used = [
+                (f"network.links[{i}]", n)
+                for i, lk in enumerate(self.network.links)
+                for n in lk.ends
+            ]
+            used += [
+                (f"traffic[{i}].{k}", n)
+                for i, g in enumerate(self.traffic)
+                for k, n in zip(("from", "to"), g.endpoints(), strict=True)
+            ]
+            for where, node in used:
+                if node not in declared:
+                    raise ValueError(
+                        f"{where}: node {node!r} is not in network.nodes ({', '.join(declared)})"
+                    )
+        links = {lk.name: lk for lk in self.network.links}
+        for i, point in enumerate(self.capture.points):
+            if point.link is None:
+                continue
+            link = links.get(point.link)
+            if link is None:
+                raise ValueError(
+                    f"capture.points[{i}].link: no link named {point.link!r}; the links are: "
+                    f"{', '.join(links) or 'none'}"
+                )
+            if point.at not in link.ends:
+                raise ValueError(
+                    f"capture.points[{i}].at: {point.at!r} is not an end of link {link.name} "
+                    f"({' and '.join(link.ends)})"
+                )
+
+    def generator_names(self) -> list[str]:
+        return [g.label(i) for i, g in enumerate(self.traffic)]
+
+    def nodes(self) -> list[str]:
+        """Every node the experiment names (links, traffic, captures, network.nodes)."""
+        found: dict[str, None] = dict.fromkeys(self.network.nodes)
+        for link in self.network.links:
+            found.update(dict.fromkeys(link.ends))
+        for gen in self.traffic:
+            found.update(dict.fromkeys(gen.endpoints()))
+        for point in self.capture.points:
+            if point.node:
+                found[point.node] = None
+        return list(found)
+
+    def senders(self) -> list[str]:
+        return list(dict.fromkeys(g.from_ for g in self.traffic))
+
+    def receivers(self) -> list[str]:
+        return list(dict.fromkeys(g.to for g in self.traffic))
 
     def digest(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+        return hashlib.sha256(self.model_dump_json(by_alias=True).encode()).hexdigest()[:12]
 
 
-class Trial(BaseModel):
-    """One point of the matrix with every parameter resolved."""
-
-    model_config = ConfigDict(frozen=True)
-
-    experiment: Experiment
-    cc: str
-    rtt_ms: float
-    flows: int
-    repetition: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.cc}-rtt{self.rtt_ms:g}ms-{self.flows}flow-r{self.repetition}"
-
-    @property
-    def one_way_delay_ms(self) -> float:
-        return self.rtt_ms / 2
-
-    def parameters(self) -> dict[str, Any]:
-        """The resolved parameters as recorded in trial.json."""
-        exp = self.experiment.model_dump(mode="json", exclude={"factors", "repetitions"})
-        return {
-            **exp,
-            "cc": self.cc,
-            "rtt_ms": self.rtt_ms,
-            "flows": self.flows,
-            "repetition": self.repetition,
-            "cc_params": self.experiment.cc_params.get(self.cc, {}),
-        }
+def _as_list(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
 
 
-def _format_errors(path: Path, err: ValidationError) -> str:
+def _first_message(err: ValidationError) -> str:
+    e = err.errors()[0]
+    key = _key(e["loc"])
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{key}: {msg}" if key else msg
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    parts = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in _TAGS:  # the discriminated union's branch name is not part of the file
+            continue
+        else:
+            parts.append(f".{p}")
+    return "".join(parts).lstrip(".")
+
+
+_TAGS = {"bulk_tcp", "cbr_udp"}
+
+
+def format_errors(source: str | Path, err: ValidationError, prefix: str = "") -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in e["loc"]).replace(
-            ".[", "["
-        )
+        key = _key(e["loc"])
+        if prefix:
+            key = f"{prefix}.{key}" if key and not key.startswith("[") else f"{prefix}{key}"
         where = f"key '{key}'" if key else "keys"
         if e["type"] == "extra_forbidden":
-            model = _model_at(e["loc"][:-1])
-            allowed = ", ".join(model.model_fields) if model else "see experiments/*.yml"
-            lines.append(f"{path}: unknown key '{key}'; allowed here: {allowed}")
+            lines.append(f"{source}: unknown key '{key}'; allowed here: {_allowed_at(e['loc'])}")
         elif e["type"] == "missing":
-            lines.append(f"{path}: key '{key}' is required")
+            lines.append(f"{source}: key '{key}' is required")
+        elif e["type"] == "union_tag_invalid":
+            lines.append(f"{source}: {where}: {e['msg']}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"{path}: {where}: {msg}")
-    return "\n".join(lines)
+            lines.append(f"{source}: {where}: {msg}")
+    return "\n".join(dict.fromkeys(lines))
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = Experiment
-    for part in loc:
-        if model is None or not isinstance(part, str) or part not in model.model_fields:
-            return None
-        annotation = model.model_fields[part].annotation
-        model = (
-            annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
-            else None
-        )
-    return model
+def _allowed_at(loc: tuple[Any, ...]) -> str:
+    """Field names (as written in files) of the model that holds the unknown key."""
+    from trials.generators import GENERATOR_TYPES
+
+    model: Any = Experiment
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if part in GENERATOR_TYPES:
+            model = GENERATOR_TYPES[part].spec
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) else None
+        if field is None:
+            # a key written under its alias (from)
+            field = (
+                next((f for f in model.model_fields.values() if f.alias == part), None)
+                if isinstance(model, type)
+                else None
+            )
+        if field is None:
+            return "see experiments/*.yml"
+        model = _inner_model(field.annotation)
+        if model is None:
+            return "see experiments/*.yml"
+    return ", ".join(f.alias or n for n, f in model.model_fields.items())
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Parse and validate an experiment file; raise SpecError naming the file and key."""
-    path = Path(path)
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; a syntax error names the file, line and column."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise SpecError(f"{path}: no such experiment file") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        raise SpecError(f"{path}: {where}: not valid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
+
+
+def validate(raw: Any, source: str | Path) -> Experiment:
     if not isinstance(raw, dict):
-        raise SpecError(f"{path}: expected a mapping of keys at the top level")
+        raise SpecError(f"{source}: expected a mapping of keys at the top level")
     try:
         return Experiment.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(_format_errors(path, exc)) from None
+        raise SpecError(format_errors(source, exc)) from None
 
 
 def dump_json(obj: Any) -> str:

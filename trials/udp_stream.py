@@ -1,4 +1,5 @@
-"""The VoIP-like UDP stream: a pcap of fixed-size IP packets at a fixed interval.
+"""A constant-bit-rate UDP stream (seed 000's VoIP-like flow): a pcap of fixed-size IP
+packets at a fixed interval.
 
 The file is generated with placeholder addresses, then rewritten with tcprewrite for the
 rack's addresses and MACs, and replayed in real time with tcpreplay. Every payload starts
@@ -20,9 +21,10 @@ _ETH_HEADER = 14
 
 
 def write_stream_template(
-    path: Path, *, packets: int, ip_bytes: int, interval_ns: int, port: int
+    path: Path, *, packets: int, ip_bytes: int, interval_ns: int, port: int, dscp: int = 0
 ) -> None:
-    """Write `packets` UDP packets of `ip_bytes` IP bytes, `interval_ns` apart (nanosecond pcap)."""
+    """Write `packets` UDP packets of `ip_bytes` IP bytes, `interval_ns` apart, with the given
+    DSCP (nanosecond pcap)."""
     if ip_bytes < 28 + 8:
         raise ValueError(
             "a stream packet needs at least 36 IP bytes (headers and a sequence number)"
@@ -32,7 +34,9 @@ def write_stream_template(
     src = bytes(map(int, TEMPLATE_SRC.split(".")))
     dst = bytes(map(int, TEMPLATE_DST.split(".")))
     # IPv4 header (checksum filled in by tcprewrite --fixcsum) and UDP header.
-    frame[14:34] = struct.pack("!BBHHHBBH4s4s", 0x45, 0xB8, ip_bytes, 0, 0, 64, 17, 0, src, dst)
+    frame[14:34] = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, dscp << 2, ip_bytes, 0, 0, 64, 17, 0, src, dst
+    )
     frame[34:42] = struct.pack("!HHHH", port, port, ip_bytes - 20, 0)
 
     seq = np.arange(packets, dtype=np.uint64)

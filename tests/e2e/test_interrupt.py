@@ -14,7 +14,7 @@ import pytest
 
 from collect.fetch import verify_manifest
 from tests.e2e.conftest import PREFIX, PROJECT
-from trials.rack import Rack
+from core.rack import Rack
 
 pytestmark = pytest.mark.rack
 

@@ -1,21 +1,40 @@
-"""Experiment files: what is accepted, and the messages for what is not."""
+"""Experiment files: what is accepted, the plan they expand to, and the messages for what is
+not (every message names the file and the key)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from trials.spec import SpecError, load_experiment
-from trials.units import parse_bytes, parse_duration_ns, parse_rate
+from core.units import Buffer, parse_buffer, parse_bytes, parse_duration_ns, parse_rate
+from trials.plan import load_plan, parse_key, set_key
+from trials.spec import SpecError
 
 PROJECT = Path(__file__).resolve().parents[2]
 GOOD = """\
-experiment: collateral_damage
-rate: 1mbit
-buffer: 60000B
-duration: 40s
-factors: {cc: [cubic, reno], rtt_ms: [50, 100], flows: [1, 2]}
+experiment: startup
+topology: chain2
+network:
+  links:
+    - {name: bottleneck, between: [R1, R2], rate: 1.5mbit, buffer: 20pkt, delay: 50ms}
+    - {name: access1, between: [S1, R1], rate: 10mbit, buffer: 100pkt, forward: {delay: 0s}}
+traffic:
+  - {type: bulk_tcp, name: first, from: S1, to: D1, cc: reno}
+  - {type: bulk_tcp, name: late, from: S2, to: D2, cc: reno, start: 15s}
+  - {type: cbr_udp, from: S2, to: D2, dscp: af11}
+capture:
+  points:
+    - {name: before, link: access1, at: R1}
+    - {name: r2_core, node: R2, interface: core}
+hosts:
+  senders: {initcwnd: 10, rto_min: 200ms, tcp_no_metrics_save: 1, rcvbuf: 128kB}
+duration: 30s
+factors:
+  hosts.senders.initcwnd: [1, 3, 10]
+  traffic[late].start: [0s, 15s]
 repetitions: 2
 """
 
@@ -26,29 +45,144 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def error_of(tmp_path: Path, text: str) -> str:
+def error_of(tmp_path: Path, text: str, sets: tuple[str, ...] = ()) -> str:
     path = write(tmp_path, text)
     with pytest.raises(SpecError) as exc:
-        load_experiment(path)
-    message = str(exc.value)
+        load_plan(path, sets)
+    message = " ".join(str(exc.value).split())
     assert str(path) in message  # every message names the file
     return message
 
 
 def test_shipped_experiments_load():
-    full = load_experiment(PROJECT / "experiments" / "collateral_damage.yml")
-    assert len(full.trials()) == 3 * 2 * 3 * 5
-    assert full.cc_params["htcp"] == {"use_bandwidth_switch": 0, "use_rtt_scaling": 1}
-    smoke = load_experiment(PROJECT / "experiments" / "smoke.yml")
-    assert [t.name for t in smoke.trials()] == ["cubic-rtt50ms-1flow-r1"]
+    full = load_plan(PROJECT / "experiments" / "collateral_damage.yml")
+    assert len(full.trials) == 3 * 2 * 3 * 5
+    htcp = full.base.hosts["all"].cc_params["htcp"]
+    assert htcp == {"use_bandwidth_switch": 0, "use_rtt_scaling": 1}
+    smoke = load_plan(PROJECT / "experiments" / "smoke.yml")
+    assert [t.name for t in smoke.trials] == ["r1"]
+    for name in ("startup_lswan", "startup_satellite", "startup_hswan"):
+        plan = load_plan(PROJECT / "experiments" / f"{name}.yml")
+        assert plan.base.topology == "chain2" and plan.trials, name
 
 
-def test_matrix_is_every_combination_in_a_seeded_order(tmp_path):
-    exp = load_experiment(write(tmp_path, GOOD))
-    names = [t.name for t in exp.trials()]
-    assert len(names) == len(set(names)) == 2 * 2 * 2 * 2
-    assert names == [t.name for t in load_experiment(write(tmp_path, GOOD)).trials()]
-    assert names != sorted(names)
+def test_every_block_is_typed(tmp_path):
+    exp = load_plan(write(tmp_path, GOOD)).base
+    bottleneck, access = exp.network.links
+    assert bottleneck.rate == 1_500_000 and bottleneck.buffer == Buffer(20, "pkt")
+    assert bottleneck.direction("reverse").delay == 50_000_000
+    assert access.direction("forward").delay == 0 and access.direction("reverse").rate == 10**7
+    first, late, udp = exp.traffic
+    assert (first.type, late.start, udp.type, udp.dscp) == (
+        "bulk_tcp",
+        15 * 10**9,
+        "cbr_udp",
+        "af11",
+    )
+    assert exp.generator_names() == ["first", "late", "cbr_udp2"]
+    assert exp.capture.points[0].at == "R1" and exp.capture.points[1].interface == "core"
+    assert exp.hosts["senders"].rto_min == 200_000_000 and exp.hosts["senders"].rcvbuf == 128_000
+
+
+def test_factors_over_dotted_keys_make_named_trials_with_stable_ids(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD))
+    assert len(plan.trials) == 3 * 2 * 2
+    names = [t.name for t in plan.trials]
+    assert len(set(names)) == len(names)
+    assert "initcwnd-3_start-15s_r2" in names
+    trial = next(t for t in plan.trials if t.name == "initcwnd-1_start-0s_r1")
+    assert trial.experiment.hosts["senders"].initcwnd == 1
+    assert trial.experiment.traffic[1].start == 0
+    # Same file, same ids and order; another level, another id.
+    again = load_plan(write(tmp_path, GOOD))
+    assert [(t.name, t.id) for t in again.trials] == [(t.name, t.id) for t in plan.trials]
+    assert names != sorted(names)  # seeded random order
+    ids = {t.id for t in plan.trials}
+    assert len(ids) == len(plan.trials)
+
+
+def test_wildcard_and_named_elements(tmp_path):
+    raw = {"network": {"links": [{"name": "a", "delay": "1ms"}, {"name": "b", "delay": "1ms"}]}}
+    set_key(raw, "network.links[*].delay", "25ms")
+    set_key(raw, "network.links[b].rate", "1mbit")
+    assert [lk["delay"] for lk in raw["network"]["links"]] == ["25ms", "25ms"]
+    assert raw["network"]["links"][1]["rate"] == "1mbit"
+    assert parse_key("traffic[0].cc") == ["traffic", 0, "cc"]
+    with pytest.raises(ValueError, match="no entry named 'c'; it has: a, b"):
+        set_key(raw, "network.links[c].delay", "1ms")
+
+
+def test_set_overrides_the_file_and_replaces_a_factor(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD), ["duration=20s", "hosts.senders.initcwnd=10"])
+    assert plan.base.duration == 20 * 10**9
+    assert len(plan.trials) == 2 * 2  # initcwnd is no longer a factor
+    assert {t.experiment.hosts["senders"].initcwnd for t in plan.trials} == {10}
+    message = error_of(tmp_path, GOOD, ("duration=20 seconds",))
+    assert "key 'duration'" in message and "us, ms, s, min" in message
+    message = error_of(tmp_path, GOOD, ("duration",))
+    assert "--set duration: write KEY=VALUE" in message
+
+
+def test_only_takes_names_and_globs(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD))
+    assert {t.name for t in plan.select(["initcwnd-10_*"])} == {
+        f"initcwnd-10_start-{s}_r{r}" for s in ("0s", "15s") for r in (1, 2)
+    }
+    assert len(plan.select(["*_r1", plan.trials[0].id])) == 6 + (plan.trials[0].repetition == 2)
+    with pytest.raises(SpecError, match="--only nope matches no trial"):
+        plan.select(["nope"])
+
+
+def test_wrong_references_are_named(tmp_path):
+    message = error_of(tmp_path, GOOD.replace("link: access1", "link: access9"))
+    assert "capture.points[0].link: no link named 'access9'" in message
+    assert "the links are: bottleneck, access1" in message
+    message = error_of(tmp_path, GOOD.replace("link: access1, at: R1", "link: access1, at: R2"))
+    assert "capture.points[0].at: 'R2' is not an end of link access1 (S1 and R1)" in message
+    nodes = "network:\n  nodes: {R1: R1, R2: R2, S1: S1, S2: S2, D2: D2}\n"
+    message = error_of(tmp_path, GOOD.replace("network:\n", nodes))
+    assert "traffic[0].to: node 'D1' is not in network.nodes" in message
+
+
+def test_bad_values_name_key_and_allowed(tmp_path):
+    message = error_of(tmp_path, GOOD.replace("rate: 1.5mbit", "rate: 1.5mbps"))
+    assert "key 'network.links[0].rate'" in message and "bit, kbit, mbit, gbit" in message
+    message = error_of(tmp_path, GOOD.replace("buffer: 20pkt", "buffer: 20 packets"))
+    assert "key 'network.links[0].buffer'" in message and "B, kB, MB, pkt" in message
+    message = error_of(tmp_path, GOOD.replace("type: cbr_udp", "type: voip"))
+    assert "key 'traffic[2]'" in message and "'bulk_tcp', 'cbr_udp'" in message
+    message = error_of(tmp_path, GOOD.replace("cc: reno, start", "cc: nosuch, start"))
+    assert "key 'traffic[1].cc'" in message and "allowed: reno, cubic, htcp" in message
+    message = error_of(tmp_path, GOOD.replace("dscp: af11", "dscp: gold"))
+    assert "key 'traffic[2].dscp'" in message and "ef" in message
+    message = error_of(
+        tmp_path, GOOD.replace("qdisc", "x").replace("delay: 50ms}", "delay: 50ms, qdisc: sfq}")
+    )
+    assert "key 'network.links[0].qdisc'" in message and "'fq_codel'" in message
+    message = error_of(
+        tmp_path, GOOD.replace("    - {name: before", "    - {name: before, side: in")
+    )
+    assert (
+        "unknown key 'capture.points[0].side'; allowed here: name, link, at, node, interface"
+        in message
+    )
+    message = error_of(
+        tmp_path,
+        GOOD.replace("  hosts.senders.initcwnd: [1, 3, 10]", "  hosts.senders.initcwnd: [1, 0]"),
+    )
+    assert (
+        "key 'hosts.senders.initcwnd'" in message
+        and "(in the trial with hosts.senders.initcwnd=0" in message
+    )
+    message = error_of(
+        tmp_path, GOOD.replace("forward: {delay: 0s}", "forward: {delay: 0s, rte: 1mbit}")
+    )
+    assert "forward: unknown key rte; allowed: rate, buffer, delay, qdisc" in message
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    message = error_of(tmp_path, GOOD.replace("duration: 30s", "duration: [30s"))
+    assert "line 18, column 8" in message and "not valid YAML" in message
 
 
 def test_units_are_exact():
@@ -57,48 +191,21 @@ def test_units_are_exact():
     assert parse_bytes("60kB") == parse_bytes("60000B") == 60_000
     assert parse_duration_ns("20ms") == 20_000_000
     assert parse_duration_ns("3min") == 180 * 10**9
+    assert parse_buffer("60kB") == Buffer(60_000, "B") and str(parse_buffer("20pkt")) == "20pkt"
+    with pytest.raises(ValueError, match="bit, kbit, mbit, gbit"):
+        parse_rate("2mbps")
 
 
-def test_unknown_key_names_key_and_allowed_keys(tmp_path):
-    message = error_of(tmp_path, GOOD + "bufer: 1B\n")
-    assert "unknown key 'bufer'" in message
-    assert "buffer" in message and "duration" in message
-
-
-def test_unknown_nested_key(tmp_path):
-    message = error_of(tmp_path, GOOD + "udp: {packet_bytes: 186, intervall: 20ms}\n")
-    assert "unknown key 'udp.intervall'" in message
-    assert "allowed here: packet_bytes, interval, port" in message
-
-
-def test_wrong_unit_names_allowed_units(tmp_path):
-    message = error_of(tmp_path, GOOD.replace("60000B", "60000 bytes"))
-    assert "key 'buffer'" in message
-    assert "B, kB, MB" in message
-
-
-def test_negative_rate(tmp_path):
-    message = error_of(tmp_path, GOOD.replace("rate: 1mbit", "rate: -1mbit"))
-    assert "key 'rate'" in message and "greater than zero" in message
-
-
-def test_unknown_congestion_control_lists_allowed(tmp_path):
-    message = error_of(tmp_path, GOOD.replace("[cubic, reno]", "[cubic, newreno]"))
-    assert "key 'factors.cc'" in message
-    assert "'newreno'" in message and "reno, cubic, htcp" in message
-
-
-def test_missing_key(tmp_path):
-    message = error_of(tmp_path, GOOD.replace("duration: 40s\n", ""))
-    assert "key 'duration' is required" in message
-
-
-def test_cross_field_rules(tmp_path):
-    assert "warmup" in error_of(tmp_path, GOOD + "warmup: 50s\n")
-    assert "fill the bottleneck" in error_of(tmp_path, GOOD.replace("rate: 1mbit", "rate: 50kbit"))
-
-
-def test_not_yaml_and_missing_file(tmp_path):
-    assert "not valid YAML" in error_of(tmp_path, "experiment: [unclosed\n")
-    with pytest.raises(SpecError, match="no such experiment file"):
-        load_experiment(tmp_path / "nope.yml")
+def test_check_prints_the_plan(tmp_path):
+    path = write(tmp_path, GOOD)
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "check", str(path), "--only", "initcwnd-10_*"],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert "4 of 12 trial(s)" in out
+    assert "hosts.senders.initcwnd=10, traffic[late].start=15s" in out

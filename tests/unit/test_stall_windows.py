@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.trial import crossed_a_stall, stall_windows
+from analysis.stalls import crossed_a_stall, stall_windows
 
 
 def test_overlapping_stalls_merge_into_disjoint_windows():

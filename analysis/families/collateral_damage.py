@@ -1,0 +1,139 @@
+"""Seed 000 (Stewart, Armitage, Huebner 2009): Table 1 (aggregate goodput per CC x RTT x
+flows, mean and sigma over repetitions, trimmed) and Table 2 (UDP one-way delay per group over
+every delivered packet of its trials)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from analysis.families.common import first_of, fmt, trimmed
+
+GROUP = ["cc", "rtt_ms", "flows"]
+
+
+def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    _, tcp, tcp_gen = first_of(summary, record, "bulk_tcp")
+    udp_name, udp, udp_gen = first_of(summary, record, "cbr_udp")
+    sender = tcp_gen["from"]
+    cc = tcp_gen["spec"].get("cc") or record["host_settings"].get(sender, {}).get("cc") or "default"
+    queue = summary["queues"].get((tcp_gen["path"].get("bottleneck") or {}).get("link"), {})
+    b_host = (udp_gen["path"].get("bottleneck") or {}).get("host")
+    return {
+        "cc": cc,
+        "rtt_ms": tcp_gen["path"]["rtt_ns"] / 1e6,
+        "flows": tcp_gen["spec"]["flows"],
+        "udp_generator": udp_name,
+        **{k: v for k, v in tcp.items() if k.startswith(("goodput", "flow_goodput", "retrans"))},
+        **{k: v for k, v in udp.items() if k.startswith(("udp_", "owd_", "router_"))},
+        "delayline_lateness_us": udp.get("delayline_lateness_us"),
+        **{k: v for k, v in queue.items() if k.startswith("queue_")},
+        "delay_backend": (record.get("delay", {}).get(b_host) or {}).get("backend"),
+    }
+
+
+def goodput_table(table: pd.DataFrame) -> pd.DataFrame:
+    ok = table[table.status == "complete"]
+    grouped = ok.groupby(GROUP)["goodput_kBps"]
+    return pd.DataFrame(
+        {
+            "runs": grouped.size(),
+            "mean_kBps": grouped.apply(lambda s: trimmed(s).mean()),
+            "std_kBps": grouped.apply(lambda s: trimmed(s).std(ddof=1)),
+        }
+    )
+
+
+def owd_table(batch_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
+    ok = table[table.status == "complete"]
+    rows = []
+    for group, trials in ok.groupby(GROUP):
+        owd = pd.concat(
+            [
+                pd.read_parquet(
+                    batch_dir / "trials" / t / "analysis" / "owd.parquet",
+                    columns=["owd_ns", "lost", "generator"],
+                ).query("generator == @g")
+                for t, g in zip(trials.trial, trials.udp_generator, strict=True)
+            ]
+        )
+        ms = owd.owd_ns[~owd.lost] / 1e6
+        rows.append((*group, ms.median(), ms.mean(), ms.std(ddof=1), int(owd.lost.sum())))
+    return pd.DataFrame(rows, columns=[*GROUP, "median_ms", "mean_ms", "std_ms", "lost"]).set_index(
+        GROUP
+    )
+
+
+def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
+    t1 = Table(title="Table 1: aggregate TCP goodput (KB/s, steady state, from captures)")
+    for col in ("CC", "RTT ms", "flows", "runs", "mean", "σ"):
+        t1.add_column(col, justify="right")
+    for (cc, rtt, flows), row in goodput_table(table).iterrows():
+        t1.add_row(
+            cc, f"{rtt:g}", str(flows), str(int(row.runs)), fmt(row.mean_kBps), fmt(row.std_kBps)
+        )
+    console.print(t1)
+    t2 = Table(title="Table 2: UDP one-way delay through the router (ms, from captures)")
+    for col in ("CC", "RTT ms", "flows", "median", "mean", "σ", "lost"):
+        t2.add_column(col, justify="right")
+    for (cc, rtt, flows), row in owd_table(batch_dir, table).iterrows():
+        t2.add_row(
+            cc,
+            f"{rtt:g}",
+            str(flows),
+            fmt(row.median_ms),
+            fmt(row.mean_ms),
+            fmt(row.std_ms),
+            str(int(row.lost)),
+        )
+    console.print(t2)
+
+
+def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
+    per_flow = ", ".join(fmt(v) for v in r.flow_goodput_kBps)
+    rows = [
+        (
+            "TCP goodput",
+            f"{fmt(r.goodput_kBps)} KB/s steady ({per_flow} per flow); "
+            f"{fmt(r.goodput_kBps_lifetime)} KB/s over each flow's lifetime",
+        ),
+        ("retransmitted", f"{r.retransmitted_packets} packets"),
+        (
+            "UDP one-way delay",
+            f"min {fmt(r.owd_min_ms)} / median {fmt(r.owd_median_ms)} / "
+            f"mean {fmt(r.owd_mean_ms)} / p99 {fmt(r.owd_p99_ms)} / max {fmt(r.owd_max_ms)} ms",
+        ),
+    ]
+    if r.router_stalls:
+        rows.append(
+            (
+                "router stalls",
+                f"{r.router_stalls} (> 2 ms, {fmt(r.router_stalled_ms, 0)} ms in all); "
+                f"{r.udp_delay_path_stalled} UDP packets were in transit during one; max OWD "
+                f"without them {fmt(r.owd_max_ms_unstalled)} ms",
+            )
+        )
+    rows += [
+        ("UDP lost at the queue", f"{r.udp_lost} of {r.udp_packets}"),
+        (
+            "queue drops",
+            f"{r.queue_drops_capture} from captures, {r.queue_drops_tc} by the drop-tail counter",
+        ),
+        (
+            "queue-full events",
+            f"{r.queue_full_events} in {r.queue_window_s:g} s "
+            f"({fmt(r.queue_full_events_per_min)} per minute)",
+        ),
+    ]
+    delay = f"{r.delay_backend}; smallest OWD − RTT/2 = {fmt(r.owd_min_excess_ms, 2)} ms"
+    lateness = [v for v in (r.delayline_lateness_us or {}).values() if v]
+    if lateness:
+        mean, p99 = max(v["mean"] for v in lateness), max(v["p99"] for v in lateness)
+        worst = max(v["max"] for v in lateness)
+        delay += f"; delay line late by {mean:.0f} µs mean, {p99:.0f} µs p99, {worst:.0f} µs max"
+    rows.append(("delay path", delay))
+    return rows

@@ -1,0 +1,146 @@
+"""Seed 001 (Aron & Druschel 1998): effective throughput vs elapsed time (the Fig. 3 table:
+data delivered by 1, 5, 10, 20, 30 s and its share of what the bottleneck could carry), and
+the late joiner (Figs. 7-8: data the late flow carried in its first 5 s against its fair
+share; retransmission timeouts and their idle time per sender)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from analysis.families.common import fmt
+
+CUTOFFS = ("1s", "5s", "10s", "20s", "30s")
+LATE_WINDOW_S = 5
+
+
+def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    bulk = {
+        n: s for n, s in summary["generators"].items() if record["traffic"][n]["type"] == "bulk_tcp"
+    }
+    capacities = [s["payload_capacity_bps"] for s in bulk.values() if s.get("payload_capacity_bps")]
+    capacity = min(capacities) if capacities else float("nan")
+    out: dict[str, Any] = {
+        "payload_capacity_bps": capacity,
+        "scaled": (record["parameters"].get("report") or {}).get("scaled"),
+        "timeouts": sum(s.get("timeouts", 0) for s in bulk.values()),
+        "fast_retransmits": sum(s.get("fast_retransmits", 0) for s in bulk.values()),
+        "timeouts_by_sender": {n: s.get("timeout_idle_ms", []) for n, s in bulk.items()},
+        "slow_start_exit_s": {n: s.get("slow_start_exit_s") for n, s in bulk.items()},
+    }
+    for c in CUTOFFS:
+        parts = [s.get("delivered_bytes", {}).get(c) for s in bulk.values()]
+        if all(p is not None for p in parts) and parts:
+            total = sum(parts)
+            out[f"delivered_{c}"] = total
+            out[f"utilization_{c}"] = total * 8 / (capacity * float(c[:-1]))
+    starts = {n: record["traffic"][n]["start_ns"] for n in bulk}
+    late = max(starts, key=starts.get) if starts else None
+    if late is not None and starts[late] > 0:
+        flows_total = sum(record["traffic"][n]["spec"]["flows"] for n in bulk)
+        got = bulk[late].get("delivered_bytes", {}).get(f"{LATE_WINDOW_S}s")
+        fair = capacity * LATE_WINDOW_S / 8 * record["traffic"][late]["spec"]["flows"] / flows_total
+        out.update(
+            late_generator=late,
+            late_start_s=starts[late] / 1e9,
+            late_first5s_bytes=got,
+            late_fair_share_bytes=fair,
+            late_share_of_fair=(got / fair) if got is not None else None,
+        )
+    return out
+
+
+def _groups(table: pd.DataFrame) -> list[str]:
+    return [c for c in table.columns if c.startswith("factor:")]
+
+
+def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
+    ok = table[table.status == "complete"]
+    if ok.empty:
+        return
+    groups = _groups(ok)
+    keyed = ok.assign(_all="all") if not groups else ok
+    by = groups or ["_all"]
+    scaled = next((s for s in ok.scaled if isinstance(s, str)), None)
+    title = "Effective throughput vs elapsed time (KB delivered, % of bottleneck capacity)"
+    t = Table(title=title + (f" — SCALED: {scaled}" if scaled else ""))
+    for col in [g.removeprefix("factor:") for g in by] + ["runs", *CUTOFFS]:
+        t.add_column(col, justify="right")
+    for key, rows in keyed.groupby(by, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        cells = []
+        for c in CUTOFFS:
+            if f"delivered_{c}" not in rows or rows[f"delivered_{c}"].isna().all():
+                cells.append("-")
+                continue
+            kb = rows[f"delivered_{c}"].mean() / 1000
+            util = rows[f"utilization_{c}"].mean() * 100
+            cells.append(f"{kb:.0f} ({util:.0f}%)")
+        t.add_row(*[str(k) for k in key], str(len(rows)), *cells)
+    console.print(t)
+    late = (
+        keyed[keyed.get("late_generator", pd.Series(dtype=object)).notna()]
+        if "late_generator" in keyed
+        else keyed.iloc[:0]
+    )
+    if not late.empty:
+        t2 = Table(
+            title=f"Late joiner: data it carried in its first {LATE_WINDOW_S} s, and timeouts"
+        )
+        for col in [g.removeprefix("factor:") for g in by] + [
+            "runs",
+            "joins at s",
+            "first 5 s KB",
+            "fair share KB",
+            "share",
+            "timeouts",
+            "fast rtx",
+        ]:
+            t2.add_column(col, justify="right")
+        for key, rows in late.groupby(by, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            t2.add_row(
+                *[str(k) for k in key],
+                str(len(rows)),
+                fmt(rows.late_start_s.mean(), 0),
+                fmt(rows.late_first5s_bytes.mean() / 1000),
+                fmt(rows.late_fair_share_bytes.mean() / 1000),
+                fmt(rows.late_share_of_fair.mean(), 2),
+                fmt(rows.timeouts.mean(), 1),
+                fmt(rows.fast_retransmits.mean(), 1),
+            )
+        console.print(t2)
+
+
+def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
+    rows = []
+    delivered = [
+        f"{c}: {r[f'delivered_{c}'] / 1000:.0f} KB ({r[f'utilization_{c}'] * 100:.0f}%)"
+        for c in CUTOFFS
+        if f"delivered_{c}" in r and pd.notna(r[f"delivered_{c}"])
+    ]
+    rows.append(("delivered by", ", ".join(delivered) or "-"))
+    rows.append(("bottleneck payload capacity", f"{fmt(r.payload_capacity_bps / 1e6, 3)} Mbit/s"))
+    for name, idle in (r.timeouts_by_sender or {}).items():
+        exits = (r.slow_start_exit_s or {}).get(name) or []
+        rows.append(
+            (
+                name,
+                f"{len(idle)} timeout(s) idle {', '.join(f'{v:.0f}' for v in idle) or '-'} ms; "
+                f"slow start left at {', '.join(fmt(v, 2) for v in exits) or '-'} s",
+            )
+        )
+    if isinstance(r.get("late_generator"), str):
+        rows.append(
+            (
+                "late joiner",
+                f"{r.late_generator} at {r.late_start_s:g} s: "
+                f"{fmt(r.late_first5s_bytes / 1000)} KB in its first 5 s, fair share "
+                f"{fmt(r.late_fair_share_bytes / 1000)} KB ({fmt(r.late_share_of_fair, 2)})",
+            )
+        )
+    return rows

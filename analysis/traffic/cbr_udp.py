@@ -1,0 +1,83 @@
+"""cbr_udp: one-way delay and loss of every packet through the bottleneck, from the capture
+points before and after it (one clock), judged apart where the delay path stalled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.captures import Captures, bottleneck_hop
+from analysis.metrics import one_way_delay, summarize_owd
+from analysis.pcap import ip_to_int
+from analysis.stalls import crossed_a_stall, stall_windows
+from core.units import parse_buffer
+
+
+def max_transit_ns(gen: dict[str, Any]) -> int:
+    """The longest a packet can take: the full bottleneck queue, the path's delay, 1 s."""
+    b = gen["path"].get("bottleneck") or {}
+    queue_s = 0.0
+    if b:
+        queue_s = parse_buffer(b["buffer"]).in_bytes(1514) * 8 / b["rate_bps"]
+    return int((queue_s + gen["path"]["one_way_delay_ns"] / 1e9 + 1.0) * 1e9)
+
+
+def own_packets(frame: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
+    return frame[
+        (frame.proto == 17)
+        & (frame.src == ip_to_int(gen["src"]))
+        & (frame.dst == ip_to_int(gen["dst"]))
+        & (frame.dport == gen["port"])
+    ]
+
+
+def analyse(
+    trial_dir: Path, record: dict[str, Any], name: str, gen: dict[str, Any], caps: Captures
+) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
+    before, after = caps.before(hops, hop), caps.after(hops, hop)
+    out: dict[str, Any] = {"type": "cbr_udp", "capture_before": before, "capture_after": after}
+    if not (before and after):
+        out["owd_skipped"] = "no capture point on both sides of the bottleneck"
+        return out, {}
+    if caps.clock(before) != caps.clock(after):
+        out["owd_skipped"] = f"capture points {before} and {after} have different clocks"
+        return out, {}
+    first, second = caps.packets(before), caps.packets(after)
+    owd = one_way_delay(
+        own_packets(first, gen),
+        own_packets(second, gen),
+        max_delay_ns=max_transit_ns(gen),
+        end_ns=int(second.ts_ns.max()) if len(second) else None,
+    )
+    b_host = (gen["path"].get("bottleneck") or {}).get("host")
+    stats = ((record.get("delay") or {}).get(b_host) or {}).get("delayline_stats") or {}
+    windows = stall_windows(stats)
+    owd["delay_path_stalled"] = crossed_a_stall(
+        owd.ts_ns.to_numpy(), owd.ts_out_ns.to_numpy(), windows
+    )
+    all_stats = summarize_owd(owd)
+    unstalled = summarize_owd(owd[~owd.delay_path_stalled])
+    one_way_ms = gen["path"]["one_way_delay_ns"] / 1e6
+    dscp = np.unique(own_packets(first, gen).tos.to_numpy() >> 2)
+    out.update(
+        udp_packets=all_stats["packets"],
+        udp_lost=all_stats["lost"],
+        **{f"owd_{k}": v for k, v in all_stats.items() if k.endswith("_ms")},
+        udp_delay_path_stalled=int(owd.delay_path_stalled.sum()),
+        router_stalls=len(windows),
+        router_stalled_ms=float((windows[:, 1] - windows[:, 0]).sum() / 1e6),
+        owd_max_ms_unstalled=unstalled["max_ms"],
+        owd_min_excess_ms=(
+            all_stats["min_ms"] - one_way_ms if np.isfinite(all_stats["min_ms"]) else float("nan")
+        ),
+        delayline_lateness_us={
+            q.get("label", str(i)): q.get("lateness_us")
+            for i, q in enumerate(stats.get("queues", []))
+        },
+        dscp_seen=[int(v) for v in dscp],
+    )
+    return out, {"owd": owd.assign(generator=name)}

@@ -1,0 +1,101 @@
+"""The interface every traffic generator implements, and what it gets from the runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from trials.fields import Name, OffsetNs, Strict
+
+if TYPE_CHECKING:
+    from core.daemons import Daemons
+    from core.rack import Rack
+    from trials.network import ResolvedNetwork
+
+
+class GeneratorSpec(Strict):
+    """What every generator's entry in `traffic:` has: endpoints and a start offset."""
+
+    type: str
+    name: Name | None = Field(None, description="label in results (default: <type><index>)")
+    from_: str = Field(alias="from", description="sending node")
+    to: str = Field(description="receiving node")
+    start: OffsetNs = Field(0, description="start time after T0")
+
+    def label(self, index: int) -> str:
+        return self.name or f"{self.type}{index}"
+
+    def endpoints(self) -> tuple[str, str]:
+        return (self.from_, self.to)
+
+    def tools(self) -> dict[str, list[str]]:
+        """Programs each node needs (checked by preflight before anything is touched)."""
+        raise NotImplementedError
+
+
+@dataclass
+class TrialContext:
+    """What a generator may use during a trial."""
+
+    rack: Rack
+    network: ResolvedNetwork
+    daemons: Daemons
+    duration_ns: int  # of the whole trial, from T0
+
+
+class TrafficGenerator:
+    """One generator of one trial. Lifecycle: prepare -> arm -> launch(t0) -> [running] ->
+    stop; `record` says what the analysis needs (addresses, ports, files, metrics)."""
+
+    type: ClassVar[str]
+    spec_class: ClassVar[type[GeneratorSpec]]
+    # Metrics the analysis computes for this type (analysis/traffic/<type>.py).
+    metrics: ClassVar[tuple[str, ...]]
+
+    def __init__(self, spec: GeneratorSpec, name: str, index: int, ctx: TrialContext):
+        self.spec, self.name, self.index, self.ctx = spec, name, index, ctx
+        net = ctx.network
+        self.sender, self.receiver = net.host_of(spec.from_), net.host_of(spec.to)
+        self.src, self.dst = net.address_of(spec.from_), net.address_of(spec.to)
+
+    @property
+    def duration_ns(self) -> int:
+        """How long it sends: its own duration, else until the end of the trial."""
+        own = getattr(self.spec, "duration", None)
+        return own if own is not None else self.ctx.duration_ns - self.spec.start
+
+    def prepare(self) -> None:
+        """Build and place inputs (before captures start)."""
+
+    def arm(self) -> None:
+        """Start receivers and servers (after captures, before T0)."""
+
+    def launch(self, t0: float) -> None:
+        """Start the senders at t0 + start (absolute time, one clock)."""
+        raise NotImplementedError
+
+    def daemon_names(self) -> list[tuple[str, str]]:
+        """(host, daemon) of every process it started; senders first."""
+        raise NotImplementedError
+
+    def senders(self) -> list[tuple[str, str]]:
+        """The processes whose end means the generator is done."""
+        return self.daemon_names()[:1]
+
+    def record(self) -> dict[str, Any]:
+        """What the analysis needs, written into trial.json under traffic.<name>."""
+        return {
+            "type": self.type,
+            "from": self.spec.from_,
+            "to": self.spec.to,
+            "sender": self.sender,
+            "receiver": self.receiver,
+            "src": str(self.src),
+            "dst": str(self.dst),
+            "start_ns": self.spec.start,
+            "duration_ns": self.duration_ns,
+            "metrics": list(self.metrics),
+            "spec": self.spec.model_dump(mode="json", by_alias=True),
+        }

@@ -1,0 +1,76 @@
+"""bulk_tcp: iperf3 bulk transfers, one or several parallel flows from one node to another."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from trials.fields import Bytes, CongestionControl, DurationNs
+from trials.generators.base import GeneratorSpec, TrafficGenerator
+
+BASE_PORT = 5201
+# SO_MAX_PACING_RATE far above any rack rate: it switches on TCP's internal pacing
+# (Linux >= 4.13, no fq qdisc needed) at TCP's own rate without capping it.
+PACING_CAP = "10G"
+
+
+class BulkTcpSpec(GeneratorSpec):
+    type: Literal["bulk_tcp"]
+    flows: int = Field(1, ge=1, le=128, description="parallel TCP connections (iperf3 -P)")
+    cc: CongestionControl | None = Field(None, description="default: the sender host's")
+    duration: DurationNs | None = Field(None, description="default: until the trial ends")
+    bytes: Bytes | None = Field(None, description="send this many bytes instead (iperf3 -n)")
+    pacing: bool = Field(False, description="TCP internal pacing (SO_MAX_PACING_RATE)")
+    port: int | None = Field(None, ge=1024, le=65535, description="default: 5201 + index")
+
+    @model_validator(mode="after")
+    def _length(self) -> BulkTcpSpec:
+        if self.duration is not None and self.bytes is not None:
+            raise ValueError("give duration or bytes, not both")
+        return self
+
+    def tools(self) -> dict[str, list[str]]:
+        return {self.from_: ["iperf3"], self.to: ["iperf3"]}
+
+
+class BulkTcp(TrafficGenerator):
+    type = "bulk_tcp"
+    spec_class = BulkTcpSpec
+    metrics = ("goodput", "retransmissions", "startup")
+    spec: BulkTcpSpec
+
+    @property
+    def port(self) -> int:
+        return self.spec.port or BASE_PORT + self.index
+
+    def arm(self) -> None:
+        self.ctx.daemons.spawn(
+            self.receiver,
+            f"{self.name}_server",
+            f"iperf3 -s -1 -B {self.dst} -p {self.port} -J --logfile {self.name}_server.json",
+        )
+
+    def launch(self, t0: float) -> None:
+        s = self.spec
+        length = f"-n {s.bytes}" if s.bytes else f"-t {self.duration_ns / 1e9:g}"
+        cc = f" -C {s.cc}" if s.cc else ""
+        pacing = f" --fq-rate {PACING_CAP}" if s.pacing else ""
+        self.ctx.daemons.spawn(
+            self.sender,
+            f"{self.name}_client",
+            f"iperf3 -c {self.dst} -B {self.src} -p {self.port} {length} -P {s.flows}{cc}"
+            f"{pacing} -J --logfile {self.name}_client.json",
+            start_at=t0 + s.start / 1e9,
+        )
+
+    def daemon_names(self) -> list[tuple[str, str]]:
+        return [(self.sender, f"{self.name}_client"), (self.receiver, f"{self.name}_server")]
+
+    def record(self) -> dict[str, Any]:
+        return {
+            **super().record(),
+            "proto": 6,
+            "port": self.port,
+            "client_json": f"{self.sender}/{self.name}_client.json",
+        }

@@ -1,0 +1,136 @@
+"""cbr_udp: a constant-bit-rate UDP stream (fixed-size IP packets at a fixed interval),
+generated as a pcap and replayed in real time by tcpreplay; a socket sink receives it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from trials.fields import DurationNs
+from trials.generators.base import GeneratorSpec, TrafficGenerator
+from trials.udp_stream import rewrite_for_rack, write_stream_template
+
+BASE_PORT = 40000
+DSCP_NAMES = {
+    **{f"cs{i}": 8 * i for i in range(8)},
+    **{f"af{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)},
+    "ef": 46,
+    "be": 0,
+}
+
+
+def parse_dscp(value: object) -> int:
+    if isinstance(value, int) and 0 <= value <= 63:
+        return value
+    if isinstance(value, str) and value.lower() in DSCP_NAMES:
+        return DSCP_NAMES[value.lower()]
+    raise ValueError(f"{value!r} is not a DSCP; give 0..63 or one of: {', '.join(DSCP_NAMES)}")
+
+
+class CbrUdpSpec(GeneratorSpec):
+    type: Literal["cbr_udp"]
+    packet_bytes: int = Field(186, ge=36, le=1500, description="IP packet size (headers included)")
+    interval: DurationNs = Field(20_000_000, description="time between packets")
+    dscp: int | str = Field(0, description="DSCP of every packet: 0..63 or a name (ef, af11, ...)")
+    duration: DurationNs | None = Field(None, description="default: until the trial ends")
+    port: int | None = Field(None, ge=1024, le=65535, description="default: 40000 + index")
+
+    @field_validator("dscp")
+    @classmethod
+    def _dscp(cls, value: int | str) -> int | str:
+        parse_dscp(value)
+        return value
+
+    def tools(self) -> dict[str, list[str]]:
+        return {self.from_: ["tcpreplay"], self.to: ["python3"]}
+
+    def bitrate(self) -> float:
+        """Ethernet-frame bits per second (what a shaper counts)."""
+        return (self.packet_bytes + 14) * 8 * 1e9 / self.interval
+
+
+class CbrUdp(TrafficGenerator):
+    type = "cbr_udp"
+    spec_class = CbrUdpSpec
+    metrics = ("one_way_delay", "loss")
+    spec: CbrUdpSpec
+
+    @property
+    def port(self) -> int:
+        return self.spec.port or BASE_PORT + self.index
+
+    @property
+    def stream_file(self) -> str:
+        return f"{self.name}_stream.pcap"
+
+    def prepare(self) -> None:
+        """Build the stream's pcap for the rack and put it on the sender."""
+        rack, s = self.ctx.rack, self.spec
+        route = json.loads(rack.run(self.sender, f"ip -j route get {self.dst}"))[0]
+        gateway, self.iface = route.get("gateway", str(self.dst)), route["dev"]
+        src_mac = rack.run(self.sender, f"cat /sys/class/net/{self.iface}/address").strip()
+        found = rack.interface_with_address(gateway)
+        if found is None:
+            raise RuntimeError(f"no inventory host owns {self.sender}'s next hop {gateway}")
+        owner, owner_if = found
+        hop_mac = rack.run(owner.name, f"cat /sys/class/net/{owner_if}/address").strip()
+        scratch = Path(tempfile.mkdtemp(prefix="trialbed-udp-"))
+        template, stream = scratch / "template.pcap", scratch / self.stream_file
+        try:
+            write_stream_template(
+                template,
+                packets=self.duration_ns // s.interval,
+                ip_bytes=s.packet_bytes,
+                interval_ns=s.interval,
+                port=self.port,
+                dscp=parse_dscp(s.dscp),
+            )
+            rewrite_for_rack(
+                template,
+                stream,
+                src_ip=str(self.src),
+                dst_ip=str(self.dst),
+                src_mac=src_mac,
+                next_hop_mac=hop_mac,
+            )
+            # The copy the sender replayed comes back with its files.
+            rack.put(self.sender, stream, f"{self.ctx.daemons.remote[self.sender]}/{stream.name}")
+        finally:
+            shutil.rmtree(scratch)
+
+    def arm(self) -> None:
+        sink = (
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            f"s.bind(('{self.dst}', {self.port}));\nwhile True: s.recv(65535)"
+        )
+        self.ctx.daemons.spawn(
+            self.receiver, f"{self.name}_sink", "python3 -c " + shlex.quote(sink)
+        )
+
+    def launch(self, t0: float) -> None:
+        self.ctx.daemons.spawn(
+            self.sender,
+            f"{self.name}_replay",
+            f"tcpreplay -i {self.iface} --preload-pcap --timer=nano {self.stream_file}",
+            start_at=t0 + self.spec.start / 1e9,
+        )
+
+    def daemon_names(self) -> list[tuple[str, str]]:
+        return [(self.sender, f"{self.name}_replay"), (self.receiver, f"{self.name}_sink")]
+
+    def record(self) -> dict[str, Any]:
+        return {
+            **super().record(),
+            "proto": 17,
+            "port": self.port,
+            "dscp": parse_dscp(self.spec.dscp),
+            "packet_bytes": self.spec.packet_bytes,
+            "interval_ns": self.spec.interval,
+            "stream_file": f"{self.sender}/{self.stream_file}",
+        }

@@ -1,0 +1,283 @@
+"""An experiment's network resolved against a rack: which inventory host each node is, which
+interface each link end is, what each shaped egress does, where each capture point listens,
+and the path (hops, propagation RTT, bottleneck) of every generator's traffic.
+
+Interfaces are found from the inventory alone (two nodes share a link when they have
+interfaces on one subnet), so the same file runs on the virtual rack and on a lab rack.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.rack import Host, Rack, RackError
+from trials.spec import Experiment, HostSettings, Shaping
+
+ROUTER_GROUPS = ("linux_routers",)
+IMPLICIT_GROUPS = ("all", "senders", "receivers")
+
+
+@dataclass(frozen=True)
+class Egress:
+    """One shaped direction: packets `node` sends through `iface` (towards `peer`)."""
+
+    link: str
+    direction: str  # forward | reverse
+    node: str
+    host: str
+    iface: str
+    peer: str
+    shaping: Shaping
+
+
+@dataclass(frozen=True)
+class CaptureSite:
+    name: str
+    node: str
+    host: str
+    iface: str
+    clock: str
+
+
+@dataclass
+class ResolvedNetwork:
+    source: str
+    nodes: dict[str, str]  # node -> host
+    hosts: dict[str, Host]  # host -> inventory host
+    routers: set[str]  # nodes that forward
+    egress: list[Egress] = field(default_factory=list)
+    captures: list[CaptureSite] = field(default_factory=list)
+    mtu: dict[tuple[str, str], int] = field(default_factory=dict)  # (host, iface) -> MTU
+
+    def host_of(self, node: str) -> str:
+        return self.nodes[node]
+
+    def address_of(self, node: str) -> ipaddress.IPv4Address:
+        return self.hosts[self.host_of(node)].experiment_address()
+
+    def shaping_of(self, host: str, iface: str) -> Egress | None:
+        return next((e for e in self.egress if e.host == host and e.iface == iface), None)
+
+    def path(self, src: str, dst: str) -> list[tuple[str, str]]:
+        """(host, egress interface) of every hop from node src to node dst: the shortest path
+        over shared subnets, forwarding only through routers."""
+        start, goal = self.host_of(src), self.host_of(dst)
+        goal_addr = self.address_of(dst)
+        prev: dict[str, tuple[str, str] | None] = {start: None}
+        todo = deque([start])
+        while todo:
+            here = todo.popleft()
+            if here == goal:
+                break
+            if here != start and here not in self.router_hosts:
+                continue
+            for iface, itf in self.hosts[here].interfaces.items():
+                for other, host in self.hosts.items():
+                    if other in prev:
+                        continue
+                    if any(o.network == itf.network for o in host.interfaces.values()):
+                        prev[other] = (here, iface)
+                        todo.append(other)
+        if goal not in prev:
+            raise RackError(f"{self.source}: no path from {src} to {dst} ({goal_addr}) in the rack")
+        hops: list[tuple[str, str]] = []
+        node = goal
+        while prev[node] is not None:
+            host, iface = prev[node]  # type: ignore[misc]
+            hops.append((host, iface))
+            node = host
+        return hops[::-1]
+
+    @property
+    def router_hosts(self) -> set[str]:
+        return {self.nodes[n] for n in self.routers}
+
+    def path_summary(self, src: str, dst: str) -> dict[str, Any]:
+        """Propagation RTT and bottleneck between two nodes, from the shaping on the path."""
+        fwd, back = self.path(src, dst), self.path(dst, src)
+
+        def shaped(hops):
+            return [self.shaping_of(h, i) for h, i in hops]
+
+        fwd_e, back_e = shaped(fwd), shaped(back)
+        rated = [e for e in fwd_e if e is not None and e.shaping.rate is not None]
+        bottleneck = min(rated, key=lambda e: e.shaping.rate) if rated else None
+        mtus = [self.mtu.get((h, i), 1500) for h, i in fwd]
+        return {
+            "hops": [f"{h}:{i}" for h, i in fwd],
+            "return_hops": [f"{h}:{i}" for h, i in back],
+            "rtt_ns": sum(e.shaping.delay for e in fwd_e + back_e if e is not None),
+            "one_way_delay_ns": sum(e.shaping.delay for e in fwd_e if e is not None),
+            "bottleneck": None
+            if bottleneck is None
+            else {
+                "link": bottleneck.link,
+                "host": bottleneck.host,
+                "iface": bottleneck.iface,
+                "rate_bps": bottleneck.shaping.rate,
+                "buffer": str(bottleneck.shaping.buffer),
+            },
+            "mtu": min(mtus) if mtus else 1500,
+        }
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "routers": sorted(self.routers),
+            "addresses": {n: str(self.address_of(n)) for n in self.nodes if n not in self.routers},
+            "interfaces": {
+                h: {i: str(a) for i, a in host.interfaces.items()} for h, host in self.hosts.items()
+            },
+            "egress": [
+                {
+                    "link": e.link,
+                    "direction": e.direction,
+                    "node": e.node,
+                    "host": e.host,
+                    "iface": e.iface,
+                    "towards": e.peer,
+                    **e.shaping.model_dump(mode="json"),
+                }
+                for e in self.egress
+            ],
+            "captures": {
+                c.name: {"node": c.node, "host": c.host, "iface": c.iface, "clock": c.clock}
+                for c in self.captures
+            },
+        }
+
+
+def _shared_interfaces(a: Host, b: Host) -> list[tuple[str, str]]:
+    return [
+        (ia, ib)
+        for ia, xa in a.interfaces.items()
+        for ib, xb in b.interfaces.items()
+        if xa.network == xb.network
+    ]
+
+
+def resolve_network(exp: Experiment, rack: Rack, source: str) -> ResolvedNetwork:
+    """Bind every node to a rack host and every link, capture point and host setting to
+    interfaces; raise RackError naming the file and key when the rack cannot do it."""
+    net = exp.network
+    nodes = {n: net.host_of(n) for n in exp.nodes()}
+    hosts: dict[str, Host] = {}
+    for node, host in nodes.items():
+        try:
+            hosts[host] = rack.host(host)
+        except RackError as exc:
+            where = f"network.nodes.{node}" if node in net.nodes else f"node {node}"
+            raise RackError(f"{source}: {where}: {exc}") from None
+    # Routers on the paths between the experiment's nodes forward its packets too.
+    for name, host in rack.hosts.items():
+        if any(g in host.groups for g in ROUTER_GROUPS) and name not in hosts:
+            hosts[name] = host
+            nodes.setdefault(name, name)
+    routers = {n for n, h in nodes.items() if any(g in hosts[h].groups for g in ROUTER_GROUPS)}
+    resolved = ResolvedNetwork(source, nodes, hosts, routers)
+
+    for i, gen in enumerate(exp.traffic):
+        for key, node in zip(("from", "to"), gen.endpoints(), strict=True):
+            if node in routers:
+                raise RackError(
+                    f"{source}: key 'traffic[{i}].{key}': {node} is a router; traffic runs "
+                    "between end hosts"
+                )
+            host = hosts[nodes[node]]
+            if len(host.interfaces) != 1:
+                raise RackError(
+                    f"{source}: key 'traffic[{i}].{key}': end host {node} has "
+                    f"{len(host.interfaces)} experiment interfaces; it needs exactly one"
+                )
+
+    seen: dict[tuple[str, str], Egress] = {}
+    for i, link in enumerate(net.links):
+        a, b = link.ends
+        pairs = _shared_interfaces(hosts[nodes[a]], hosts[nodes[b]])
+        if len(pairs) != 1:
+            have = "; ".join(
+                f"{n}: {', '.join(f'{k} {v}' for k, v in hosts[nodes[n]].interfaces.items())}"
+                for n in (a, b)
+            )
+            why = "share no subnet" if not pairs else "share several subnets"
+            raise RackError(
+                f"{source}: key 'network.links[{i}]' ({link.name}): {a} and {b} {why} ({have})"
+            )
+        ia, ib = pairs[0]
+        resolved.mtu[(nodes[a], ia)] = link.mtu
+        resolved.mtu[(nodes[b], ib)] = link.mtu
+        directions = [("forward", a, ia, b)] + ([] if link.one_way else [("reverse", b, ib, a)])
+        for which, node, iface, peer in directions:
+            shaping = link.direction(which)  # type: ignore[arg-type]
+            if not shaping.shaped:
+                continue
+            if shaping.delay and node not in routers:
+                raise RackError(
+                    f"{source}: key 'network.links[{i}]' ({link.name}): the {which} direction "
+                    f"is sent by end host {node}, which cannot add delay (TCP small queues "
+                    f"throttle a sender whose own packets are held); put the delay on a "
+                    f"router's direction and set {which}: {{delay: 0s}}"
+                )
+            egress = Egress(link.name, which, node, nodes[node], iface, peer, shaping)
+            other = seen.get((egress.host, iface))
+            if other is not None and other.shaping != shaping:
+                raise RackError(
+                    f"{source}: key 'network.links[{i}]' ({link.name}): {node}'s interface "
+                    f"{iface} already carries link {other.link} ({other.direction}) with other "
+                    "settings; one egress interface has one queue"
+                )
+            if other is None:
+                seen[(egress.host, iface)] = egress
+                resolved.egress.append(egress)
+
+    links = {lk.name: lk for lk in net.links}
+    clock_default = rack.vars.get("trialbed_clock_domain")
+    for i, point in enumerate(exp.capture.points):
+        if point.link is not None:
+            link = links[point.link]
+            a, b = link.ends
+            ia, ib = _shared_interfaces(hosts[nodes[a]], hosts[nodes[b]])[0]
+            node, iface = (a, ia) if point.at == a else (b, ib)
+        else:
+            node, iface = point.node, point.interface  # type: ignore[assignment]
+            if iface not in hosts[nodes[node]].interfaces:
+                raise RackError(
+                    f"{source}: key 'capture.points[{i}].interface': {node} has no experiment "
+                    f"interface {iface!r}; it has: {', '.join(hosts[nodes[node]].interfaces)}"
+                )
+        host = hosts[nodes[node]]
+        clock = host.vars.get("trialbed_clock_domain") or clock_default or host.name
+        resolved.captures.append(CaptureSite(point.name, node, host.name, iface, str(clock)))
+    return resolved
+
+
+def host_settings(
+    exp: Experiment, resolved: ResolvedNetwork, source: str
+) -> dict[str, HostSettings]:
+    """Each node's merged settings: all, inventory groups, senders/receivers, the node."""
+    known_groups = {g for h in resolved.hosts.values() for g in h.groups}
+    allowed = set(IMPLICIT_GROUPS) | known_groups | set(resolved.nodes)
+    for key in exp.hosts:
+        if key not in allowed:
+            raise RackError(
+                f"{source}: key 'hosts.{key}': not a node, an inventory group or one of "
+                f"{', '.join(IMPLICIT_GROUPS)}; nodes: {', '.join(sorted(resolved.nodes))}; "
+                f"groups: {', '.join(sorted(known_groups))}"
+            )
+    senders, receivers = set(exp.senders()), set(exp.receivers())
+    out = {}
+    for node, host in resolved.nodes.items():
+        layers = ["all", *sorted(resolved.hosts[host].groups)]
+        layers += (["senders"] if node in senders else []) + (
+            ["receivers"] if node in receivers else []
+        )
+        layers.append(node)
+        merged: dict[str, Any] = {}
+        for layer in layers:
+            if layer in exp.hosts:
+                merged.update(exp.hosts[layer].model_dump(mode="json", exclude_unset=True))
+        out[node] = HostSettings.model_validate(merged)
+    return out
