@@ -16,19 +16,28 @@ import pytest
 from analysis.pcap import ip_to_int, read_pcap
 from collect.fetch import verify_manifest
 from tests.e2e.conftest import PROJECT, recap
-from trials.spec import load_experiment
+from trials.plan import load_plan
 
 pytestmark = pytest.mark.rack
 
 EXPERIMENT = """\
 experiment: collateral_damage
 description: end-to-end test
-rate: 1mbit
-buffer: 60000B
+network:
+  links:
+    - {name: downstream, from: R, to: C, rate: 1mbit, buffer: 60000B, delay: 25ms}
+    - {name: upstream, from: R, to: A, rate: 1mbit, buffer: 60000B, delay: 25ms}
+traffic:
+  - {type: bulk_tcp, name: tcp, from: A, to: C, flows: 1}
+  - {type: cbr_udp, name: voip, from: B, to: D, packet_bytes: 186, interval: 20ms, dscp: ef}
+capture:
+  points:
+    - {name: bottleneck_in, link: upstream, at: R}
+    - {name: bottleneck_out, link: downstream, at: R}
+hosts:
+  all: {cc: cubic}
 duration: 45s
 warmup: 5s
-factors: {cc: cubic, rtt_ms: 50, flows: 1}
-udp: {packet_bytes: 186, interval: 20ms}
 """
 ETHERNET_HEADER = 14
 
@@ -56,7 +65,7 @@ def trial(test_rack, tmp_path_factory):
     (batch,) = (base / "results").iterdir()
     (trial_dir,) = (batch / "trials").iterdir()
     return {
-        "exp": load_experiment(exp_file),
+        "exp": load_plan(exp_file).base,
         "dir": trial_dir,
         "batch": batch,
         "stdout": done.stdout,
@@ -74,7 +83,8 @@ def test_trial_completed_and_files_are_verified(trial):
         assert record[key], key
     assert record["hosts"]["A"]["sysctls"]["net.ipv4.tcp_congestion_control"] == "cubic"
     assert (trial["dir"] / "R" / "tc_before.txt").read_text().count("bfifo") == 2
-    assert record["delay"]["models_serialization"] is False
+    assert record["delay"]["R"]["models_serialization"] is False
+    assert trial["summary"]["generators"]["voip"]["dscp_seen"] == [46]  # ef, as generated
     for point, counts in record["capture"].items():
         assert counts["dropped_by_kernel"] == 0, point
     assert "Table 1" in trial["stdout"] and "Table 2" in trial["stdout"]
@@ -93,7 +103,8 @@ def test_tcp_goodput_fills_what_the_link_leaves_it(trial):
     # A full-size TCP segment: payload (MSS) and the frame the shaper counts.
     full = tcp_data[tcp_data.payload_len == tcp_data.payload_len.max()].iloc[0]
     payload_fraction = int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
-    expected_kBps = (exp.rate - udp_bps) * payload_fraction / 8000
+    rate = exp.network.links[0].rate
+    expected_kBps = (rate - udp_bps) * payload_fraction / 8000
     measured = trial["summary"]["goodput_kBps"]
     print(
         f"goodput {measured:.2f} KB/s, link leaves TCP {expected_kBps:.2f} KB/s "
@@ -104,10 +115,11 @@ def test_tcp_goodput_fills_what_the_link_leaves_it(trial):
 
 def test_udp_one_way_delay_bounds(trial):
     exp, s = trial["exp"], trial["summary"]
-    one_way_ms = 50 / 2
-    queue_ms = exp.buffer * 8 / exp.rate * 1000
-    frame = exp.udp.packet_bytes + ETHERNET_HEADER
-    serialization_ms = frame * 8 / exp.rate * 1000
+    link, udp = exp.network.links[0], exp.traffic[1]
+    one_way_ms = link.delay / 1e6
+    queue_ms = link.buffer.amount * 8 / link.rate * 1000
+    frame = udp.packet_bytes + ETHERNET_HEADER
+    serialization_ms = frame * 8 / link.rate * 1000
     print(
         f"OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
         f"max {s['owd_max_ms']:.2f} ms ({s['owd_max_ms_unstalled']:.2f} ms without the "
@@ -122,7 +134,7 @@ def test_udp_one_way_delay_bounds(trial):
     assert s["udp_delay_path_stalled"] <= 0.5 * s["udp_packets"]
     assert s["owd_max_ms_unstalled"] >= one_way_ms + 400  # the queue filled
     assert s["owd_max_ms_unstalled"] <= one_way_ms + queue_ms + serialization_ms + 2
-    expected_packets = exp.duration // exp.udp.interval
+    expected_packets = exp.duration // udp.interval
     assert s["udp_packets"] >= 0.9 * expected_packets
 
 
@@ -132,7 +144,7 @@ def test_drops_from_captures_match_the_queue_counter(trial):
     assert s["queue_drops_capture"] == s["queue_drops_tc"]
     assert s["queue_full_events"] > 0
     assert s["retransmitted_packets"] > 0
-    owd = pd.read_parquet(trial["dir"] / "analysis" / "udp_owd.parquet")
+    owd = pd.read_parquet(trial["dir"] / "analysis" / "owd.parquet")
     assert int(owd.lost.sum()) == s["udp_lost"]
 
 
@@ -151,12 +163,12 @@ def test_reapplying_the_configuration_changes_nothing(trial, test_rack):
 
 def test_unavailable_cc_is_refused_before_any_host_is_touched(test_rack, tmp_path):
     exp_file = tmp_path / "vegas.yml"
-    exp_file.write_text(EXPERIMENT.replace("cc: cubic", "cc: vegas"))
+    exp_file.write_text(EXPERIMENT.replace("all: {cc: cubic}", "all: {cc: vegas}"))
     results = tmp_path / "results"
     done = run_cli("run", str(exp_file), "-i", str(test_rack.inventory), "--results", str(results))
     assert done.returncode == 2
     message = " ".join(done.stderr.split())
-    assert str(exp_file) in message and "factors.cc" in message and "'vegas'" in message
+    assert str(exp_file) in message and "hosts.all.cc" in message and "'vegas'" in message
     assert "reno" in message  # says what the host has
     assert not results.exists()
 
@@ -164,20 +176,25 @@ def test_unavailable_cc_is_refused_before_any_host_is_touched(test_rack, tmp_pat
 def test_cc_parameter_the_kernel_lacks_is_refused_before_any_host_is_touched(test_rack, tmp_path):
     # CUBIC's "max increment" of 2.6-era kernels no longer exists.
     exp_file = tmp_path / "maxinc.yml"
-    exp_file.write_text(EXPERIMENT + "cc_params: {cubic: {max_increment: 16}}\n")
+    exp_file.write_text(
+        EXPERIMENT.replace(
+            "all: {cc: cubic}", "all: {cc: cubic, cc_params: {cubic: {max_increment: 16}}}"
+        )
+    )
     results = tmp_path / "results"
     done = run_cli("run", str(exp_file), "-i", str(test_rack.inventory), "--results", str(results))
     assert done.returncode == 2
     message = " ".join(done.stderr.split())
-    assert f"{exp_file}: key 'cc_params.cubic.max_increment'" in message
+    assert f"{exp_file}: key 'hosts.all.cc_params.cubic.max_increment'" in message
     assert "hystart" in message  # lists the parameters tcp_cubic does have
     assert not results.exists()
 
 
 def test_bad_file_is_refused_with_file_key_and_allowed_values(tmp_path):
     exp_file = tmp_path / "bad.yml"
-    exp_file.write_text(EXPERIMENT.replace("rate: 1mbit", "rate: 1 megabit"))
+    exp_file.write_text(EXPERIMENT.replace("rate: 1mbit", "rate: 1 megabit", 1))
     done = run_cli("check", str(exp_file))
     assert done.returncode == 2
     message = " ".join(done.stderr.split())
-    assert f"{exp_file}: key 'rate'" in message and "bit, kbit, mbit, gbit" in message
+    assert f"{exp_file}: key 'network.links[0].rate'" in message
+    assert "bit, kbit, mbit, gbit" in message

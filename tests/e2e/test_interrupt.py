@@ -13,18 +13,28 @@ from pathlib import Path
 import pytest
 
 from collect.fetch import verify_manifest
-from tests.e2e.conftest import PREFIX, PROJECT
 from core.rack import Rack
+from tests.e2e.conftest import PREFIX, PROJECT
 
 pytestmark = pytest.mark.rack
 
 EXPERIMENT = """\
 experiment: collateral_damage
-rate: 1mbit
-buffer: 60000B
+network:
+  links:
+    - {name: downstream, from: R, to: C, rate: 1mbit, buffer: 60000B, delay: 50ms}
+    - {name: upstream, from: R, to: A, rate: 1mbit, buffer: 60000B, delay: 50ms}
+traffic:
+  - {type: bulk_tcp, name: tcp, from: A, to: C, flows: 2}
+  - {type: cbr_udp, name: voip, from: B, to: D}
+capture:
+  points:
+    - {name: bottleneck_in, link: upstream, at: R}
+    - {name: bottleneck_out, link: downstream, at: R}
+hosts:
+  all: {cc: reno}
 duration: 60s
 warmup: 5s
-factors: {cc: reno, rtt_ms: 100, flows: 2}
 """
 
 
@@ -64,7 +74,7 @@ def test_ctrl_c_mid_trial_restores_the_network_and_keeps_the_captures(test_rack,
     # Wait until the TCP sender is launched, then let traffic flow for a few seconds.
     client_pids = test_rack.state_dir / "hosts" / "A" / "work" / "trials"
     deadline = time.time() + 120
-    while not list(client_pids.glob("*/*/iperf3_client.pid")) and time.time() < deadline:
+    while not list(client_pids.glob("*/*/tcp_client.pid")) and time.time() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.5)
     time.sleep(8)
