@@ -4,6 +4,7 @@ VENV := .venv
 ANSIBLE_PLAYBOOK := $(VENV)/bin/ansible-playbook
 PYTHON := $(VENV)/bin/python
 EXPERIMENT ?= experiments/smoke.yml
+TOPOLOGY ?= dumbbell
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: setup rack-up rack-down trial test lint bench
@@ -11,10 +12,10 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
 
-rack-up: setup  ## build the virtual rack (namespaces with sshd) and write inventory/virtual/hosts.yml
-	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml
+rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPOLOGY).yml (a rack of another topology goes first) and write inventory/virtual/hosts.yml
+	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_topology_name=$(TOPOLOGY)
 
-rack-down: setup  ## remove every namespace, link, bridge and process of the virtual rack
+rack-down: setup  ## remove the virtual rack that is up, whatever its topology: every namespace, link, bridge and process
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent
 
 trial: rack-up  ## run $(EXPERIMENT) on the virtual rack and print its results
