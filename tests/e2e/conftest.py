@@ -1,5 +1,8 @@
-"""A virtual rack of the tests' own (own namespaces, bridges, addresses and state), so that
-the tests never disturb a rack the user has up; it is removed at the end of the session."""
+"""Virtual racks of the tests' own (own namespaces, bridges, addresses and state), so that the
+tests never disturb a rack the user has up; each is removed at the end of the session.
+
+`test_rack` is the seed-000 dumbbell (prefix tt-, management 198.19.1.0/24), `chain_rack` the
+seed-001 two-router chain (prefix tc-, management 198.19.2.0/24)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,14 +19,21 @@ import pytest
 import yaml
 
 PROJECT = Path(__file__).resolve().parents[2]
+TOPOLOGIES = PROJECT / "inventory/virtual/topologies"
+OWNER_DIR = Path("/run/trialbed")
 PREFIX = "tt-"
+CHAIN_PREFIX = "tc-"
 
 
 @dataclass
 class TestRack:
+    __test__ = False  # a helper, not a test class (test modules import it)
+
     topology: Path
     inventory: Path
     state_dir: Path
+    prefix: str = PREFIX
+    first_up: subprocess.CompletedProcess | None = None
 
     def playbook(self, playbook: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -42,18 +53,25 @@ class TestRack:
             },
         )
 
-    def rack(self, state: str) -> subprocess.CompletedProcess:
+    def rack(self, state: str, *args: str) -> subprocess.CompletedProcess:
         return self.playbook(
             "rack.yml",
             "-e",
             f"virtual_rack_topology_file={self.topology}",
             "-e",
+            f"virtual_rack_inventory_file={self.inventory}",
+            "-e",
             f"virtual_rack_state_dir={self.state_dir}",
             "-e",
-            f"virtual_rack_namespace_prefix={PREFIX}",
+            f"virtual_rack_namespace_prefix={self.prefix}",
             "-e",
             f"virtual_rack_state={state}",
+            *args,
         )
+
+    @property
+    def owner_file(self) -> Path:
+        return OWNER_DIR / f"{self.prefix}rack.json"
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:
@@ -67,21 +85,21 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     }
 
 
-def rack_leftovers() -> list[str]:
-    """Namespaces, links and processes of the test rack still present."""
-    left = [
-        n["name"]
-        for n in json.loads(
-            subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
-            or "[]"
-        )
-        if n["name"].startswith(PREFIX)
-    ]
+def namespaces(prefix: str = PREFIX) -> list[str]:
+    """Network namespaces whose name starts with `prefix`."""
+    out = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
+    return sorted(n["name"] for n in json.loads(out or "[]") if n["name"].startswith(prefix))
+
+
+def rack_leftovers(prefix: str = PREFIX) -> list[str]:
+    """Namespaces, links and the owner file of a test rack still present."""
+    left = namespaces(prefix)
     links = json.loads(
         subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True).stdout
     )
-    left += [link["ifname"] for link in links if link["ifname"].startswith(PREFIX.rstrip("-"))]
-    return left
+    left += [link["ifname"] for link in links if link["ifname"].startswith(prefix.rstrip("-"))]
+    owner = OWNER_DIR / f"{prefix}rack.json"
+    return [*left, str(owner)] if owner.exists() else left
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -97,42 +115,70 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def own_topology(name: str, prefix: str, subnet: int, directory: Path) -> Path:
+    """A copy of topologies/<name>.yml in `directory` (beside a copy of group_vars) with its
+    own bridges (<prefix><segment>) and management subnet 198.19.<subnet>.0/24; the file keeps
+    the topology's name as its stem."""
+    topology = yaml.safe_load((TOPOLOGIES / f"{name}.yml").read_text())
+    topology["management"]["bridge"] = f"{prefix}mgmt"
+    topology["management"]["controller"] = f"198.19.{subnet}.1/24"
+    for segment in topology["segments"].values():
+        segment["bridge"] = prefix + segment["bridge"].split("-", 1)[1]
+    for host in topology["hosts"].values():
+        host["mgmt"] = host["mgmt"].replace("198.19.0.", f"198.19.{subnet}.")
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "group_vars").exists():
+        shutil.copytree(PROJECT / "inventory/virtual/group_vars", directory / "group_vars")
+    path = directory / f"{name}.yml"
+    path.write_text(yaml.safe_dump(topology, sort_keys=False))
+    return path
+
+
+def state_dir(label: str) -> Path:
+    # sshd refuses keys below a world-writable directory such as /tmp: keep state in the project.
+    return PROJECT / ".state" / f"test-{label}-{os.getpid()}"
+
+
+def built_rack(tmp_path_factory, name: str, prefix: str, subnet: int) -> Iterator[TestRack]:
+    """Build a test rack of topology `name`, yield it, take it down and check nothing of it
+    is left (namespaces, links, owner file, processes)."""
+    if os.geteuid() != 0:
+        pytest.skip("the virtual rack needs root (network namespaces)")
+    base = tmp_path_factory.mktemp(f"rack-{name}") / "inventory"
+    rack = TestRack(
+        topology=own_topology(name, prefix, subnet, base),
+        inventory=base / "hosts.yml",
+        state_dir=state_dir(name),
+        prefix=prefix,
+    )
+    up = rack.rack("present")
+    if up.returncode != 0:
+        rack.rack("absent")  # leave nothing half-built behind
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
+    rack.first_up = up
+    yield rack
+    down = rack.rack("absent")
+    assert down.returncode == 0, down.stdout[-3000:]
+    assert rack_leftovers(prefix) == []
+    assert processes_mentioning(str(rack.state_dir)) == []
+
+
 @pytest.fixture(scope="session")
 def test_rack(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the virtual rack needs root (network namespaces)")
-    base = tmp_path_factory.mktemp("rack")
-    topology = yaml.safe_load((PROJECT / "inventory/virtual/topology.yml").read_text())
-    # Own bridges and management subnet (198.19.1.0/24) beside any rack of the user's.
-    topology["management"]["bridge"] = f"{PREFIX}mgmt"
-    topology["management"]["controller"] = "198.19.1.1/24"
-    for segment in topology["segments"].values():
-        segment["bridge"] = PREFIX + segment["bridge"].split("-", 1)[1]
-    for host in topology["hosts"].values():
-        host["mgmt"] = host["mgmt"].replace("198.19.0.", "198.19.1.")
-    (base / "inventory").mkdir()
-    shutil.copytree(PROJECT / "inventory/virtual/group_vars", base / "inventory" / "group_vars")
-    topo_file = base / "inventory" / "topology.yml"
-    topo_file.write_text(yaml.safe_dump(topology))
-    # sshd refuses keys below a world-writable directory such as /tmp: keep state in the project.
-    state_dir = PROJECT / ".state" / f"test-rack-{os.getpid()}"
-    rack = TestRack(
-        topology=topo_file, inventory=base / "inventory" / "hosts.yml", state_dir=state_dir
-    )
     # As on a fresh machine, the initial namespace does not allow CUBIC: configure must add it
     # for the rack's namespaces, and rack-down must put the list back.
     allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
     original = allowed.read_text()
     allowed.write_text("reno")
     try:
-        up = rack.rack("present")
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
-        rack.first_up = up
-        yield rack
-        down = rack.rack("absent")
-        assert down.returncode == 0, down.stdout[-3000:]
-        assert rack_leftovers() == []
-        assert processes_mentioning(str(state_dir)) == []
+        yield from built_rack(tmp_path_factory, "dumbbell", PREFIX, 1)
         assert allowed.read_text().split() == ["reno"]
     finally:
         allowed.write_text(original)
+
+
+@pytest.fixture(scope="session")
+def chain_rack(tmp_path_factory):
+    yield from built_rack(tmp_path_factory, "chain2", CHAIN_PREFIX, 2)

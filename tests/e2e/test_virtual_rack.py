@@ -1,13 +1,28 @@
-"""The virtual rack itself: idempotent, reachable over SSH with known host keys, offloads off."""
+"""The virtual rack itself: idempotent, reachable over SSH with known host keys, offloads off;
+topologies chosen by name, switched on one prefix, and a rack owned by one checkout."""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.e2e.conftest import PREFIX, recap
-from trials.rack import Rack
+from core.rack import Rack
+from tests.e2e.conftest import (
+    OWNER_DIR,
+    PREFIX,
+    PROJECT,
+    TestRack,
+    namespaces,
+    rack_leftovers,
+    recap,
+    state_dir,
+)
 
 pytestmark = pytest.mark.rack
 
@@ -22,6 +37,7 @@ def test_second_rack_up_changes_nothing(test_rack):
 def test_hosts_answer_over_ssh_with_their_own_hostname(test_rack):
     rack = Rack.load([test_rack.inventory])
     try:
+        assert rack.vars["trialbed_topology"] == "dumbbell"
         names = rack.run_parallel({h: "hostname" for h in rack.hosts})
         assert {h: out.strip() for h, out in names.items()} == {h: h for h in "ABCDR"}
         for host in rack.hosts.values():
@@ -46,3 +62,200 @@ def test_sshd_listens_only_on_the_management_address(test_rack):
     ).stdout
     listeners = {line.split()[3] for line in out.splitlines()}
     assert listeners == {"198.19.1.11:22"}
+
+
+def test_rack_up_records_its_owner(test_rack):
+    owner = json.loads(test_rack.owner_file.read_text())
+    assert owner["project_dir"] == str(PROJECT)
+    assert owner["state_dir"] == str(test_rack.state_dir)
+    assert owner["topology"] == "dumbbell"
+    assert owner["since"].endswith("Z")
+    assert sorted(owner["namespaces"]) == [f"{PREFIX}{h}" for h in "ABCDR"]
+    stored = json.loads((test_rack.state_dir / "rack.json").read_text())
+    assert stored["spec"] == yaml.safe_load(test_rack.topology.read_text())
+
+
+# -- chain2: the seed-001 two-router chain (18 hosts) ------------------------------------------
+
+CHAIN_HOSTS = {"R1", "R2"} | {f"S{i}" for i in range(1, 9)} | {f"D{i}" for i in range(1, 9)}
+
+# An ICMP echo from Python (the hosts have no ping): prints the reply's TTL.
+ICMP_ECHO = """
+import socket, struct, sys
+dst = sys.argv[1]
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+s.settimeout(2)
+body = struct.pack("!BBHHH", 8, 0, 0, 0x7462, 1) + b"trialbed"
+total = sum(struct.unpack("!8H", body))
+total = (total >> 16) + (total & 0xFFFF)
+total = ~(total + (total >> 16)) & 0xFFFF
+s.sendto(body[:2] + struct.pack("!H", total) + body[4:], (dst, 0))
+while True:
+    data, (src, _) = s.recvfrom(1500)
+    ihl = (data[0] & 15) * 4
+    if src == dst and data[ihl] == 0 and data[ihl + 4 : ihl + 6] == b"tb":
+        print(data[8])
+        break
+"""
+
+
+def test_chain_hosts_answer_over_ssh_with_their_hostnames(chain_rack):
+    rack = Rack.load([chain_rack.inventory])
+    try:
+        assert rack.vars["trialbed_topology"] == "chain2"
+        assert set(rack.hosts) == CHAIN_HOSTS
+        assert {h.name for h in rack.hosts.values() if "linux_routers" in h.groups} == {"R1", "R2"}
+        names = rack.run_parallel({h: "hostname" for h in rack.hosts})
+        assert {h: out.strip() for h, out in names.items()} == {h: h for h in CHAIN_HOSTS}
+    finally:
+        rack.close()
+
+
+def test_second_chain_rack_up_changes_nothing(chain_rack):
+    again = chain_rack.rack("present")
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert recap(again.stdout)["localhost"]["changed"] == 0
+
+
+def route(rack: Rack, host: str, to: str) -> dict:
+    return json.loads(rack.run(host, f"ip -j route get {to}"))[0]
+
+
+def test_s1_reaches_d1_through_r1_and_r2(chain_rack):
+    rack = Rack.load([chain_rack.inventory])
+    d1 = "198.18.17.10"
+    try:
+        assert (route(rack, "S1", d1)["gateway"], route(rack, "S1", d1)["dev"]) == (
+            "198.18.1.1",
+            "a1",
+        )
+        assert (route(rack, "R1", d1)["gateway"], route(rack, "R1", d1)["dev"]) == (
+            "198.18.100.2",
+            "core",
+        )
+        assert route(rack, "R2", d1)["dev"] == "b1" and "gateway" not in route(rack, "R2", d1)
+        assert route(rack, "D1", "198.18.1.10")["gateway"] == "198.18.17.1"
+        # Forwarding is the router role's business; turn it on for this probe only.
+        rack.run_parallel({r: "sysctl -qw net.ipv4.ip_forward=1" for r in ("R1", "R2")})
+        try:
+            ttl = rack.run("S1", f"python3 -c {shlex.quote(ICMP_ECHO)} {d1}", timeout=10)
+        finally:
+            rack.run_parallel({r: "sysctl -qw net.ipv4.ip_forward=0" for r in ("R1", "R2")})
+        assert int(ttl) == 64 - 2  # the reply crossed two routers
+    finally:
+        rack.close()
+
+
+# -- switching topologies, and the owner lock (tiny topologies, prefix tw-) ------------------
+
+SWITCH_PREFIX = "tw-"
+
+
+def tiny_topology(directory: Path, name: str, segment: str, hosts: dict[str, int]) -> Path:
+    """One segment (198.18.250.0/24) with the given hosts; management 198.19.3.0/24."""
+    topology = {
+        "management": {
+            "bridge": f"{SWITCH_PREFIX}mgmt",
+            "controller": "198.19.3.1/24",
+            "prefix": 24,
+        },
+        "segments": {segment: {"bridge": f"{SWITCH_PREFIX}{segment}"}},
+        "hosts": {
+            host: {
+                "groups": ["testbed_hosts"],
+                "mgmt": f"198.19.3.{n}",
+                "interfaces": {segment: f"198.18.250.{n}/24"},
+                "routes": [],
+            }
+            for host, n in hosts.items()
+        },
+    }
+    path = directory / f"{name}.yml"
+    path.write_text(yaml.safe_dump(topology, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """Two tiny topologies, 'solo' (X on segment lan) and 'duo' (Y, Z on segment net), on
+    prefix tw-; whatever is left of them is taken down afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("the virtual rack needs root (network namespaces)")
+    solo = TestRack(
+        topology=tiny_topology(tmp_path, "solo", "lan", {"X": 11}),
+        inventory=tmp_path / "hosts.yml",
+        state_dir=state_dir("tiny"),
+        prefix=SWITCH_PREFIX,
+    )
+    duo = TestRack(
+        topology=tiny_topology(tmp_path, "duo", "net", {"Y": 12, "Z": 13}),
+        inventory=solo.inventory,
+        state_dir=solo.state_dir,
+        prefix=SWITCH_PREFIX,
+    )
+    yield solo, duo
+    down = rack_down(solo)
+    assert down.returncode == 0, down.stdout[-3000:]
+    assert rack_leftovers(SWITCH_PREFIX) == []
+
+
+def rack_down(rack: TestRack) -> subprocess.CompletedProcess:
+    """rack-down as `make rack-down` runs it: no topology, only the prefix to find the rack."""
+    return rack.playbook(
+        "rack.yml",
+        "-e",
+        f"virtual_rack_namespace_prefix={rack.prefix}",
+        "-e",
+        "virtual_rack_state=absent",
+    )
+
+
+def test_switching_topologies_on_one_prefix_takes_the_old_rack_down(tiny):
+    solo, duo = tiny
+    up = solo.rack("present")
+    assert up.returncode == 0, up.stdout[-3000:]
+    assert namespaces(SWITCH_PREFIX) == ["tw-X"]
+
+    switch = duo.rack("present")
+    assert switch.returncode == 0, switch.stdout[-3000:]
+    assert "taking down the running solo rack to bring up duo" in switch.stdout
+    assert namespaces(SWITCH_PREFIX) == ["tw-Y", "tw-Z"]
+    assert not Path("/sys/class/net/tw-lan").exists()
+    assert json.loads(duo.owner_file.read_text())["topology"] == "duo"
+    assert yaml.safe_load(duo.inventory.read_text())["all"]["vars"]["trialbed_topology"] == "duo"
+
+    down = rack_down(duo)
+    assert down.returncode == 0, down.stdout[-3000:]
+    assert rack_leftovers(SWITCH_PREFIX) == []
+    assert not duo.state_dir.exists() and not duo.inventory.exists()
+
+
+def test_a_rack_owned_by_another_checkout_is_refused_and_a_stale_owner_taken_over(tiny):
+    solo, _ = tiny
+    other = "/srv/another-checkout"
+    # A stale owner file (its namespaces are gone) is taken over with a warning.
+    OWNER_DIR.mkdir(parents=True, exist_ok=True)
+    stale = {"project_dir": other, "state_dir": f"{other}/.state/rack", "topology": "chain2",
+             "since": "2026-01-01T00:00:00Z", "namespaces": ["tw-S1"]}  # fmt: skip
+    solo.owner_file.write_text(json.dumps(stale))
+    up = solo.rack("present")
+    assert up.returncode == 0, up.stdout[-3000:]
+    assert "stale owner file" in up.stderr + up.stdout
+    mine = json.loads(solo.owner_file.read_text())
+    assert mine["project_dir"] == str(PROJECT)
+
+    # The same rack, now recorded as another checkout's while its namespaces exist.
+    solo.owner_file.write_text(json.dumps({**mine, "project_dir": other}))
+    try:
+        for attempt in (solo.rack("present"), rack_down(solo)):
+            assert attempt.returncode != 0
+            message = " ".join(attempt.stdout.split())
+            assert (
+                f"owned by another checkout {other} (topology solo, up since {mine['since']}"
+                in message
+            )
+            assert f"cd {other} && make rack-down" in message
+            assert "virtual_rack_namespace_prefix" in message
+        assert namespaces(SWITCH_PREFIX) == ["tw-X"]
+    finally:
+        solo.owner_file.write_text(json.dumps(mine))
