@@ -136,11 +136,15 @@ def test_s1_reaches_d1_through_r1_and_r2(chain_rack):
         assert route(rack, "R2", d1)["dev"] == "b1" and "gateway" not in route(rack, "R2", d1)
         assert route(rack, "D1", "198.18.1.10")["gateway"] == "198.18.17.1"
         # Forwarding is the router role's business; turn it on for this probe only.
-        rack.run_parallel({r: "sysctl -qw net.ipv4.ip_forward=1" for r in ("R1", "R2")})
+        routers = ("R1", "R2")
+        before = rack.run_parallel({r: "sysctl -n net.ipv4.ip_forward" for r in routers})
+        rack.run_parallel({r: "sysctl -qw net.ipv4.ip_forward=1" for r in routers})
         try:
             ttl = rack.run("S1", f"python3 -c {shlex.quote(ICMP_ECHO)} {d1}", timeout=10)
         finally:
-            rack.run_parallel({r: "sysctl -qw net.ipv4.ip_forward=0" for r in ("R1", "R2")})
+            rack.run_parallel(
+                {r: f"sysctl -qw net.ipv4.ip_forward={before[r].strip()}" for r in routers}
+            )
         assert int(ttl) == 64 - 2  # the reply crossed two routers
     finally:
         rack.close()
