@@ -18,7 +18,7 @@ rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPO
 rack-down: setup  ## remove the virtual rack that is up, whatever its topology: every namespace, link, bridge and process
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent
 
-trial: rack-up  ## run $(EXPERIMENT) on the virtual rack and print its results
+trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:), run it, print its results
 	@$(PYTHON) -m trials run $(EXPERIMENT)
 
 test: setup  ## unit tests, then end-to-end tests on a virtual rack the tests build and remove

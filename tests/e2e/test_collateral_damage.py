@@ -93,7 +93,7 @@ def test_trial_completed_and_files_are_verified(trial):
 def test_tcp_goodput_fills_what_the_link_leaves_it(trial):
     exp, trial_dir = trial["exp"], trial["dir"]
     before = read_pcap(trial_dir / "R" / "bottleneck_in.pcap")
-    addresses = trial["record"]["topology"]["addresses"]
+    addresses = trial["record"]["network"]["addresses"]
     sender = ip_to_int(addresses["A"])
     udp = before[(before.proto == 17) & (before.src == ip_to_int(addresses["B"]))]
     tcp_data = before[(before.proto == 6) & (before.src == sender) & (before.payload_len > 0)]

@@ -1,0 +1,224 @@
+"""Seed-001 startup trials on the two-router chain, judged from their captures.
+
+Bounds come from the experiment and from packets: the bottleneck carries its rate times
+payload / frame of a full-size segment seen in the capture (the shaper counts frames).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.pcap import ip_to_int, read_pcap
+from analysis.startup import loss_events
+from collect.fetch import verify_manifest
+from core.rack import Rack
+from tests.e2e.conftest import PROJECT
+from trials.plan import load_plan
+
+pytestmark = pytest.mark.rack
+
+EXPERIMENT = PROJECT / "experiments" / "startup_lswan.yml"
+ETHERNET_HEADER = 14
+SYN, ACK = 0x02, 0x10
+FIRST_WINDOW_S = 5
+
+
+def run_cli(*args: str, inventory: Path, results: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trials",
+            "run",
+            *args,
+            "-i",
+            str(inventory),
+            "--results",
+            str(results),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="module")
+def lswan(chain_rack, tmp_path_factory):
+    """Two LS-WAN trials: both pairs from T0, and pair2 joining at 15 s."""
+    results = tmp_path_factory.mktemp("startup")
+    done = run_cli(
+        str(EXPERIMENT),
+        "--set",
+        "duration=25s",
+        "--set",
+        "hosts.senders.initcwnd=3",
+        "--set",
+        "repetitions=1",
+        inventory=chain_rack.inventory,
+        results=results,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (batch,) = results.iterdir()
+    trials = {}
+    for trial_dir in (batch / "trials").iterdir():
+        trials[trial_dir.name] = {
+            "dir": trial_dir,
+            "record": json.loads((trial_dir / "trial.json").read_text()),
+            "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
+        }
+    assert set(trials) == {"start-0s_r1", "start-15s_r1"}, set(trials)
+    return {"trials": trials, "stdout": done.stdout}
+
+
+def payload_capacity_bps(trial_dir: Path, record: dict) -> float:
+    """The bottleneck rate times payload / frame of the largest data segment captured."""
+    packets = read_pcap(trial_dir / "R1" / "sender1.pcap")
+    data = packets[(packets.proto == 6) & (packets.payload_len > 0)]
+    full = data[data.payload_len == data.payload_len.max()].iloc[0]
+    exp = load_plan(EXPERIMENT).base
+    rate = exp.network.link("bottleneck").rate
+    return rate * int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
+
+
+def first_syn_offset_s(trial_dir: Path, record: dict, point: str, sender: str) -> float:
+    packets = read_pcap(trial_dir / "R1" / f"{point}.pcap")
+    src = ip_to_int(record["network"]["addresses"][sender])
+    syns = packets[
+        (packets.proto == 6)
+        & (packets.src == src)
+        & ((packets.tcp_flags & SYN) > 0)
+        & ((packets.tcp_flags & ACK) == 0)
+    ]
+    return (int(syns.ts_ns.min()) - record["times"]["t0_ns"]) / 1e9
+
+
+def test_trials_complete_with_verified_files(lswan):
+    for name, t in lswan["trials"].items():
+        assert t["record"]["status"] == "complete", (name, t["record"]["errors"])
+        assert verify_manifest(t["dir"]) == []
+        for point, counts in t["record"]["capture"].items():
+            assert counts["dropped_by_kernel"] == 0, (name, point)
+        assert t["record"]["hosts"]["S1"]["sysctls"]["net.ipv4.tcp_congestion_control"]
+    assert "Effective throughput vs elapsed time" in lswan["stdout"]
+    assert "Late joiner" in lswan["stdout"]
+
+
+def test_aggregate_effective_throughput_fills_the_bottleneck(lswan):
+    t = lswan["trials"]["start-0s_r1"]
+    capacity = payload_capacity_bps(t["dir"], t["record"])
+    s = t["summary"]
+    cutoff = 20
+    measured_bps = s[f"delivered_{cutoff}s"] * 8 / cutoff
+    print(
+        "delivered by 1/5/10/20 s: "
+        + ", ".join(f"{s[f'delivered_{c}s'] / 1000:.0f} KB" for c in (1, 5, 10, 20))
+        + f"; {measured_bps / 1e6:.3f} of {capacity / 1e6:.3f} Mbit/s payload capacity"
+    )
+    assert abs(measured_bps - capacity) / capacity < 0.05
+    # Startup costs: early cut-offs use less of the link than later ones.
+    assert s["utilization_1s"] < s["utilization_5s"] < s["utilization_20s"] + 0.01
+
+
+def test_every_flow_starts_at_its_offset(lswan):
+    for name, t in lswan["trials"].items():
+        record = t["record"]
+        for gen, point, sender in (("pair1", "sender1", "S1"), ("pair2", "sender2", "S2")):
+            offset = first_syn_offset_s(t["dir"], record, point, sender)
+            wanted = record["traffic"][gen]["start_ns"] / 1e9
+            print(f"{name}: {gen} first SYN at T0 + {offset:.3f} s (asked {wanted:g} s)")
+            assert wanted <= offset < wanted + 0.25, (name, gen, offset)
+
+
+def test_late_joiner_gets_less_than_its_fair_share_at_first(lswan):
+    t = lswan["trials"]["start-15s_r1"]
+    capacity = payload_capacity_bps(t["dir"], t["record"])
+    late = t["summary"]["generators"]["pair2"]
+    fair_bytes = capacity * FIRST_WINDOW_S / 8 / 2  # two flows share the bottleneck
+    got = late["delivered_bytes"][f"{FIRST_WINDOW_S}s"]
+    print(
+        f"late joiner: {got / 1000:.1f} KB in its first 5 s, fair share {fair_bytes / 1000:.1f} KB"
+    )
+    assert 0 < got < fair_bytes
+
+
+def test_a_forced_outage_shows_as_retransmission_timeouts(chain_rack, tmp_path):
+    """Drop everything R1 forwards for 3 s mid-trial: each sender goes silent and then
+    retransmits after its RTO, with exponential backoff while the outage lasts."""
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trials",
+            "run",
+            str(EXPERIMENT),
+            "--set",
+            "duration=20s",
+            "--only",
+            "start-0s_initcwnd-3_r1",
+            "-i",
+            str(chain_rack.inventory),
+            "--results",
+            str(results),
+        ],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    rule = "FORWARD -s 198.18.0.0/20 -j DROP"
+    rack = Rack.load([chain_rack.inventory])
+    try:
+        pids = chain_rack.state_dir / "hosts" / "S1" / "work" / "trials"
+        deadline = time.time() + 180
+        while not list(pids.glob("*/*/pair1_client.pid")) and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        time.sleep(2.0 + 6.0)  # start lead, then flows in congestion avoidance
+        outage = [time.time()]
+        rack.run("R1", f"iptables -I {rule}")
+        time.sleep(3.0)
+        rack.run("R1", f"iptables -D {rule}")
+        outage.append(time.time())
+        out, err = proc.communicate(timeout=240)
+    finally:
+        rack.run("R1", f"iptables -D {rule} 2>/dev/null; true", check=False)
+        rack.close()
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    (trial_dir,) = results.glob("*/trials/*")
+    summary = json.loads((trial_dir / "analysis" / "summary.json").read_text())
+    start, end = (int(v * 1e9) for v in outage)
+    for gen, point in (("pair1", "sender1"), ("pair2", "sender2")):
+        packets = read_pcap(trial_dir / "R1" / f"{point}.pcap")
+        # The bulk connection is the one carrying the data (iperf3's control connection
+        # idles and may time out too; it is not the flow).
+        data = packets[(packets.proto == 6) & (packets.payload_len > 0)]
+        bulk_port = data.groupby("sport").payload_len.sum().idxmax()
+        events = loss_events(packets, rto_threshold_ns=200_000_000)
+        timeouts = events[(events.kind == "timeout") & (events.sport == bulk_port)]
+        print(
+            f"{gen}: {len(timeouts)} timeouts, idle "
+            + ", ".join(f"{v / 1e6:.0f}" for v in timeouts.idle_ns)
+            + " ms"
+        )
+        assert summary["generators"][gen]["timeouts"] == len(timeouts)
+        # During the 3 s outage (and the retransmission that gets through after it) the RTO
+        # fires and backs off: at least two timeouts there, idle times at least doubling.
+        # (Recovery after it may time out again; those are real and counted too.)
+        during = timeouts[(timeouts.ts_ns >= start) & (timeouts.ts_ns <= end + 4 * 10**9)]
+        assert len(during) >= 2
+        idle = during.idle_ns.to_numpy()
+        assert np.all(idle[1:] >= 1.8 * idle[:-1])
+        # A silence as long as the outage happens only there.
+        long = timeouts[timeouts.idle_ns >= 10**9]
+        assert len(long) and np.all((long.ts_ns >= start) & (long.ts_ns <= end + 4 * 10**9))
