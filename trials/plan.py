@@ -107,11 +107,12 @@ def parse_set(text: str) -> tuple[str, Any]:
 class Trial:
     """One point of the matrix: the validated experiment with its overrides applied."""
 
-    experiment: Experiment
+    experiment: Experiment | None  # None when these overrides do not validate (see error)
     overrides: dict[str, Any]  # factor key -> level, in file order
     repetition: int
     name: str
     id: str
+    error: str | None = None
 
     def parameters(self) -> dict[str, Any]:
         """The resolved parameters as recorded in trial.json."""
@@ -125,7 +126,15 @@ class Plan:
     trials: list[Trial] = field(default_factory=list)
 
     def select(self, patterns: list[str] | None) -> list[Trial]:
-        """Trials whose name or id matches one of the patterns (fnmatch globs)."""
+        """Trials whose name or id matches one of the patterns (fnmatch globs); a selected
+        trial whose overrides do not validate is an error (an unselected one is not)."""
+        chosen = self._match(patterns)
+        broken = list(dict.fromkeys(t.error for t in chosen if t.error))
+        if broken:
+            raise SpecError("\n".join(broken))
+        return chosen
+
+    def _match(self, patterns: list[str] | None) -> list[Trial]:
         if not patterns:
             return list(self.trials)
         chosen = [
@@ -191,12 +200,20 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
             set_key(raw, key, value)
         except ValueError as exc:
             raise SpecError(f"{path}: --set {text}: {exc}") from None
-    base = validate(raw, path)
-    plan = Plan(path, base)
-    keys = list(base.factors)
+    try:
+        base: Experiment | None = validate(raw, path)
+    except SpecError as exc:
+        # The file as written may be invalid only where factors override it (e.g. a late
+        # joiner's start beyond a shortened duration): then each trial is judged alone.
+        if not factors:
+            raise
+        base, base_error = None, exc
+    factor_levels = {k: v if isinstance(v, list) else [v] for k, v in (factors or {}).items()}
+    repetitions = base.repetitions if base else int(raw.get("repetitions", 1))
+    trials: list[Trial] = []
+    keys = list(factor_levels)
     labels = _labels(keys)
-    levels = [base.factors[k] for k in keys]
-    for combo in itertools.product(*levels):
+    for combo in itertools.product(*factor_levels.values()):
         trial_raw = copy.deepcopy(raw)
         overrides = dict(zip(keys, combo, strict=True))
         for key, value in overrides.items():
@@ -204,14 +221,21 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
                 set_key(trial_raw, key, value)
             except ValueError as exc:
                 raise SpecError(f"{path}: key 'factors.{key}': {exc}") from None
+        exp, error = None, None
         try:
             exp = validate(trial_raw, path)
         except SpecError as exc:
             where = ", ".join(f"{k}={v}" for k, v in overrides.items())
-            raise SpecError(f"{exc} (in the trial with {where})") from None
+            error = f"{exc} (in the trial with {where})"
         stem = "_".join(f"{labels[k]}-{_value_text(v)}" for k, v in overrides.items())
-        for rep in range(1, base.repetitions + 1):
+        for rep in range(1, repetitions + 1):
             name = f"{stem}_r{rep}" if stem else f"r{rep}"
-            plan.trials.append(Trial(exp, overrides, rep, name, trial_id(exp, rep)))
-    random.Random(base.seed).shuffle(plan.trials)
-    return plan
+            tid = trial_id(exp, rep) if exp else "-"
+            trials.append(Trial(exp, overrides, rep, name, tid, error))
+    if base is None:
+        valid = [t.experiment for t in trials if t.experiment is not None]
+        if not valid:
+            raise base_error
+        base = valid[0]
+    random.Random(base.seed).shuffle(trials)
+    return Plan(path, base, trials)

@@ -166,10 +166,15 @@ def test_bad_values_name_key_and_allowed(tmp_path):
         "unknown key 'capture.points[0].side'; allowed here: name, link, at, node, interface"
         in message
     )
-    message = error_of(
-        tmp_path,
-        GOOD.replace("  hosts.senders.initcwnd: [1, 3, 10]", "  hosts.senders.initcwnd: [1, 0]"),
+    plan = load_plan(
+        write(
+            tmp_path,
+            GOOD.replace("hosts.senders.initcwnd: [1, 3, 10]", "hosts.senders.initcwnd: [1, 0]"),
+        )
     )
+    with pytest.raises(SpecError) as exc:
+        plan.select(None)  # a level no trial can run with is an error once it is selected
+    message = " ".join(str(exc.value).split())
     assert (
         "key 'hosts.senders.initcwnd'" in message
         and "(in the trial with hosts.senders.initcwnd=0" in message
@@ -209,3 +214,11 @@ def test_check_prints_the_plan(tmp_path):
     out = " ".join(done.stdout.split())
     assert "4 of 12 trial(s)" in out
     assert "hosts.senders.initcwnd=10, traffic[late].start=15s" in out
+
+
+def test_only_needs_just_the_selected_trials_to_validate(tmp_path):
+    # A 10 s run cannot hold the late joiner at 15 s, but the simultaneous starts can run.
+    plan = load_plan(write(tmp_path, GOOD), ["duration=10s"])
+    assert len(plan.select(["*start-0s*"])) == 6
+    with pytest.raises(SpecError, match=r"traffic\[1\].start \(15 s\) is not before the end"):
+        plan.select(["*start-15s*"])
