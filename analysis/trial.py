@@ -8,7 +8,6 @@ the runner.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from pathlib import Path
@@ -36,40 +35,50 @@ def tc_drops(tc_text: str, iface: str) -> int:
 
 
 def bottleneck_queue(
-    trial_dir: Path, record: dict[str, Any], gen: dict[str, Any], caps: Captures
+    trial_dir: Path, record: dict[str, Any], link: str, caps: Captures
 ) -> dict[str, Any] | None:
-    """Drops and queue-full events of the generator's bottleneck: every packet that entered
-    it (towards its subnet), forwarded or dropped, from the captures on either side."""
-    hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
-    before, after = caps.before(hops, hop), caps.after(hops, hop)
-    b = gen["path"].get("bottleneck")
-    if not (b and before and after) or caps.clock(before) != caps.clock(after):
+    """Drops and queue-full events at a bottleneck: every packet of the generators whose
+    path crosses it, seen before it and (forwarded) after it, in the captures nearest to
+    either side (one clock)."""
+    before, after, pairs, bottleneck, transit = set(), set(), set(), None, 0
+    for gen in record["traffic"].values():
+        b = gen["path"].get("bottleneck")
+        if not b or b["link"] != link:
+            continue
+        hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
+        first, second = caps.before(hops, hop), caps.after(hops, hop)
+        if not (first and second) or caps.clock(first) != caps.clock(second):
+            return None
+        before.add(first)
+        after.add(second)
+        pairs.add((ip_to_int(gen["src"]), ip_to_int(gen["dst"])))
+        bottleneck, transit = b, max(transit, max_transit_ns(gen))
+    if bottleneck is None:
         return None
-    subnet = ipaddress.IPv4Interface(record["network"]["interfaces"][b["host"]][b["iface"]]).network
-    lo, hi = ip_to_int(str(subnet.network_address)), ip_to_int(str(subnet.broadcast_address))
 
-    def towards(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame[(frame.dst >= lo) & (frame.dst <= hi)]
+    def crossing(names: set[str]) -> pd.DataFrame:
+        frame = pd.concat([caps.packets(n) for n in sorted(names)], ignore_index=True)
+        keys = pd.MultiIndex.from_arrays([frame.src, frame.dst])
+        return frame[keys.isin(list(pairs))]
 
-    matched = match_packets(
-        towards(caps.packets(before)),
-        towards(caps.packets(after)),
-        max_delay_ns=max_transit_ns(gen),
-    )
+    matched = match_packets(crossing(before), crossing(after), max_delay_ns=transit)
     t0 = record["times"]["t0_ns"]
     duration = parse_duration_ns(record["parameters"]["duration"])
     mid = t0 + duration // 2
     window = (max(t0, mid - QUEUE_WINDOW_NS // 2), min(t0 + duration, mid + QUEUE_WINDOW_NS // 2))
     queue = queue_full_events(matched, start_ns=window[0], end_ns=window[1])
-    host_dir = trial_dir / b["host"]
+    host_dir = trial_dir / bottleneck["host"]
     drops_tc = None
     if (host_dir / "tc_after.txt").exists() and (host_dir / "tc_before.txt").exists():
-        drops_tc = tc_drops((host_dir / "tc_after.txt").read_text(), b["iface"]) - tc_drops(
-            (host_dir / "tc_before.txt").read_text(), b["iface"]
+        iface = bottleneck["iface"]
+        drops_tc = tc_drops((host_dir / "tc_after.txt").read_text(), iface) - tc_drops(
+            (host_dir / "tc_before.txt").read_text(), iface
         )
     return {
-        "link": b["link"],
-        "at": f"{b['host']}:{b['iface']}",
+        "link": link,
+        "at": f"{bottleneck['host']}:{bottleneck['iface']}",
+        "captures_before": sorted(before),
+        "captures_after": sorted(after),
         "queue_drops_capture": int((~matched.forwarded).sum()),
         "queue_drops_tc": drops_tc,
         "queue_full_events": queue["events"],
@@ -91,9 +100,11 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         generators[name] = summary
         for kind, frame in tables.items():
             frames.setdefault(kind, []).append(frame)
-        queue = bottleneck_queue(trial_dir, record, gen, caps)
+    links = {(g["path"].get("bottleneck") or {}).get("link") for g in record["traffic"].values()}
+    for link in sorted(n for n in links if n):
+        queue = bottleneck_queue(trial_dir, record, link, caps)
         if queue is not None:
-            queues.setdefault(queue["link"], queue)
+            queues[link] = queue
     for kind, parts in frames.items():
         pd.concat(parts, ignore_index=True).to_parquet(out_dir / f"{kind}.parquet", index=False)
     summary = {

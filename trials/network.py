@@ -51,6 +51,7 @@ class ResolvedNetwork:
     egress: list[Egress] = field(default_factory=list)
     captures: list[CaptureSite] = field(default_factory=list)
     mtu: dict[tuple[str, str], int] = field(default_factory=dict)  # (host, iface) -> MTU
+    bottleneck: str | None = None  # the link named as the congestion point, if any
 
     def host_of(self, node: str) -> str:
         return self.nodes[node]
@@ -104,7 +105,8 @@ class ResolvedNetwork:
 
         fwd_e, back_e = shaped(fwd), shaped(back)
         rated = [e for e in fwd_e if e is not None and e.shaping.rate is not None]
-        bottleneck = min(rated, key=lambda e: e.shaping.rate) if rated else None
+        named = [e for e in rated if e.link == self.bottleneck]
+        bottleneck = named[0] if named else min(rated, key=lambda e: e.shaping.rate, default=None)
         mtus = [self.mtu.get((h, i), 1500) for h, i in fwd]
         return {
             "hops": [f"{h}:{i}" for h, i in fwd],
@@ -177,7 +179,7 @@ def resolve_network(exp: Experiment, rack: Rack, source: str) -> ResolvedNetwork
             hosts[name] = host
             nodes.setdefault(name, name)
     routers = {n for n, h in nodes.items() if any(g in hosts[h].groups for g in ROUTER_GROUPS)}
-    resolved = ResolvedNetwork(source, nodes, hosts, routers)
+    resolved = ResolvedNetwork(source, nodes, hosts, routers, bottleneck=net.bottleneck)
 
     for i, gen in enumerate(exp.traffic):
         for key, node in zip(("from", "to"), gen.endpoints(), strict=True):

@@ -132,6 +132,11 @@ class Network(Strict):
         description="node -> inventory host; a node not listed is the host of the same name",
     )
     links: list[Link] = Field(default_factory=list)
+    bottleneck: str | None = Field(
+        None,
+        description="the link where the traffic congests (default: the slowest shaped hop of "
+        "each path); metrics are taken on either side of it",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Network:
@@ -264,6 +269,11 @@ class Experiment(Strict):
                         f"{where}: node {node!r} is not in network.nodes ({', '.join(declared)})"
                     )
         links = {lk.name: lk for lk in self.network.links}
+        if self.network.bottleneck is not None and self.network.bottleneck not in links:
+            raise ValueError(
+                f"network.bottleneck: no link named {self.network.bottleneck!r}; the links are: "
+                f"{', '.join(links) or 'none'}"
+            )
         for i, point in enumerate(self.capture.points):
             if point.link is None:
                 continue

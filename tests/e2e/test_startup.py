@@ -62,6 +62,8 @@ def lswan(chain_rack, tmp_path_factory):
         "--set",
         "hosts.senders.initcwnd=3",
         "--set",
+        "traffic[*].pacing=false",
+        "--set",
         "repetitions=1",
         inventory=chain_rack.inventory,
         results=results,
@@ -124,6 +126,10 @@ def test_aggregate_effective_throughput_fills_the_bottleneck(lswan):
         + f"; {measured_bps / 1e6:.3f} of {capacity / 1e6:.3f} Mbit/s payload capacity"
     )
     assert abs(measured_bps - capacity) / capacity < 0.05
+    # Drops at the bottleneck found from the captures on both sides equal the qdisc's counter.
+    queue = s["queues"]["bottleneck"]
+    assert queue["captures_before"] == ["sender1", "sender2"]
+    assert queue["queue_drops_capture"] == queue["queue_drops_tc"] > 0
     # Startup costs: early cut-offs use less of the link than later ones.
     assert s["utilization_1s"] < s["utilization_5s"] < s["utilization_20s"] + 0.01
 
@@ -164,7 +170,7 @@ def test_a_forced_outage_shows_as_retransmission_timeouts(chain_rack, tmp_path):
             "--set",
             "duration=20s",
             "--only",
-            "start-0s_initcwnd-3_r1",
+            "start-0s_initcwnd-3_pacing-false_r1",
             "-i",
             str(chain_rack.inventory),
             "--results",
@@ -222,3 +228,21 @@ def test_a_forced_outage_shows_as_retransmission_timeouts(chain_rack, tmp_path):
         # A silence as long as the outage happens only there.
         long = timeouts[timeouts.idle_ns >= 10**9]
         assert len(long) and np.all((long.ts_ns >= start) & (long.ts_ns <= end + 4 * 10**9))
+
+
+def test_a_rate_beyond_what_the_rack_carries_is_refused(chain_rack, tmp_path):
+    results = tmp_path / "results"
+    done = run_cli(
+        str(EXPERIMENT),
+        "--set",
+        "network.links[bottleneck].rate=1gbit",
+        "--only",
+        "start-0s_initcwnd-3_*",
+        inventory=chain_rack.inventory,
+        results=results,
+    )
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert "link bottleneck (forward, R1:core): 1gbit is beyond what this rack carries" in message
+    assert "trialbed_max_rate 155mbit" in message
+    assert not results.exists()
