@@ -25,6 +25,7 @@ from trials.plan import load_plan
 pytestmark = pytest.mark.rack
 
 EXPERIMENT = PROJECT / "experiments" / "startup_lswan.yml"
+SATELLITE = PROJECT / "experiments" / "startup_satellite.yml"
 ETHERNET_HEADER = 14
 SYN, ACK = 0x02, 0x10
 FIRST_WINDOW_S = 5
@@ -51,12 +52,10 @@ def run_cli(*args: str, inventory: Path, results: Path) -> subprocess.CompletedP
     )
 
 
-@pytest.fixture(scope="module")
-def lswan(chain_rack, tmp_path_factory):
-    """Two LS-WAN trials: both pairs from T0, and pair2 joining at 15 s."""
-    results = tmp_path_factory.mktemp("startup")
+def run_trials(experiment: Path, only: str, inventory: Path, results: Path) -> dict:
+    """One repetition at initcwnd 3 without pacing, 25 s, of the trials matching `only`."""
     done = run_cli(
-        str(EXPERIMENT),
+        str(experiment),
         "--set",
         "duration=25s",
         "--set",
@@ -65,7 +64,9 @@ def lswan(chain_rack, tmp_path_factory):
         "traffic[*].pacing=false",
         "--set",
         "repetitions=1",
-        inventory=chain_rack.inventory,
+        "--only",
+        only,
+        inventory=inventory,
         results=results,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -77,16 +78,32 @@ def lswan(chain_rack, tmp_path_factory):
             "record": json.loads((trial_dir / "trial.json").read_text()),
             "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
         }
-    assert set(trials) == {"start-0s_r1", "start-15s_r1"}, set(trials)
     return {"trials": trials, "stdout": done.stdout}
 
 
-def payload_capacity_bps(trial_dir: Path, record: dict) -> float:
+@pytest.fixture(scope="module")
+def lswan(chain_rack, tmp_path_factory):
+    """LS-WAN, both pairs from T0."""
+    out = run_trials(EXPERIMENT, "start-0s_*", chain_rack.inventory, tmp_path_factory.mktemp("ls"))
+    assert set(out["trials"]) == {"start-0s_r1"}, set(out["trials"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def satellite(chain_rack, tmp_path_factory):
+    """Satellite path (580 ms RTT, 512-byte MTU), pair2 joining at 15 s: with an RTT this
+    long, slow start cannot reach a fair window within 5 s."""
+    out = run_trials(SATELLITE, "start-15s_*", chain_rack.inventory, tmp_path_factory.mktemp("sat"))
+    assert set(out["trials"]) == {"start-15s_r1"}, set(out["trials"])
+    return out
+
+
+def payload_capacity_bps(trial_dir: Path, record: dict, experiment: Path = EXPERIMENT) -> float:
     """The bottleneck rate times payload / frame of the largest data segment captured."""
     packets = read_pcap(trial_dir / "R1" / "sender1.pcap")
     data = packets[(packets.proto == 6) & (packets.payload_len > 0)]
     full = data[data.payload_len == data.payload_len.max()].iloc[0]
-    exp = load_plan(EXPERIMENT).base
+    exp = load_plan(experiment).base
     rate = exp.network.link("bottleneck").rate
     return rate * int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
 
@@ -103,15 +120,20 @@ def first_syn_offset_s(trial_dir: Path, record: dict, point: str, sender: str) -
     return (int(syns.ts_ns.min()) - record["times"]["t0_ns"]) / 1e9
 
 
-def test_trials_complete_with_verified_files(lswan):
-    for name, t in lswan["trials"].items():
+def test_trials_complete_with_verified_files(lswan, satellite):
+    for name, t in {**lswan["trials"], **satellite["trials"]}.items():
         assert t["record"]["status"] == "complete", (name, t["record"]["errors"])
         assert verify_manifest(t["dir"]) == []
         for point, counts in t["record"]["capture"].items():
             assert counts["dropped_by_kernel"] == 0, (name, point)
         assert t["record"]["hosts"]["S1"]["sysctls"]["net.ipv4.tcp_congestion_control"]
     assert "Effective throughput vs elapsed time" in lswan["stdout"]
-    assert "Late joiner" in lswan["stdout"]
+    assert "Late joiner" in satellite["stdout"]
+    # The satellite path's 512-byte MTU holds end to end: no data segment is larger.
+    t = satellite["trials"]["start-15s_r1"]
+    packets = read_pcap(t["dir"] / "R1" / "sender1.pcap")
+    assert packets[packets.proto == 6].ip_len.max() == 512
+    assert t["record"]["hosts"]["S1"]["mtu"] == {"a1": 512}
 
 
 def test_aggregate_effective_throughput_fills_the_bottleneck(lswan):
@@ -134,8 +156,8 @@ def test_aggregate_effective_throughput_fills_the_bottleneck(lswan):
     assert s["utilization_1s"] < s["utilization_5s"] < s["utilization_20s"] + 0.01
 
 
-def test_every_flow_starts_at_its_offset(lswan):
-    for name, t in lswan["trials"].items():
+def test_every_flow_starts_at_its_offset(lswan, satellite):
+    for name, t in {**lswan["trials"], **satellite["trials"]}.items():
         record = t["record"]
         for gen, point, sender in (("pair1", "sender1", "S1"), ("pair2", "sender2", "S2")):
             offset = first_syn_offset_s(t["dir"], record, point, sender)
@@ -144,9 +166,9 @@ def test_every_flow_starts_at_its_offset(lswan):
             assert wanted <= offset < wanted + 0.25, (name, gen, offset)
 
 
-def test_late_joiner_gets_less_than_its_fair_share_at_first(lswan):
-    t = lswan["trials"]["start-15s_r1"]
-    capacity = payload_capacity_bps(t["dir"], t["record"])
+def test_late_joiner_gets_less_than_its_fair_share_at_first(satellite):
+    t = satellite["trials"]["start-15s_r1"]
+    capacity = payload_capacity_bps(t["dir"], t["record"], SATELLITE)
     late = t["summary"]["generators"]["pair2"]
     fair_bytes = capacity * FIRST_WINDOW_S / 8 / 2  # two flows share the bottleneck
     got = late["delivered_bytes"][f"{FIRST_WINDOW_S}s"]
