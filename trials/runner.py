@@ -234,7 +234,7 @@ class TrialRunner:
             "errors": [],
         }
         (trial_dir / "trial.json").write_text(dump_json(record))
-        delayed = [h for h in sorted({e.host for e in net.egress if e.shaping.delay})]
+        delayed = sorted({e.host for e in net.egress if e.shaping.delay})
         nfqueue: list[str] = []
         try:
             self.log(f"[{trial.name}] configure (ansible-playbook configure.yml)")
