@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -199,6 +200,13 @@ class HostSettings(Strict):
     rcvbuf: Bytes | None = Field(None, description="largest TCP receive buffer (tcp_rmem max)")
     sndbuf: Bytes | None = Field(None, description="largest TCP send buffer (tcp_wmem max)")
     tcp_no_metrics_save: Literal[0, 1] | None = None
+
+    @field_validator("rto_min")
+    @classmethod
+    def _whole_ms(cls, value: int | None) -> int | None:
+        if value is not None and (value % 10**6 or not 10**6 <= value <= 120 * 10**9):
+            raise ValueError("rto_min is a whole number of milliseconds from 1ms to 120s")
+        return value
 
 
 # -- the experiment ----------------------------------------------------------------------------

@@ -53,13 +53,16 @@ def run_cli(*args: str, inventory: Path, results: Path) -> subprocess.CompletedP
 
 
 def run_trials(experiment: Path, only: str, inventory: Path, results: Path) -> dict:
-    """One repetition at initcwnd 3 without pacing, 25 s, of the trials matching `only`."""
+    """One repetition at initcwnd 3, rto_min 200 ms, without pacing, 25 s, of the trials
+    matching `only`."""
     done = run_cli(
         str(experiment),
         "--set",
         "duration=25s",
         "--set",
         "hosts.senders.initcwnd=3",
+        "--set",
+        "hosts.senders.rto_min=200ms",
         "--set",
         "traffic[*].pacing=false",
         "--set",
