@@ -1,5 +1,6 @@
 """Seed 001 (Aron & Druschel 1998): effective throughput vs elapsed time (the Fig. 3 table:
-data delivered by 1, 5, 10, 20, 30 s and its share of what the bottleneck could carry), and
+data delivered over all flows by T0 + 1, 5, 10, 20, 30 s and its share of what the
+bottleneck could carry), and
 the late joiner (Figs. 7-8: data the late flow carried in its first 5 s against its fair
 share; retransmission timeouts and their idle time per sender)."""
 
@@ -33,7 +34,8 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
         "slow_start_exit_s": {n: s.get("slow_start_exit_s") for n, s in bulk.items()},
     }
     for c in CUTOFFS:
-        parts = [s.get("delivered_bytes", {}).get(c) for s in bulk.values()]
+        # Data delivered by T0 + c over all flows (a late joiner counts from T0 too).
+        parts = [s.get("delivered_since_t0", {}).get(c) for s in bulk.values()]
         if all(p is not None for p in parts) and parts:
             total = sum(parts)
             out[f"delivered_{c}"] = total

@@ -121,6 +121,14 @@ def analyse(
                 for c in cutoffs
                 if covered.get(c, False)
             },
+            # Since T0 rather than since each flow's SYN: what the aggregate is judged by.
+            delivered_since_t0={
+                f"{c // 10**9}s": int(
+                    tcp_goodput(pk[pk.ts_ns <= t0 + c], start_ns=t0, end_ns=t0 + c).bytes.sum()
+                )
+                for c in cutoffs
+                if c <= parse_duration_ns(record["parameters"]["duration"])
+            },
             payload_capacity_bps=payload_capacity_bps(data, rate) if rate else None,
         )
     flows_named = flows.assign(generator=name)
