@@ -34,7 +34,7 @@ from trials.fields import (
     RateBps,
     Strict,
 )
-from trials.generators import Generator
+from trials.generators import GENERATOR_TYPES, Generator
 
 # Queue disciplines of a link direction. droptail is bfifo (byte buffer) or pfifo (packet
 # buffer); the AQMs are accepted here and checked against the router's kernel by preflight.
@@ -43,6 +43,12 @@ QDISCS = ("droptail", "red", "gred", "fq_codel", "pie")
 
 class SpecError(ValueError):
     """An experiment file that cannot be run as written."""
+
+
+def require_unique(what: str, names: list[str]) -> None:
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"{what} names must be unique; repeated: {', '.join(dup)}")
 
 
 # -- network -----------------------------------------------------------------------------------
@@ -141,10 +147,7 @@ class Network(Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> Network:
-        names = [link.name for link in self.links]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"link names must be unique; repeated: {', '.join(dup)}")
+        require_unique("link", [link.name for link in self.links])
         return self
 
     def host_of(self, node: str) -> str:
@@ -181,10 +184,7 @@ class Capture(Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> Capture:
-        names = [p.name for p in self.points]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"capture point names must be unique; repeated: {', '.join(dup)}")
+        require_unique("capture point", [p.name for p in self.points])
         return self
 
 
@@ -244,10 +244,7 @@ class Experiment(Strict):
                 f"warmup ({self.warmup / 1e9:g} s) must be shorter than duration "
                 f"({self.duration / 1e9:g} s)"
             )
-        names = [g.label(i) for i, g in enumerate(self.traffic)]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"traffic names must be unique; repeated: {', '.join(dup)}")
+        require_unique("traffic", self.generator_names())
         self._check_references()
         for i, gen in enumerate(self.traffic):
             if gen.start >= self.duration:
@@ -338,14 +335,11 @@ def _key(loc: tuple[Any, ...]) -> str:
     for p in loc:
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in _TAGS:  # the discriminated union's branch name is not part of the file
+        elif p in GENERATOR_TYPES:  # the union's branch name is not part of the file
             continue
         else:
             parts.append(f".{p}")
     return "".join(parts).lstrip(".")
-
-
-_TAGS = {"bulk_tcp", "cbr_udp"}
 
 
 def format_errors(source: str | Path, err: ValidationError, prefix: str = "") -> str:
@@ -369,14 +363,12 @@ def format_errors(source: str | Path, err: ValidationError, prefix: str = "") ->
 
 def _allowed_at(loc: tuple[Any, ...]) -> str:
     """Field names (as written in files) of the model that holds the unknown key."""
-    from trials.generators import GENERATOR_TYPES
-
     model: Any = Experiment
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
         if part in GENERATOR_TYPES:
-            model = GENERATOR_TYPES[part].spec
+            model = GENERATOR_TYPES[part].spec_class
             continue
         field = model.model_fields.get(part) if isinstance(model, type) else None
         if field is None:

@@ -185,6 +185,18 @@ def test_bad_values_name_key_and_allowed(tmp_path):
     assert "forward: unknown key rte; allowed: rate, buffer, delay, qdisc" in message
 
 
+def test_unknown_and_repeated_keys_in_lists_are_named(tmp_path):
+    message = error_of(tmp_path, GOOD.replace("name: first,", "name: first, flowz: 2,"))
+    assert (
+        "unknown key 'traffic[0].flowz'; allowed here: type, name, from, to, start, flows"
+        in message
+    )
+    message = error_of(tmp_path, GOOD.replace("type: cbr_udp,", "type: cbr_udp, name: first,"))
+    assert "traffic names must be unique; repeated: first" in message
+    message = error_of(tmp_path, GOOD.replace("name: r2_core", "name: before"))
+    assert "capture point names must be unique; repeated: before" in message
+
+
 def test_yaml_syntax_error_names_file_and_line(tmp_path):
     message = error_of(tmp_path, GOOD.replace("duration: 30s", "duration: [30s"))
     assert "line 18, column 8" in message and "not valid YAML" in message
