@@ -11,6 +11,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,3 +184,40 @@ def test_rack(tmp_path_factory):
 @pytest.fixture(scope="session")
 def chain_rack(tmp_path_factory):
     yield from built_rack(tmp_path_factory, "chain2", CHAIN_PREFIX, 2)
+
+
+def trials_run(*args: str, inventory: Path, results: Path) -> list[str]:
+    """The command line of `python -m trials run ARGS` on a test rack."""
+    return [
+        sys.executable,
+        "-m",
+        "trials",
+        "run",
+        *args,
+        "-i",
+        str(inventory),
+        "--results",
+        str(results),
+    ]
+
+
+def start_trials(*args: str, inventory: Path, results: Path) -> subprocess.Popen:
+    """`python -m trials run ARGS` in the background (no stdin, output captured)."""
+    return subprocess.Popen(
+        trials_run(*args, inventory=inventory, results=results),
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def wait_for_daemon(proc: subprocess.Popen, rack: TestRack, host: str, daemon: str) -> None:
+    """Wait until the running trial has started `daemon` on `host` (its pid file exists)."""
+    trials = rack.state_dir / "hosts" / host / "work" / "trials"
+    deadline = time.time() + 180
+    while not list(trials.glob(f"*/*/{daemon}.pid")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"{daemon} did not start on {host}"
+        time.sleep(0.5)

@@ -6,7 +6,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from collect.fetch import verify_manifest
 from core.rack import Rack
-from tests.e2e.conftest import PREFIX, PROJECT
+from tests.e2e.conftest import PREFIX, start_trials, wait_for_daemon
 
 pytestmark = pytest.mark.rack
 
@@ -53,30 +52,9 @@ def test_ctrl_c_mid_trial_restores_the_network_and_keeps_the_captures(test_rack,
     exp_file = tmp_path / "interrupt.yml"
     exp_file.write_text(EXPERIMENT)
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trials",
-            "run",
-            str(exp_file),
-            "-i",
-            str(test_rack.inventory),
-            "--results",
-            str(results),
-        ],
-        cwd=PROJECT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = start_trials(str(exp_file), inventory=test_rack.inventory, results=results)
     # Wait until the TCP sender is launched, then let traffic flow for a few seconds.
-    client_pids = test_rack.state_dir / "hosts" / "A" / "work" / "trials"
-    deadline = time.time() + 120
-    while not list(client_pids.glob("*/*/tcp_client.pid")) and time.time() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.5)
+    wait_for_daemon(proc, test_rack, "A", "tcp_client")
     time.sleep(8)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=180)

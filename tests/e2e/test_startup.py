@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from analysis.pcap import ip_to_int, read_pcap
 from analysis.startup import loss_events
 from collect.fetch import verify_manifest
 from core.rack import Rack
-from tests.e2e.conftest import PROJECT
+from tests.e2e.conftest import PROJECT, start_trials, trials_run, wait_for_daemon
 from trials.plan import load_plan
 
 pytestmark = pytest.mark.rack
@@ -33,17 +32,7 @@ FIRST_WINDOW_S = 5
 
 def run_cli(*args: str, inventory: Path, results: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trials",
-            "run",
-            *args,
-            "-i",
-            str(inventory),
-            "--results",
-            str(results),
-        ],
+        trials_run(*args, inventory=inventory, results=results),
         cwd=PROJECT,
         capture_output=True,
         text=True,
@@ -185,36 +174,19 @@ def test_a_forced_outage_shows_as_retransmission_timeouts(chain_rack, tmp_path):
     """Drop everything R1 forwards for 3 s mid-trial: each sender goes silent and then
     retransmits after its RTO, with exponential backoff while the outage lasts."""
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trials",
-            "run",
-            str(EXPERIMENT),
-            "--set",
-            "duration=20s",
-            "--only",
-            "start-0s_initcwnd-3_pacing-false_r1",
-            "-i",
-            str(chain_rack.inventory),
-            "--results",
-            str(results),
-        ],
-        cwd=PROJECT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
+    proc = start_trials(
+        str(EXPERIMENT),
+        "--set",
+        "duration=20s",
+        "--only",
+        "start-0s_initcwnd-3_pacing-false_r1",
+        inventory=chain_rack.inventory,
+        results=results,
     )
     rule = "FORWARD -s 198.18.0.0/20 -j DROP"
     rack = Rack.load([chain_rack.inventory])
     try:
-        pids = chain_rack.state_dir / "hosts" / "S1" / "work" / "trials"
-        deadline = time.time() + 180
-        while not list(pids.glob("*/*/pair1_client.pid")) and time.time() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.5)
+        wait_for_daemon(proc, chain_rack, "S1", "pair1_client")
         time.sleep(2.0 + 6.0)  # start lead, then flows in congestion avoidance
         outage = [time.time()]
         rack.run("R1", f"iptables -I {rule}")
