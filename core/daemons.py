@@ -1,13 +1,14 @@
-"""Detached processes on rack hosts (servers, senders, captures), started and stopped through
-one helper: each has a pid file and a log in its host's trial directory."""
+"""Detached processes on rack hosts (servers, senders, captures, the delay line), started,
+signalled and stopped through the one helper every rack host has (`trialbed-daemon`, installed
+by the remote_daemons role): each has NAME.pid and NAME.log in its host's trial directory,
+unless a call names another directory."""
 
 from __future__ import annotations
 
 import shlex
-import time
 from dataclasses import dataclass
 
-from core.rack import Rack, RackError
+from core.rack import Rack
 
 
 @dataclass
@@ -15,53 +16,42 @@ class Daemons:
     rack: Rack
     remote: dict[str, str]  # host -> remote trial directory
 
-    def _path(self, host: str, name: str, suffix: str) -> str:
-        return shlex.quote(f"{self.remote[host]}/{name}.{suffix}")
+    def _helper(self, host: str, action: str, name: str, *args: str, directory: str | None = None):
+        helper = f"{self.rack.host(host).workdir}/bin/trialbed-daemon"
+        where = directory or self.remote[host]
+        words = [helper, action, name, *args, "--dir", where]
+        return " ".join(shlex.quote(w) for w in words)
 
     def spawn(self, host: str, name: str, command: str, start_at: float | None = None) -> None:
-        """Start `command` detached in the host's trial directory; with `start_at`, it first
-        sleeps until that absolute time (one clock on the virtual rack; NTP/PTP-disciplined
-        clocks on a physical one)."""
-        wait = ""
-        if start_at is not None:
-            wait = f"python3 -c 'import time; time.sleep(max(0, {start_at!r} - time.time()))'; "
-        d = shlex.quote(self.remote[host])
-        # Only the detached process may be backgrounded: anything else holding the SSH
-        # channel's stdout would keep this call waiting.
+        """Start the shell command `command` detached in the host's trial directory; with
+        `start_at`, it first sleeps until that absolute time (one clock on the virtual rack;
+        NTP/PTP-disciplined clocks on a physical one)."""
+        at = ("--at", repr(start_at)) if start_at is not None else ()
         self.rack.run(
             host,
-            f"cd {d} || exit 1; setsid sh -c {shlex.quote(wait + 'exec ' + command)} "
-            f"> {name}.log 2>&1 < /dev/null & echo $! > {d}/{name}.pid",
+            self._helper(host, "start", name, *at) + f" -- sh -c {shlex.quote('exec ' + command)}",
         )
 
     def running(self, host: str, name: str) -> bool:
-        pidfile = self._path(host, name, "pid")
-        answer = self.rack.run(
-            host, f"kill -0 $(cat {pidfile}) 2>/dev/null && echo yes || echo no", check=False
-        )
-        return answer.strip() == "yes"
+        answer = self.rack.run(host, self._helper(host, "status", name), check=False)
+        return answer.strip() == "running"
 
     def wait_for_log(self, host: str, name: str, text: str, timeout_s: float = 5.0) -> None:
         """Wait until the daemon's log contains `text` (e.g. tcpdump's 'listening on')."""
-        log = self._path(host, name, "log")
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            if self.rack.run(host, f"grep -qF {shlex.quote(text)} {log} && echo yes", check=False):
-                return
-            if not self.running(host, name):
-                break
-            time.sleep(0.05)
-        out = self.rack.run(host, f"tail -5 {log}", check=False).strip()
-        raise RackError(f"{host}: {name} did not start ({text!r} not in its log): {out}")
+        self.rack.run(host, self._helper(host, "wait-log", name, text, "--timeout", str(timeout_s)))
+
+    def signal(
+        self,
+        host: str,
+        name: str,
+        sig: str,
+        directory: str | None = None,
+        wait_file: str | None = None,
+    ) -> None:
+        """Send `sig`; with `wait_file`, that file is removed first and waited for."""
+        wait = ("--wait-file", wait_file) if wait_file else ()
+        self.rack.run(host, self._helper(host, "signal", name, sig, *wait, directory=directory))
 
     def stop(self, host: str, name: str, sig: str = "TERM") -> None:
         """Signal the daemon, wait up to 5 s for it to end, then kill it."""
-        pidfile = self._path(host, name, "pid")
-        self.rack.run(
-            host,
-            f"if [ -s {pidfile} ]; then pid=$(cat {pidfile}); "
-            f"kill -{sig} $pid 2>/dev/null; for i in $(seq 50); do "
-            f"kill -0 $pid 2>/dev/null || break; sleep 0.1; done; "
-            f"kill -KILL $pid 2>/dev/null; rm -f {pidfile}; fi; true",
-            check=False,
-        )
+        self.rack.run(host, self._helper(host, "stop", name, "--signal", sig), check=False)

@@ -282,4 +282,12 @@ def host_settings(
             if layer in exp.hosts:
                 merged.update(exp.hosts[layer].model_dump(mode="json", exclude_unset=True))
         out[node] = HostSettings.model_validate(merged)
+        shaped = sorted({e.iface for e in resolved.egress if e.host == host})
+        if out[node].pacing and shaped:
+            raise RackError(
+                f"{source}: key 'hosts.*.pacing': node {node} shapes its own egress on "
+                f"{', '.join(shaped)}, where the shaping's HTB is the root qdisc; fq cannot "
+                "pace there. Pace its flows with traffic[].pacing (TCP's own pacing), or "
+                "shape that link on the router's side"
+            )
     return out

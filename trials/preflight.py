@@ -88,6 +88,9 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                     f"(trialbed_max_rate {max_rate}, measured); scale the experiment's rates "
                     "down and say so in its description, or use a faster rack"
                 )
+        for node, s in settings.items():
+            if s.pacing:
+                needs_qdisc.setdefault(net.host_of(node), {})["fq"] = f"hosts.*.pacing ({node})"
         for c in net.captures:
             for tool in CAPTURE_TOOLS:
                 needs_tools.setdefault(c.host, {})[tool] = f"capture {c.name}"
@@ -130,10 +133,17 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
     for host, qdiscs in needs_qdisc.items():
         for qdisc, link in qdiscs.items():
             if qdisc not in have_qdisc[host]:
+                kernel = facts.get(host, {}).get("kernel", "?")
+                if link.startswith("hosts."):
+                    problems.append(
+                        f"{source}: key '{link}': pacing needs the fq qdisc, which is not in the "
+                        f"kernel of host {host} ({kernel}); use traffic[].pacing (TCP's own "
+                        "pacing, per flow) instead, or a rack whose kernel has sch_fq"
+                    )
+                    continue
                 problems.append(
                     f"{source}: link {link}: qdisc {qdisc!r} is not in the kernel of host {host} "
-                    f"({facts.get(host, {}).get('kernel', '?')}); use droptail here, or a rack "
-                    "whose kernel has sch_" + qdisc
+                    f"({kernel}); use droptail here, or a rack whose kernel has sch_" + qdisc
                 )
     for name, f in facts.items():
         if f["free_disk_bytes"] < MIN_FREE_DISK:

@@ -120,6 +120,10 @@ def host_vars(
                 **({"rto_min": format_duration(s.rto_min)} if s.rto_min else {}),
             },
             "trialbed_flow_cc": sorted(set(flow_cc.get(host, []))),
+            # Always set, so that the next trial without pacing takes fq away again.
+            "testbed_host_pacing_interfaces": sorted(net.hosts[host].interfaces)
+            if s.pacing
+            else [],
         }
         if s.cc:
             v["testbed_host_cc"] = s.cc
@@ -190,9 +194,14 @@ class TrialRunner:
             out[host] = json.loads(text)
         return out
 
-    def delayline(self, host: str, action: str, out: str | None = None) -> None:
-        ctl = f"{self.rack.host(host).workdir}/router/delayline-ctl"
-        self.rack.run(host, f"{ctl} {action} {shlex.quote(out) if out else '/dev/null'}")
+    def delayline_stats(self, daemons: Daemons, host: str, out: str | None = None) -> None:
+        """The delay line's counters since the last call (SIGUSR1 writes and resets them),
+        copied to `out` when given."""
+        router = f"{self.rack.host(host).workdir}/router"
+        stats = f"{router}/delayline.stats.json"
+        daemons.signal(host, "delayline", "USR1", directory=router, wait_file=stats)
+        if out:
+            self.rack.run(host, f"cp {shlex.quote(stats)} {shlex.quote(out)}")
 
     # -- one trial --------------------------------------------------------------------------------
 
@@ -253,7 +262,9 @@ class TrialRunner:
                 g.prepare()
             self.shaping_snapshot(net, daemons, "before")
             for host in nfqueue:
-                self.delayline(host, "stats")  # resets the delay line's counters for this trial
+                self.delayline_stats(
+                    daemons, host
+                )  # resets the delay line's counters for this trial
             for c in net.captures:
                 daemons.spawn(
                     c.host,
@@ -334,7 +345,7 @@ class TrialRunner:
                     steps.append(
                         (
                             f"delay line stats {host}",
-                            lambda h=host, o=out: self.delayline(h, "stats", o),
+                            lambda h=host, o=out: self.delayline_stats(daemons, h, o),
                         )
                     )
             for what, step in steps:

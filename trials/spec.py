@@ -200,6 +200,11 @@ class HostSettings(Strict):
     rcvbuf: Bytes | None = Field(None, description="largest TCP receive buffer (tcp_rmem max)")
     sndbuf: Bytes | None = Field(None, description="largest TCP send buffer (tcp_wmem max)")
     tcp_no_metrics_save: Literal[0, 1] | None = None
+    pacing: bool | None = Field(
+        None,
+        description="fq as the root qdisc of the host's experiment interfaces, which paces "
+        "every TCP flow (needs sch_fq; traffic[].pacing asks TCP's own pacing per flow)",
+    )
 
     @field_validator("rto_min")
     @classmethod

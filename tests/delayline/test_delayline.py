@@ -31,6 +31,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DELAYLINE = REPO / "roles/linux_router/files/trialbed_delayline.py"
+HELPER = REPO / "roles/remote_daemons/files/trialbed_daemon.py"
 # The delay line needs netfilterqueue, which the project's venv has.
 PYTHON = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
 
@@ -127,7 +128,11 @@ def build_rack():
 
 
 class DelayLineProc:
+    """The delay line in the router namespace, started, signalled and stopped through the
+    rack's daemon helper, as the linux_router role and the trial runner do."""
+
     def __init__(self, tmp_path, delay_us):
+        self.dir = tmp_path
         self.config = tmp_path / "delayline.json"
         self.stats = tmp_path / "stats.json"
         self.pidfile = tmp_path / "delayline.pid"
@@ -137,38 +142,31 @@ class DelayLineProc:
             {"num": Q_LEFT, "delay_us": delay_us, "label": "to-left"},
         ]
         self.config.write_text(json.dumps({"max_len": 20000, "queues": queues}))
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                ["ip", "netns", "exec", RTR, PYTHON, str(DELAYLINE), "--config", str(self.config),
-                 "--stats", str(self.stats), "--pidfile", str(self.pidfile)],
-                stderr=log,
-            )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while not self.pidfile.exists():
-            assert self.proc.poll() is None, f"delay line died: {self.log.read_text()}"
-            assert time.monotonic() < deadline, "delay line did not write its pidfile"
-            time.sleep(0.02)
-        # `ip netns exec` execs the program, so the pidfile names our child.
-        assert int(self.pidfile.read_text()) == self.proc.pid
+        self.helper("start", "--ready", "ready", "--timeout", "10", "--",
+                    PYTHON, str(DELAYLINE), "--config", str(self.config),
+                    "--stats", str(self.stats))  # fmt: skip
+        self.pid = int(self.pidfile.read_text().split()[0])
+
+    def helper(self, action, *args):
+        """trialbed-daemon ACTION delayline ... inside the router namespace; its stdout."""
+        out = subprocess.run(
+            ["ip", "netns", "exec", RTR, sys.executable, str(HELPER), action, "delayline",
+             "--dir", str(self.dir), *args],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert out.returncode in (0, 3), f"trialbed-daemon {action}: {out.stderr}"
+        return out.stdout.strip()
 
     def read_stats(self):
         """SIGUSR1, then the stats file it writes (which also resets the counters)."""
-        self.stats.unlink(missing_ok=True)
-        os.kill(self.proc.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + 5
-        while not self.stats.exists():
-            assert time.monotonic() < deadline, "no stats after SIGUSR1"
-            time.sleep(0.01)
+        self.helper("signal", "USR1", "--wait-file", str(self.stats))
         return json.loads(self.stats.read_text())
 
     def stop(self):
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait()
+        """SIGTERM through the helper; True if the delay line logged a clean stop."""
+        if self.helper("status") == "running":
+            assert self.helper("stop", "--timeout", "10") == "stopped-now"
+        return self.log.read_text().rstrip().endswith("trialbed_delayline: stopped")
 
 
 @pytest.fixture
@@ -182,8 +180,7 @@ def delayline(rack, tmp_path):
 
     yield start
     for dl in started:
-        rc = dl.stop()
-        assert rc == 0, f"delay line exited {rc}: {dl.log.read_text()}"
+        assert dl.stop(), f"delay line did not stop cleanly: {dl.log.read_text()}"
         assert not dl.pidfile.exists(), "pidfile left behind"
 
 
@@ -278,7 +275,7 @@ def test_stats_after_usr1(delayline):
     results = probe(200, 200, 0.025)
     assert len(results) == 200
     stats = dl.read_stats()
-    assert stats["pid"] == dl.proc.pid
+    assert stats["pid"] == dl.pid
     assert stats["stalls"]["threshold_us"] == 2000
     assert stats["stalls"]["count"] == len(stats["stalls"]["events"])
     assert isinstance(stats["sched_fifo"], bool)
@@ -308,7 +305,7 @@ def test_stop_releases_held_packets(delayline):
         subprocess.run(
             ["ip", "netns", "exec", SND, PYTHON, me, "send", "50", "1000", "200"], check=True
         )  # fmt: skip
-        assert dl.stop() == 0
+        assert dl.stop()
         out, _ = rcv.communicate(timeout=30)
     assert len(json.loads(out)) == 50, "held packets were dropped at stop"
     final = json.loads(dl.stats.read_text())["queues"][0]

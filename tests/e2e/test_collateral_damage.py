@@ -190,6 +190,26 @@ def test_cc_parameter_the_kernel_lacks_is_refused_before_any_host_is_touched(tes
     assert not results.exists()
 
 
+def test_host_pacing_without_fq_is_refused_before_any_host_is_touched(test_rack, tmp_path):
+    has_fq = subprocess.run(
+        "test -d /sys/module/sch_fq || modprobe -n sch_fq", shell=True, check=False
+    )
+    if has_fq.returncode == 0:
+        pytest.skip("this kernel has sch_fq: host pacing runs (tested on the VM rack)")
+    exp_file = tmp_path / "paced.yml"
+    exp_file.write_text(EXPERIMENT)
+    results = tmp_path / "results"
+    done = run_cli(
+        "run", str(exp_file), "--set", "hosts.senders.pacing=true",
+        "-i", str(test_rack.inventory), "--results", str(results),
+    )  # fmt: skip
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert "key 'hosts.*.pacing" in message and "fq qdisc" in message
+    assert "traffic[].pacing" in message  # says what works on this kernel instead
+    assert not results.exists()
+
+
 def test_bad_file_is_refused_with_file_key_and_allowed_values(tmp_path):
     exp_file = tmp_path / "bad.yml"
     exp_file.write_text(EXPERIMENT.replace("rate: 1mbit", "rate: 1 megabit", 1))

@@ -243,3 +243,16 @@ def test_a_rate_beyond_what_the_rack_carries_is_refused(chain_rack, tmp_path):
     assert "link bottleneck (forward, R1:core): 1gbit is beyond what this rack carries" in message
     assert "trialbed_max_rate 155mbit" in message
     assert not results.exists()
+
+
+def test_host_pacing_on_a_host_that_shapes_its_own_link_is_refused(chain_rack, tmp_path):
+    results = tmp_path / "results"
+    done = run_cli(
+        str(EXPERIMENT), "--set", "hosts.S1.pacing=true", "--only", "start-0s_initcwnd-3_*",
+        inventory=chain_rack.inventory, results=results,
+    )  # fmt: skip
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert "key 'hosts.*.pacing': node S1 shapes its own egress on" in message
+    assert "traffic[].pacing" in message
+    assert not results.exists()

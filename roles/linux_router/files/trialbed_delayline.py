@@ -9,15 +9,16 @@ rate limit and no queue limit of its own: rate and buffer belong to the tc
 qdiscs. Because a queue's delay is constant, release order is arrival order,
 so each queue is a FIFO and packet order is preserved.
 
-Usage: trialbed_delayline.py --config CONFIG.json --stats STATS.json --pidfile PIDFILE
+Usage: trialbed_delayline.py --config CONFIG.json --stats STATS.json
+(started and stopped through trialbed-daemon, which keeps its pid file; it logs
+"ready" once it handles signals)
 
 CONFIG: {"max_len": 20000,
          "queues": [{"num": 1, "delay_us": 25000, "label": "to-right"}, ...]}
 
 Signals: SIGUSR1 writes STATS (atomically) and resets the counters, so a trial
 runner sends it once at the start and once at the end of a trial. SIGTERM or
-SIGINT writes STATS, accepts every packet still held, removes PIDFILE and
-exits 0.
+SIGINT writes STATS, accepts every packet still held and exits 0.
 """
 
 import argparse
@@ -257,7 +258,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="JSON: max_len and queues")
     parser.add_argument("--stats", required=True, help="where SIGUSR1/SIGTERM write stats")
-    parser.add_argument("--pidfile", required=True)
     args = parser.parse_args(argv)
     with open(args.config) as f:
         config = json.load(f)
@@ -269,13 +269,9 @@ def main(argv=None):
     # Nothing here forms reference cycles, and a full collection (about 1 ms
     # with a few thousand packets held) would delay every due verdict.
     gc.disable()
-    line.catch_signals()  # before the pidfile: whoever reads it may signal at once
-    with open(args.pidfile, "w") as f:
-        f.write(f"{os.getpid()}\n")
-    try:
-        line.run()
-    finally:
-        os.unlink(args.pidfile)
+    line.catch_signals()
+    log("ready")  # whoever waits for this line may signal at once
+    line.run()
     log("stopped")
     return 0
 

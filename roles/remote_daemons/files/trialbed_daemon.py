@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Start, stop, signal and inspect the detached processes of a rack host (captures, servers,
+senders, the delay line): one helper for all of them, used by the trial runner over SSH and
+by the roles' handlers.
+
+Each daemon NAME lives in a directory DIR: DIR/NAME.pid holds its pid and kernel start time
+(so that a recycled pid is never taken for it), DIR/NAME.log its output.
+
+  trialbed-daemon start NAME [--dir DIR] [--at EPOCH] [--ready TEXT] [--if-stopped] -- CMD...
+  trialbed-daemon restart NAME [--dir DIR] [--ready TEXT] -- CMD...
+  trialbed-daemon stop NAME [--dir DIR] [--signal SIG] [--timeout S]
+  trialbed-daemon status NAME [--dir DIR]
+  trialbed-daemon signal NAME SIG [--dir DIR] [--wait-file FILE]
+  trialbed-daemon wait-log NAME TEXT [--dir DIR] [--timeout S]
+
+Prints one word (started, running, restarted, stopped-now, stopped) so that Ansible can tell
+a change from none; exits non-zero with the log's last lines when a daemon does not come up.
+Python 3 standard library only: it runs on every rack host (Linux or FreeBSD).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+
+
+class DaemonError(Exception):
+    pass
+
+
+def start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), '' where /proc lacks it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    # Field 22; the command name (field 2) may hold spaces and parentheses.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+class Daemon:
+    def __init__(self, name: str, directory: str):
+        if "/" in name or not name:
+            raise DaemonError(f"daemon name {name!r}: a plain file name is required")
+        self.name = name
+        self.dir = os.path.abspath(directory)
+        self.pidfile = os.path.join(self.dir, f"{name}.pid")
+        self.logfile = os.path.join(self.dir, f"{name}.log")
+
+    def pid(self) -> int | None:
+        """The daemon's pid if it is alive and is the process that was started."""
+        try:
+            with open(self.pidfile) as f:
+                fields = f.read().split()
+        except OSError:
+            return None
+        if not fields:
+            return None
+        pid = int(fields[0])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        if len(fields) > 1 and fields[1] and start_time(pid) != fields[1]:
+            return None  # the pid now belongs to another process
+        if start_time(pid) and state(pid) == "Z":
+            return None  # ended; its parent has not reaped it yet
+        return pid
+
+    def log_size(self) -> int:
+        try:
+            return os.path.getsize(self.logfile)
+        except OSError:
+            return 0
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return "".join(f.readlines()[-lines:]).rstrip()
+        except OSError:
+            return "(no log)"
+
+    def start(self, command: list[str], at: float | None, append: bool) -> int:
+        if not command:
+            raise DaemonError("start: no command after --")
+        os.makedirs(self.dir, exist_ok=True)
+        read_fd, write_fd = os.pipe()  # the child reports a failed exec through it
+        pid = os.fork()
+        if pid == 0:  # the daemon
+            try:
+                os.close(read_fd)
+                os.setsid()
+                os.chdir(self.dir)
+                mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+                log = os.open(self.logfile, mode, 0o644)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                os.set_inheritable(write_fd, False)
+                os.set_blocking(write_fd, True)
+                if at is not None:
+                    time.sleep(max(0.0, at - time.time()))
+                os.execvp(command[0], command)
+            except BaseException as e:  # the child must never return into this code
+                try:
+                    os.write(write_fd, f"{command[0]}: {e}".encode())
+                finally:
+                    os._exit(127)
+        os.close(write_fd)
+        with open(self.pidfile + ".tmp", "w") as f:
+            f.write(f"{pid} {start_time(pid)}\n")
+        os.replace(self.pidfile + ".tmp", self.pidfile)
+        if at is None:
+            # exec closes the pipe (close-on-exec); an error message arrives instead if it failed.
+            failure = os.read(read_fd, 4096).decode(errors="replace")
+            os.close(read_fd)
+            if failure:
+                remove(self.pidfile)
+                raise DaemonError(f"{self.name} did not start: {failure}")
+        else:
+            os.close(read_fd)
+        return pid
+
+    def wait_log(self, text: str, timeout: float, offset: int = 0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with open(self.logfile, "rb") as f:
+                    f.seek(offset)
+                    if text.encode() in f.read():
+                        return
+            except OSError:
+                pass
+            if self.pid() is None:
+                remove(self.pidfile)
+                raise DaemonError(
+                    f"{self.name} ended before {text!r} appeared in {self.logfile}:\n"
+                    + self.log_tail()
+                )
+            if time.monotonic() > deadline:
+                raise DaemonError(
+                    f"{self.name}: {text!r} not in {self.logfile} after {timeout:g} s:\n"
+                    + self.log_tail()
+                )
+            time.sleep(0.05)
+
+    def stop(self, sig: int, timeout: float) -> bool:
+        """Signal the daemon, wait for it to end, then kill it. True if it was running."""
+        pid = self.pid()
+        if pid is None:
+            remove(self.pidfile)
+            return False
+        os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while self.pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.pid() is not None:
+            os.kill(pid, signal.SIGKILL)
+            while self.pid() is not None:
+                time.sleep(0.02)
+        remove(self.pidfile)
+        return True
+
+
+def state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def signal_number(name: str) -> int:
+    name = name.upper()
+    if name.isdigit():
+        return int(name)
+    try:
+        return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
+    except AttributeError:
+        raise DaemonError(f"unknown signal {name!r} (e.g. TERM, INT, USR1)") from None
+
+
+def main(argv: list[str]) -> int:
+    command: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, command = argv[:i], argv[i + 1 :]
+    parser = argparse.ArgumentParser(prog="trialbed-daemon", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    for action in ("start", "restart", "stop", "status", "signal", "wait-log"):
+        p = sub.add_parser(action)
+        p.add_argument("name")
+        if action == "signal":
+            p.add_argument("sig")
+        if action == "wait-log":
+            p.add_argument("text")
+        p.add_argument("--dir", default=".", help="where NAME.pid and NAME.log live")
+        p.add_argument("--timeout", type=float, default=5.0, help="seconds")
+        if action in ("start", "restart"):
+            p.add_argument("--at", type=float, help="Unix time to start at (it sleeps until then)")
+            p.add_argument("--ready", help="wait until the log shows this text")
+            p.add_argument("--append-log", action="store_true", help="keep the log of earlier runs")
+        if action == "start":
+            p.add_argument("--if-stopped", action="store_true", help="leave a running daemon alone")
+        if action == "stop":
+            p.add_argument("--signal", default="TERM")
+        if action == "signal":
+            p.add_argument("--wait-file", help="removed first, then waited for (non-empty)")
+    args = parser.parse_args(argv)
+    daemon = Daemon(args.name, args.dir)
+
+    if args.action in ("start", "restart"):
+        word = "started"
+        if args.action == "restart":
+            daemon.stop(signal.SIGTERM, args.timeout)
+            word = "restarted"
+        elif daemon.pid() is not None:
+            if args.if_stopped:
+                print("running")
+                return 0
+            raise DaemonError(f"{args.name} is already running (pid {daemon.pid()})")
+        offset = daemon.log_size() if args.append_log else 0
+        daemon.start(command, args.at, args.append_log)
+        if args.ready:
+            until_start = max(0.0, (args.at or 0) - time.time())
+            daemon.wait_log(args.ready, args.timeout + until_start, offset)
+        print(word)
+    elif args.action == "stop":
+        print("stopped-now" if daemon.stop(signal_number(args.signal), args.timeout) else "stopped")
+    elif args.action == "status":
+        pid = daemon.pid()
+        print("running" if pid is not None else "stopped")
+        return 0 if pid is not None else 3
+    elif args.action == "signal":
+        pid = daemon.pid()
+        if pid is None:
+            raise DaemonError(f"{args.name} is not running ({daemon.pidfile})")
+        if args.wait_file:
+            remove(args.wait_file)
+        os.kill(pid, signal_number(args.sig))
+        if args.wait_file:
+            deadline = time.monotonic() + args.timeout
+            while not (os.path.exists(args.wait_file) and os.path.getsize(args.wait_file) > 0):
+                if time.monotonic() > deadline:
+                    raise DaemonError(
+                        f"{args.name} wrote no {args.wait_file} within {args.timeout:g} s"
+                    )
+                time.sleep(0.05)
+    elif args.action == "wait-log":
+        daemon.wait_log(args.text, args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except DaemonError as e:
+        print(f"trialbed-daemon: {e}", file=sys.stderr)
+        sys.exit(1)
