@@ -7,7 +7,7 @@ EXPERIMENT ?= experiments/smoke.yml
 TOPOLOGY ?= dumbbell
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup rack-up rack-down trial test lint bench
+.PHONY: setup rack-up rack-down trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
 
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
@@ -20,6 +20,35 @@ rack-down: setup  ## remove the virtual rack that is up, whatever its topology: 
 
 trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:), run it, print its results
 	@$(PYTHON) -m trials run $(EXPERIMENT)
+
+# BATCH=results/NAME resumes that batch (or starts it there); RACKS="inv/a inv/b" shares the
+# plan between racks (one worker each); RETRIES: runs after a failed attempt.
+BATCH ?=
+RACKS ?=
+RETRIES ?= 2
+batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable (BATCH=), several racks (RACKS=)
+	@$(PYTHON) -m trials batch $(EXPERIMENT) $(if $(BATCH),--batch $(BATCH)) \
+	  $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES) $(if $(SET),$(foreach s,$(SET),--set $(s))) \
+	  $(if $(ONLY),$(foreach o,$(ONLY),--only '$(o)'))
+
+# Nightly: AT=HH:MM, KEEP_CAPTURES=days a batch keeps its captures (its tables stay);
+# NIGHTLY_VARS: the make variables the nightly run gets (default: SET and RACKS as given now).
+AT ?= 02:00
+KEEP_CAPTURES ?= 14
+NIGHTLY_VARS ?= $(if $(SET),SET="$(SET)") $(if $(RACKS),RACKS="$(RACKS)")
+nightly-install: setup  ## run $(EXPERIMENT) every day at $(AT) into results/nightly/<name>/<date> (systemd timer, else cron)
+	@$(PYTHON) -m trials nightly install $(EXPERIMENT) --at $(AT) --keep-captures $(KEEP_CAPTURES) \
+	  --make-vars '$(NIGHTLY_VARS)'
+
+nightly-remove: setup  ## remove the nightly schedule of $(EXPERIMENT) (every trialbed schedule when EXPERIMENT is not given)
+	@$(PYTHON) -m trials nightly remove $(if $(filter command line environment,$(origin EXPERIMENT)),$(EXPERIMENT))
+
+nightly-status: setup  ## the installed schedules and the last nightly batches
+	@$(PYTHON) -m trials nightly status
+
+nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
+	@$(PYTHON) -m trials nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
+	  $(foreach r,$(RACKS),--rack $(r)) $(if $(SET),$(foreach s,$(SET),--set $(s)))
 
 test: setup  ## unit tests, then end-to-end tests on a virtual rack the tests build and remove
 	@$(PYTHON) -m pytest

@@ -4,6 +4,7 @@ tables of each family present in the batch (analysis/families/<family>.py)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -43,7 +44,8 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
 
 
 def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:
-    console = console or Console()
+    # Not on a terminal (a log, a pipe): no wrapping at 80 columns.
+    console = console or Console(width=None if sys.stdout.isatty() else 200)
     if table.empty:
         console.print("no trials")
         return

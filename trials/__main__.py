@@ -1,6 +1,8 @@
 """trialbed command line: `python -m trials run EXPERIMENT.yml` (what `make trial` calls).
 
 run EXPERIMENT [--set KEY=VALUE]... [--only NAME|GLOB]... [-i INVENTORY]...
+batch EXPERIMENT [--set ...] [--only ...] [--batch DIR] [--rack INV[,INV]]... [--retries N]
+                                              unattended, resumable; one worker per rack
 check EXPERIMENT [--set ...] [--only ...]     the plan; no host is touched
 report results/<batch>                        analyse again and print
 """
@@ -18,12 +20,23 @@ from rich.table import Table
 
 from analysis.report import analyse_batch, print_batch
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
+from trials import nightly
 from trials.ansible import PlaybookError, run_playbook
+from trials.batch import (
+    Batch,
+    RackLock,
+    now_iso,
+    progress,
+    rack_labels,
+    run_worker,
+    spawn_workers,
+)
 from trials.plan import Plan, Trial, load_plan
-from trials.runner import Interrupted, run_plan
+from trials.preflight import preflight
+from trials.runner import Interrupted, new_batch_path, run_plan
 from trials.spec import SpecError
 
-console = Console(stderr=True)
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 # Per trial beyond its traffic: configure, arm, start lead, drain, collect (measured: ~15 s).
 OVERHEAD_S = 15
 
@@ -44,15 +57,21 @@ def ensure_virtual_rack(topology: str) -> None:
     run_playbook("rack.yml", [], log, ("-e", f"virtual_rack_topology_name={topology}"))
 
 
-def plan_table(plan: Plan, trials: list[Trial]) -> Table:
+def plan_table(plan: Plan, trials: list[Trial], status: dict[str, str] | None = None) -> Table:
     table = Table(title=f"{plan.source}: {len(trials)} of {len(plan.trials)} trial(s)")
-    for col in ("#", "trial", "id", "varies", "duration"):
+    cols = ["#", "trial", "id", "varies", "duration", *(["status"] if status else [])]
+    for col in cols:
         table.add_column(col, justify="right" if col in ("#", "duration") else "left")
     for i, t in enumerate(trials, 1):
         varies = ", ".join(f"{k}={v}" for k, v in t.overrides.items()) or "-"
-        table.add_row(str(i), t.name, t.id, escape(varies), f"{t.experiment.duration / 1e9:g} s")
-    total = sum(t.experiment.duration / 1e9 + OVERHEAD_S for t in trials)
-    table.caption = f"estimated {total / 60:.0f} min on the rack (traffic + ~{OVERHEAD_S} s each)"
+        row = [str(i), t.name, t.id, escape(varies), f"{t.experiment.duration / 1e9:g} s"]
+        table.add_row(*row, *([status[t.name]] if status else []))
+    left = [t for t in trials if not status or status[t.name] != "complete"]
+    total = sum(t.experiment.duration / 1e9 + OVERHEAD_S for t in left)
+    table.caption = (
+        f"estimated {total / 60:.0f} min on one rack for {len(left)} trial(s) "
+        f"(traffic + ~{OVERHEAD_S} s each)"
+    )
     return table
 
 
@@ -86,6 +105,41 @@ def main(argv: list[str] | None = None) -> int:
         help="inventory (default: the virtual rack, brought up for the experiment's topology)",
     )
     run.add_argument("--results", type=Path, default=PROJECT_DIR / "results")
+    batch = sub.add_parser("batch", help="run a plan unattended into a resumable batch directory")
+    batch.add_argument("experiment", type=Path)
+    batch.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    batch.add_argument("--only", action="append", metavar="NAME")
+    batch.add_argument(
+        "--batch", type=Path, help="the batch directory (again: resume it); default a new one"
+    )
+    batch.add_argument("--results", type=Path, default=PROJECT_DIR / "results")
+    batch.add_argument(
+        "--rack",
+        dest="racks",
+        action="append",
+        metavar="INVENTORY[,INVENTORY]",
+        help="a rack's inventory; give --rack once per rack to share the plan between them",
+    )
+    batch.add_argument("--retries", type=int, default=2, help="runs after a failed attempt")
+    worker = sub.add_parser("worker", help="(internal) run a batch's trials on one rack")
+    worker.add_argument("batch", type=Path)
+    worker.add_argument("-i", "--inventory", type=Path, action="append", required=True)
+    worker.add_argument("--label", required=True)
+    worker.add_argument("--retries", type=int, default=2)
+    night = sub.add_parser("nightly", help="schedule, run and list nightly batches")
+    night.add_argument("action", choices=["install", "remove", "status", "run"])
+    night.add_argument("experiment", type=Path, nargs="?")
+    night.add_argument("--at", default="02:00", help="time of day, HH:MM (install)")
+    night.add_argument(
+        "--keep-captures", type=int, default=14, help="days a batch keeps its captures"
+    )
+    night.add_argument(
+        "--make-vars", default="", help="further make variables for the nightly run (install)"
+    )
+    night.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    night.add_argument("--only", action="append", metavar="NAME")
+    night.add_argument("--rack", dest="racks", action="append")
+    night.add_argument("--retries", type=int, default=2)
     report = sub.add_parser("report", help="analyse a results/<batch> directory again and print it")
     report.add_argument("batch", type=Path)
     args = parser.parse_args(argv)
@@ -94,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             print_batch(analyse_batch(args.batch))
             return 0
+        if args.command == "worker":
+            run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)
+            return 0
+        if args.command == "batch":
+            return run_batch(args)
+        if args.command == "nightly":
+            return run_nightly(args)
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
         if args.command == "check":
@@ -129,6 +190,161 @@ def main(argv: list[str] | None = None) -> int:
             "under results/[/yellow]"
         )
         return 130
+
+
+def print_flush(message: str) -> None:
+    print(f"{now_iso()} {message}", flush=True)
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """Plan, preflight on every rack, one worker process per rack, a progress bar until they
+    end, then the batch's tables."""
+    plan = load_plan(args.experiment, args.sets)
+    trials = plan.select(args.only)
+    path = args.batch or new_batch_path(args.results, args.experiment)
+    batch, resumed = Batch.create_or_resume(path, plan, trials, args.sets, args.only)
+    if resumed:
+        for name, bad in batch.verify().items():
+            console.print(f"[yellow]{name}: files changed since it ran ({', '.join(bad)})[/]")
+            batch.set_aside(name)
+    if args.racks:
+        racks = [[Path(p) for p in r.split(",")] for r in args.racks]
+    else:
+        ensure_virtual_rack(plan.base.topology)
+        racks = [[DEFAULT_INVENTORY]]
+    labels = rack_labels(racks)
+    status = {t.name: batch.status(t.name) for t in trials}
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    out.print(plan_table(plan, trials, status))
+    out.print(f"batch: {batch.path}" + (" (resumed)" if resumed else ""))
+    todo = [t for t in trials if not batch.done(t.name)]
+    for inventory, label in zip(racks, labels, strict=True):
+        rack = Rack.load(inventory)
+        try:
+            preflight(todo, rack, str(plan.source))
+            with RackLock.for_rack(rack, batch.name, label, warn=console.print):
+                pass  # free now (a stale holder is replaced); the worker takes it for real
+        finally:
+            rack.close()
+    workers = spawn_workers(batch, racks, labels, args.retries)
+    code = watch(batch, workers, len(trials), args.retries, out)
+    table = analyse_batch(batch.path)
+    print_batch(table)
+    final = progress(batch, args.retries)
+    out.print(
+        f"batch {batch.path}: {final.done} complete, {final.failed} failed after retries, "
+        f"{final.todo} not run"
+    )
+    if code == 0 and final.failed:
+        code = 1
+    return code
+
+
+def run_nightly(args: argparse.Namespace) -> int:
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    if args.action in ("install", "run") and not args.experiment:
+        raise SpecError(f"nightly {args.action}: which experiment? (EXPERIMENT=...)")
+    if args.action == "install":
+        load_plan(args.experiment)  # a broken file is refused now, not at 02:00
+        schedule = nightly.Schedule(args.experiment, args.at, args.keep_captures, args.make_vars)
+        for path in schedule.install():
+            out.print(f"installed {path}")
+        out.print(f"every day at {args.at}: {schedule.command()}")
+        out.print(f"log: {schedule.log_file()}")
+        return 0
+    if args.action == "remove":
+        removed = nightly.remove(args.experiment)
+        out.print("\n".join(f"removed {p}" for p in removed) or "no nightly schedule installed")
+        return 0
+    if args.action == "status":
+        for path in nightly.installed():
+            out.print(f"schedule {path}: {path.read_text().strip().splitlines()[-1]}")
+        if not nightly.installed():
+            out.print("no nightly schedule installed")
+        table = Table(title="last nightly batches")
+        for col in ("experiment", "date", "trials", "status", "captures", "batch"):
+            table.add_column(col)
+        for r in nightly.last_runs():
+            status = ", ".join(f"{n} {s}" for s, n in sorted(r["status"].items()))
+            captures = "pruned" if r["pruned"] else "kept"
+            table.add_row(
+                r["experiment"], r["date"], str(r["trials"]), status, captures, r["batch"]
+            )
+        out.print(table)
+        return 0
+    # run: today's batch (resumed if it exists), its report, then the retention rule.
+    args.batch = nightly.dated_batch(args.experiment)
+    args.results = args.batch.parent
+    code = run_batch(args)
+    report = args.batch / "report.txt"
+    with report.open("w") as f:
+        print_batch(analyse_batch(args.batch), Console(file=f, width=200))
+    out.print(f"report: {report}")
+    for batch in nightly.prune(args.experiment, args.keep_captures):
+        out.print(f"captures removed from {batch} (older than {args.keep_captures} days)")
+    return code
+
+
+def watch(batch: Batch, workers: list, total: int, retries: int, out: Console) -> int:
+    """Follow events.jsonl until every worker has ended; Ctrl-C or SIGTERM stops the workers
+    cleanly (they restore the network). Returns 0, or the first worker's error code."""
+    import signal as sig
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+    from rich.progress import Progress as Bar
+
+    seen = sum(1 for _ in batch.events())
+    durations: list[float] = []
+    estimate = {t["name"]: t["duration_s"] + OVERHEAD_S for t in batch.meta["trials"]}
+
+    def stop_workers(signum, _frame):
+        for _, proc in workers:
+            if proc.poll() is None:
+                proc.send_signal(sig.SIGTERM)
+
+    previous = {s: sig.signal(s, stop_workers) for s in (sig.SIGINT, sig.SIGTERM)}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    bar = Bar(*columns, TextColumn("{task.fields[eta]}"), console=out, disable=not out.is_terminal)
+    try:
+        with bar:
+            task = bar.add_task("batch", total=total, eta="")
+            while True:
+                events = list(batch.events())
+                for e in events[seen:]:
+                    if e.get("event") == "done" and e.get("seconds"):
+                        durations.append(e["seconds"])
+                    line = f"{e['time']} {e.get('rack', '')}: {e['event']} {e.get('trial', '')}"
+                    if e.get("error"):
+                        line += f" ({e['error'][:300]})"
+                    bar.console.print(escape(line), highlight=False)
+                seen = len(events)
+                p = progress(batch, retries)
+                left = [n for n in estimate if not batch.done(n)]
+                per = (sum(durations) / len(durations)) if durations else None
+                eta_s = sum(per or estimate[n] for n in left) / max(1, len(workers))
+                running = ", ".join(f"{r}: {n}" for r, n in p.running.items()) or "-"
+                bar.update(
+                    task,
+                    completed=p.done + p.failed,
+                    description=f"running {running}",
+                    eta=f"ETA ~{eta_s / 60:.0f} min" if left else "",
+                )
+                if all(proc.poll() is not None for _, proc in workers):
+                    break
+                time.sleep(1.0)
+    finally:
+        for s, h in previous.items():
+            sig.signal(s, h)
+    codes = [proc.returncode for _, proc in workers]
+    for (label, _), c in zip(workers, codes, strict=True):
+        if c:
+            log = batch.path / "workers" / f"{label}.log"
+            tail = log.read_text().strip().splitlines()[-5:] if log.exists() else []
+            console.print(f"[red]worker {label} exited {c}[/]; {log}:")
+            for line in tail:
+                console.print(escape(line), highlight=False)
+    return next((c for c in codes if c), 0)
 
 
 if __name__ == "__main__":

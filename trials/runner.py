@@ -368,6 +368,11 @@ class TrialRunner:
                 stats = trial_dir / host / "delayline_stats.json"
                 if stats.exists() and host in record.get("delay", {}):
                     record["delay"][host]["delayline_stats"] = json.loads(stats.read_text())
+            if record["status"] == "complete":
+                for g in generators:
+                    record["errors"].extend(g.problems(trial_dir))
+                if record["errors"]:
+                    record["status"] = "failed"
             record["capture"] = capture_stats(trial_dir, net)
             (trial_dir / "trial.json").write_text(dump_json(record))
             write_manifest(trial_dir)
@@ -388,11 +393,28 @@ def capture_stats(trial_dir: Path, net: ResolvedNetwork) -> dict[str, dict[str, 
     return out
 
 
-def new_batch_dir(results: Path, exp_path: Path) -> Path:
+def new_batch_path(results: Path, exp_path: Path) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = results / f"{stamp}-{exp_path.stem}"
+    return results / f"{stamp}-{exp_path.stem}"
+
+
+def new_batch_dir(results: Path, exp_path: Path) -> Path:
+    path = new_batch_path(results, exp_path)
     path.mkdir(parents=True, exist_ok=False)
     return path
+
+
+def restore(runner: TrialRunner, rack: Rack, log_stem: Path, log: Callable[[str], None]) -> None:
+    """Take the last trial's shaping and delay line off the rack (teardown.yml)."""
+    log("restore the network (ansible-playbook teardown.yml)")
+    overlay = write_host_vars(
+        log_stem.with_name(log_stem.name + "_vars.yml"),
+        {
+            h: {k: v for k, v in hv.items() if k.startswith("linux_router")}
+            for h, hv in (runner.last_vars or {}).items()
+        },
+    )
+    run_playbook("teardown.yml", [*rack.inventory, overlay], log_stem.with_suffix(".log"))
 
 
 def run_plan(
@@ -404,26 +426,19 @@ def run_plan(
 ) -> tuple[Path, list[dict[str, Any]]]:
     """Check the selected trials against the rack (read-only), then run them; return the
     batch dir and the trial records. The network is restored on every exit path."""
+    from trials.batch import RackLock
+
     preflight(trials, rack, str(plan.source))
     batch_dir = new_batch_dir(results, plan.source)
     (batch_dir / "experiment.yml").write_text(plan.source.read_text())
     runner = TrialRunner(plan, rack, batch_dir, log=log)
     records = []
-    try:
-        with interruptible():
-            for trial in trials:
-                records.append(runner.run(trial))
-    finally:
-        with ignore_signals():
-            log("restore the network (ansible-playbook teardown.yml)")
-            overlay = write_host_vars(
-                batch_dir / "ansible" / "teardown_vars.yml",
-                {
-                    h: {k: v for k, v in hv.items() if k.startswith("linux_router")}
-                    for h, hv in (runner.last_vars or {}).items()
-                },
-            )
-            run_playbook(
-                "teardown.yml", [*rack.inventory, overlay], batch_dir / "ansible" / "teardown.log"
-            )
+    with RackLock.for_rack(rack, batch_dir.name, "trial", warn=log):
+        try:
+            with interruptible():
+                for trial in trials:
+                    records.append(runner.run(trial))
+        finally:
+            with ignore_signals():
+                restore(runner, rack, batch_dir / "ansible" / "teardown", log)
     return batch_dir, records

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
@@ -83,6 +84,11 @@ class TrafficGenerator:
     def senders(self) -> list[tuple[str, str]]:
         """The processes whose end means the generator is done."""
         return self.daemon_names()[:1]
+
+    def problems(self, trial_dir: Path) -> list[str]:
+        """After collection: what its tools reported as failed (a crash, a refused
+        connection), from their own output under trial_dir/<host>/. Empty when it ran."""
+        return []
 
     def record(self) -> dict[str, Any]:
         """What the analysis needs, written into trial.json under traffic.<name>."""

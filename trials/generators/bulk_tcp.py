@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -66,6 +68,21 @@ class BulkTcp(TrafficGenerator):
 
     def daemon_names(self) -> list[tuple[str, str]]:
         return [(self.sender, f"{self.name}_client"), (self.receiver, f"{self.name}_server")]
+
+    def problems(self, trial_dir: Path) -> list[str]:
+        out = []
+        for host, side in ((self.sender, "client"), (self.receiver, "server")):
+            path = trial_dir / host / f"{self.name}_{side}.json"
+            try:
+                report = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                log = trial_dir / host / f"{self.name}_{side}.log"
+                said = log.read_text().strip()[-300:] if log.exists() else ""
+                out.append(f"{self.name}: iperf3 {side} on {host} left no report ({exc}) {said}")
+                continue
+            if report.get("error"):
+                out.append(f"{self.name}: iperf3 {side} on {host}: {report['error']}")
+        return out
 
     def record(self) -> dict[str, Any]:
         return {

@@ -124,6 +124,15 @@ class CbrUdp(TrafficGenerator):
     def daemon_names(self) -> list[tuple[str, str]]:
         return [(self.sender, f"{self.name}_replay"), (self.receiver, f"{self.name}_sink")]
 
+    def problems(self, trial_dir: Path) -> list[str]:
+        # tcpreplay ends with its statistics ("Actual: N packets ...") when it ran through.
+        log = trial_dir / self.sender / f"{self.name}_replay.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "Actual:" not in text:
+            said = text.strip()[-300:] or "no output"
+            return [f"{self.name}: tcpreplay on {self.sender} did not finish: {said}"]
+        return []
+
     def record(self) -> dict[str, Any]:
         return {
             **super().record(),

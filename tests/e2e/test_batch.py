@@ -1,0 +1,200 @@
+"""Batches on the virtual rack: resume after the controller is SIGKILLed, the rack lock, a
+failing trial retried and recorded, and one plan shared by two racks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from collect.fetch import verify_manifest
+from core.rack import Rack
+from tests.e2e.conftest import PROJECT, built_rack
+from tests.e2e.test_collateral_damage import EXPERIMENT
+from trials.batch import LOCK_DIR, rack_key
+
+pytestmark = pytest.mark.rack
+
+SHORT = ["--set", "duration=6s", "--set", "warmup=1s"]
+
+
+def batch_cmd(exp: Path, batch: Path, *racks: Path, reps: int = 3) -> list[str]:
+    cmd = [sys.executable, "-m", "trials", "batch", str(exp), "--batch", str(batch), *SHORT]
+    cmd += ["--set", f"repetitions={reps}", "--retries", "1"]
+    for rack in racks:
+        cmd += ["--rack", str(rack)]
+    return cmd
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd, cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )
+
+
+def events(batch: Path) -> list[dict]:
+    path = batch / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for(predicate, what: str, timeout: float = 180, proc=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the batch ended before {what}: {out[-2000:]} {err[-2000:]}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def trial_status(batch: Path) -> dict[str, str]:
+    out = {}
+    for record in (batch / "trials").glob("*/trial.json"):
+        out[record.parent.name] = json.loads(record.read_text())["status"]
+    return out
+
+
+@pytest.fixture
+def experiment(tmp_path) -> Path:
+    path = tmp_path / "cd.yml"
+    path.write_text(EXPERIMENT)
+    return path
+
+
+def test_a_sigkilled_batch_resumes_with_every_trial_run_once(test_rack, experiment, tmp_path):
+    batch = tmp_path / "batch"
+    cmd = batch_cmd(experiment, batch, test_rack.inventory)
+    proc = subprocess.Popen(
+        cmd, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    # Kill controller and worker together (as a crash or reboot would) while the second
+    # trial runs.
+    wait_for(lambda: sum(e["event"] == "start" for e in events(batch)) == 2, "trial 2", proc=proc)
+    killed = [e for e in events(batch) if e["event"] == "start"][-1]["trial"]
+    rack = Rack.load([test_rack.inventory])
+    remote = {
+        h: f"{rack.host(h).workdir}/trials/{batch.name}/{killed}" for h in rack.hosts
+    }  # fmt: skip
+    # In the traffic phase: captures, iperf3 and tcpreplay run on the hosts.
+    sender_pid = f"{remote['A']}/tcp_client.pid"
+    wait_for(lambda: rack.run("A", f"test -s {sender_pid} && echo y", check=False), "traffic")
+    time.sleep(1)
+    pids = {
+        h: rack.run(h, f"cat {d}/*.pid 2>/dev/null | cut -d' ' -f1", check=False).split()
+        for h, d in remote.items()
+    }
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert sum(len(p) for p in pids.values()) >= 2, pids  # daemons were running when killed
+
+    again = run(cmd)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "taking over the rack lock of a process that is gone" in " ".join(again.stderr.split())
+    status = trial_status(batch)
+    assert status == {"r1": "complete", "r2": "complete", "r3": "complete"}, status
+    done = Counter(e["trial"] for e in events(batch) if e["event"] == "done")
+    assert done == Counter({"r1": 1, "r2": 1, "r3": 1}), done
+    assert any(e["event"] == "takeover" and e["trial"] == killed for e in events(batch))
+    for name in status:
+        assert verify_manifest(batch / "trials" / name) == []
+    # The killed attempt is kept, labelled as partial; its daemons were stopped.
+    (partial,) = (batch / "attempts" / killed).iterdir()
+    assert partial.name == "1-partial"
+    assert json.loads((partial / "ATTEMPT.json").read_text())["status"] == "partial"
+    for pid in (p for ps in pids.values() for p in ps):
+        assert not Path(f"/proc/{pid}").exists(), f"daemon {pid} of the killed trial still runs"
+    rack.close()
+
+    # Once more: nothing is left to run and nothing runs again.
+    third = run(cmd)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert Counter(e["trial"] for e in events(batch) if e["event"] == "done") == done
+
+
+def test_a_rack_in_use_is_refused_naming_the_holder(test_rack, experiment, tmp_path):
+    rack = Rack.load([test_rack.inventory])
+    lock = Path(os.environ.get("TRIALBED_LOCK_DIR", LOCK_DIR)) / f"rack-{rack_key(rack)}.json"
+    rack.close()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = {
+        "pid": os.getpid(), "host": socket.gethostname(), "batch": "nightly-x", "rack": "virtual",
+        "hosts": "A, B", "since": "2026-11-22T02:00:00+00:00",
+    }  # fmt: skip
+    lock.write_text(json.dumps(holder))
+    try:
+        done = run(batch_cmd(experiment, tmp_path / "batch", test_rack.inventory, reps=1))
+    finally:
+        lock.unlink()
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert f"pid {os.getpid()} on {socket.gethostname()}, batch nightly-x" in message
+    assert "since 2026-11-22T02:00:00+00:00" in message
+    assert not (tmp_path / "batch" / "trials").exists()
+
+
+def test_a_failing_trial_is_recorded_retried_and_the_batch_goes_on(test_rack, experiment, tmp_path):
+    """The TCP receiver's port is taken during the first trial (iperf3 cannot listen), then
+    freed: that trial fails with iperf3's own error, the next one runs, the retry passes."""
+    batch = tmp_path / "batch"
+    ns = f"{test_rack.prefix}C"
+    blocker = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-c",
+         "import socket, time; s = socket.socket(); s.bind(('198.18.2.13', 5201)); "
+         "print('bound', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert blocker.stdout.readline().strip() == "bound"
+        proc = subprocess.Popen(
+            batch_cmd(experiment, batch, test_rack.inventory, reps=2), cwd=PROJECT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_for(lambda: any(e["event"] == "failed" for e in events(batch)), "a failure", proc=proc)
+    finally:
+        blocker.kill()
+        blocker.wait()
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    (failure,) = [e for e in events(batch) if e["event"] == "failed"]
+    assert "iperf3" in failure["error"] and "ddress already in use" in failure["error"]
+    order = [(e["event"], e["trial"]) for e in events(batch) if e["event"] in ("start", "done")]
+    other = ({"r1", "r2"} - {failure["trial"]}).pop()
+    # The other trial ran before the retry; the retry passed.
+    assert order == [
+        ("start", failure["trial"]), ("start", other), ("done", other),
+        ("start", failure["trial"]), ("done", failure["trial"]),
+    ], order  # fmt: skip
+    assert trial_status(batch) == {"r1": "complete", "r2": "complete"}
+    (kept,) = (batch / "attempts" / failure["trial"]).iterdir()
+    assert kept.name == "1-failed"
+    record = json.loads((kept / "trial.json").read_text())
+    assert record["status"] == "failed" and any("iperf3" in e for e in record["errors"])
+
+
+@pytest.fixture(scope="module")
+def second_rack(tmp_path_factory):
+    yield from built_rack(tmp_path_factory, "dumbbell", "tu-", 5)
+
+
+def test_two_racks_share_one_plan(test_rack, second_rack, experiment, tmp_path):
+    batch = tmp_path / "batch"
+    started = time.monotonic()
+    done = run(batch_cmd(experiment, batch, test_rack.inventory, second_rack.inventory, reps=4))
+    wall = time.monotonic() - started
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    finished = [e for e in events(batch) if e["event"] == "done"]
+    assert Counter(e["trial"] for e in finished) == Counter({f"r{i}": 1 for i in range(1, 5)})
+    per_rack = Counter(e["rack"] for e in finished)
+    assert len(per_rack) == 2 and min(per_rack.values()) >= 1, per_rack
+    assert all(s == "complete" for s in trial_status(batch).values())
+    busy = sum(e["seconds"] for e in finished)
+    print(f"two racks: {busy:.0f} s of trials in {wall:.0f} s wall ({busy / wall:.2f}x)")

@@ -1,0 +1,515 @@
+"""Batches: a plan run unattended into one results directory, which is the batch's whole state.
+
+    results/<batch>/
+      batch.json              the plan: experiment, --set, --only, every trial (seeded order)
+      experiment.yml          the experiment file as it was when the batch began
+      trials/<name>/          the current (or last) attempt of each trial
+      attempts/<name>/<n>-<status>/   earlier attempts, kept: interrupted (partial) or failed
+      claims/<name>.json      which worker runs the trial now (pid, host, rack, since)
+      events.jsonl            one line per claim, end of a trial, failure, takeover
+      workers/<rack>.log      each worker's log
+
+A trial is done when its trial.json says complete and its manifest verifies; it is never run
+again. Each rack gets one worker process; workers claim trials one at a time (an exclusive
+file create), so two racks share a plan and no trial runs twice. A claim whose process is
+gone (SIGKILL, reboot) is taken over: the attempt it left is moved to attempts/ as partial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from collect.fetch import MANIFEST, verify_manifest
+from core.rack import Rack, RackError
+from trials.plan import Plan, Trial, load_plan
+from trials.spec import SpecError
+
+BATCH_FILE = "batch.json"
+LOCK_DIR = Path("/run/trialbed/locks")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holder_alive(holder: dict[str, Any]) -> bool:
+    """Whether the process a lock or claim names still runs. A holder on another machine
+    (a controller sharing the results directory) counts as alive."""
+    if holder.get("host") != socket.gethostname():
+        return True
+    return pid_alive(int(holder.get("pid", 0)))
+
+
+def describe(holder: dict[str, Any]) -> str:
+    return (
+        f"pid {holder.get('pid')} on {holder.get('host')}, batch {holder.get('batch')}, "
+        f"rack {holder.get('rack')}, since {holder.get('since')}"
+    )
+
+
+# -- the rack lock ----------------------------------------------------------------------------
+
+
+def rack_key(rack: Rack) -> str:
+    """The same rack gives the same key from any checkout or inventory path: its hosts'
+    management addresses."""
+    ident = ",".join(sorted(f"{n}@{h.address}" for n, h in rack.hosts.items()))
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+class RackBusy(RackError):
+    pass
+
+
+@dataclass
+class RackLock:
+    """One batch (or `make trial`) per rack. The lock file names its holder; a holder that is
+    gone is replaced, with a warning."""
+
+    path: Path
+    holder: dict[str, Any]
+    warn: Callable[[str], None] = print
+
+    @classmethod
+    def for_rack(cls, rack: Rack, batch: str, label: str, warn: Callable[[str], None] = print):
+        hosts = ", ".join(sorted(rack.hosts))
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "batch": batch,
+            "rack": label,
+            "hosts": hosts,
+            "since": now_iso(),
+        }
+        lock_dir = Path(os.environ.get("TRIALBED_LOCK_DIR", LOCK_DIR))
+        return cls(lock_dir / f"rack-{rack_key(rack)}.json", holder, warn)
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                try:
+                    other = json.loads(self.path.read_text() or "{}")
+                except (OSError, json.JSONDecodeError):
+                    other = {}
+                if other and holder_alive(other):
+                    raise RackBusy(
+                        f"the rack ({self.holder['hosts']}) is in use: {describe(other)} "
+                        f"(lock {self.path}). Wait for it, or stop that process."
+                    ) from None
+                self.warn(
+                    f"taking over the rack lock of a process that is gone ({describe(other)})"
+                )
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.holder, f)
+            return
+        raise RackBusy(f"could not take the rack lock {self.path}")
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            if json.loads(self.path.read_text()).get("pid") == self.holder["pid"]:
+                self.path.unlink()
+
+    def __enter__(self) -> RackLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+# -- the batch directory ----------------------------------------------------------------------
+
+
+class Batch:
+    def __init__(self, path: Path):
+        self.path = path
+        self.meta: dict[str, Any] = json.loads((path / BATCH_FILE).read_text())
+
+    @classmethod
+    def create_or_resume(
+        cls, path: Path, plan: Plan, trials: list[Trial], sets: list[str], only: list[str] | None
+    ) -> tuple[Batch, bool]:
+        """A new batch directory for the plan, or the existing one if it holds the same plan
+        (same trial ids); anything else there is an error, not overwritten."""
+        wanted = [
+            {"name": t.name, "id": t.id, "duration_s": t.experiment.duration / 1e9} for t in trials
+        ]
+        meta_file = path / BATCH_FILE
+        if meta_file.exists():
+            batch = cls(path)
+            have = {t["id"] for t in batch.meta["trials"]}
+            if have != {t["id"] for t in wanted}:
+                missing = sorted({t["name"] for t in wanted if t["id"] not in have})
+                raise SpecError(
+                    f"{path}: this batch holds another plan ({batch.meta['experiment']}, "
+                    f"{len(have)} trials; not in it: {', '.join(missing[:5]) or '-'}"
+                    f"{' ...' if len(missing) > 5 else ''}). Use the same experiment, --set and "
+                    "--only as when it began, or another BATCH directory."
+                )
+            return batch, True
+        if path.exists() and any(path.iterdir()):
+            raise SpecError(f"{path}: exists and is not a batch directory (no {BATCH_FILE})")
+        path.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(plan.source, path / "experiment.yml")
+        meta = {
+            "experiment": str(plan.source),
+            "sets": sets,
+            "only": only or [],
+            "seed": plan.base.seed,
+            "created": now_iso(),
+            "trials": wanted,
+        }
+        tmp = meta_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        tmp.replace(meta_file)
+        return cls(path), False
+
+    def plan(self) -> tuple[Plan, list[Trial]]:
+        """The batch's plan, from its own copy of the experiment file."""
+        plan = load_plan(self.path / "experiment.yml", self.meta["sets"])
+        plan.source = Path(self.meta["experiment"])
+        by_id = {t.id: t for t in plan.trials}
+        trials = []
+        for t in self.meta["trials"]:
+            if t["id"] not in by_id:
+                raise SpecError(
+                    f"{self.path}: trial {t['name']} ({t['id']}) is no longer in its plan"
+                )
+            trials.append(by_id[t["id"]])
+        return plan, trials
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def trial_dir(self, name: str) -> Path:
+        return self.path / "trials" / name
+
+    def status(self, name: str) -> str:
+        """complete, failed, interrupted, partial (a run that never ended) or todo."""
+        record = self.trial_dir(name) / "trial.json"
+        if not record.exists():
+            return "partial" if self.trial_dir(name).exists() else "todo"
+        status = json.loads(record.read_text()).get("status", "partial")
+        return "partial" if status == "running" else status
+
+    def done(self, name: str) -> bool:
+        return self.status(name) == "complete" and (self.trial_dir(name) / MANIFEST).exists()
+
+    def failed_attempts(self, name: str) -> int:
+        old = self.path / "attempts" / name
+        earlier = sum(1 for d in old.iterdir() if d.name.endswith("-failed")) if old.exists() else 0
+        return earlier + (self.status(name) == "failed")
+
+    def set_aside(self, name: str) -> Path | None:
+        """Move the trial's last attempt to attempts/<name>/<n>-<status>/ (kept, labelled)."""
+        current = self.trial_dir(name)
+        if not current.exists():
+            return None
+        status = self.status(name)
+        old = self.path / "attempts" / name
+        old.mkdir(parents=True, exist_ok=True)
+        n = 1 + sum(1 for _ in old.iterdir())
+        target = old / f"{n}-{status}"
+        current.rename(target)
+        label = {"status": status, "set_aside": now_iso(), "trial": name}
+        (target / "ATTEMPT.json").write_text(json.dumps(label, indent=2) + "\n")
+        return target
+
+    def verify(self) -> dict[str, list[str]]:
+        """Complete trials whose files no longer match their manifest: they run again."""
+        broken = {}
+        for t in self.meta["trials"]:
+            if self.done(t["name"]):
+                bad = verify_manifest(self.trial_dir(t["name"]))
+                if bad:
+                    broken[t["name"]] = bad
+        return broken
+
+    def event(self, **fields: Any) -> None:
+        line = json.dumps({"time": now_iso(), **fields}) + "\n"
+        with (self.path / "events.jsonl").open("a") as f:
+            f.write(line)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        path = self.path / "events.jsonl"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                with contextlib.suppress(json.JSONDecodeError):
+                    yield json.loads(line)
+
+
+class Claims:
+    """A trial is run by whoever creates claims/<name>.json first."""
+
+    def __init__(self, batch: Batch, holder: dict[str, Any], warn: Callable[[str], None]):
+        self.batch, self.holder, self.warn = batch, holder, warn
+        self.dir = batch.path / "claims"
+        self.dir.mkdir(exist_ok=True)
+
+    def claim(self, name: str) -> bool:
+        path = self.dir / f"{name}.json"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                other = json.loads(path.read_text() or "{}")
+            except (OSError, json.JSONDecodeError):
+                return False  # being written right now
+            if not other or holder_alive(other):
+                return False
+            self.warn(f"{name}: taking over from a worker that is gone ({describe(other)})")
+            self.batch.event(event="takeover", trial=name, rack=self.holder["rack"], previous=other)
+            path.unlink(missing_ok=True)
+            return self.claim(name)
+        with os.fdopen(fd, "w") as f:
+            json.dump({**self.holder, "since": now_iso()}, f)
+        return True
+
+    def release(self, name: str) -> None:
+        (self.dir / f"{name}.json").unlink(missing_ok=True)
+
+
+def claim_holders(batch: Batch) -> dict[str, dict[str, Any]]:
+    """trial -> the worker that has claimed it."""
+    out = {}
+    for path in (batch.path / "claims").glob("*.json"):
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            out[path.stem] = json.loads(path.read_text())
+    return out
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def stop_leftovers(rack: Rack, batch: str, trial: str) -> None:
+    """Stop daemons an earlier, killed attempt of this trial left on the rack's hosts."""
+    commands = {}
+    for name, host in rack.hosts.items():
+        d = f"{host.workdir}/trials/{batch}/{trial}"
+        helper = f"{host.workdir}/bin/trialbed-daemon"
+        commands[name] = (
+            f'for p in {d}/*.pid; do [ -e "$p" ] || continue; '
+            f'n=$(basename "$p" .pid); {helper} stop "$n" --dir {d} --signal INT; done; '
+            f"rm -rf {d}; true"
+        )
+    with contextlib.suppress(RackError):
+        rack.run_parallel(commands, check=False)
+
+
+# -- one worker per rack ----------------------------------------------------------------------
+
+
+class TrialFailed(RuntimeError):
+    pass
+
+
+def run_worker(
+    batch_dir: Path,
+    inventory: list[Path],
+    label: str,
+    retries: int,
+    log: Callable[[str], None] = print,
+) -> int:
+    """Claim and run the batch's trials on one rack until none is left; return how many
+    this worker completed. The network is restored on every exit path. (The coordinator ran
+    preflight for this rack before it started the worker.)"""
+    from trials.runner import TrialRunner, ignore_signals, interruptible, restore
+
+    batch = Batch(batch_dir)
+    plan, trials = batch.plan()
+    rack = Rack.load(inventory)
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "rack": label, "batch": batch.name}
+    completed = 0
+    try:
+        with RackLock.for_rack(rack, batch.name, label, warn=log):
+            runner = TrialRunner(plan, rack, batch_dir, log=log)
+            claims = Claims(batch, holder, warn=log)
+            try:
+                with interruptible():
+                    while True:
+                        trial = next_trial(batch, claims, trials, retries)
+                        if trial is None:
+                            break
+                        completed += run_one(batch, claims, runner, rack, trial, label, log)
+            finally:
+                with ignore_signals():
+                    restore(runner, rack, batch_dir / "ansible" / f"teardown-{label}", log)
+    finally:
+        rack.close()
+    return completed
+
+
+def next_trial(batch: Batch, claims: Claims, trials: list[Trial], retries: int) -> Trial | None:
+    """The first trial in plan order that is neither done nor out of retries; a trial that
+    failed waits until every untried one has run (a passing fault may have cleared by then)."""
+    failures = {t.name: batch.failed_attempts(t.name) for t in trials}
+    for trial in sorted(trials, key=lambda t: failures[t.name] > 0):
+        if batch.done(trial.name) or failures[trial.name] > retries:
+            continue
+        if claims.claim(trial.name):
+            # Claimed: check again (another worker may have finished it meanwhile).
+            if batch.done(trial.name) or batch.failed_attempts(trial.name) > retries:
+                claims.release(trial.name)
+                continue
+            return trial
+    return None
+
+
+def run_one(
+    batch: Batch,
+    claims: Claims,
+    runner,
+    rack: Rack,
+    trial: Trial,
+    label: str,
+    log: Callable[[str], None],
+) -> int:
+    from trials.runner import Interrupted
+
+    earlier = batch.status(trial.name)
+    if earlier != "todo":
+        kept = batch.set_aside(trial.name)
+        log(f"[{trial.name}] earlier attempt ({earlier}) kept in {kept}")
+        if earlier == "partial":
+            stop_leftovers(rack, batch.name, trial.name)
+    attempt = 1 + sum(1 for _ in (batch.path / "attempts" / trial.name).glob("*"))
+    batch.event(event="start", trial=trial.name, id=trial.id, rack=label, attempt=attempt)
+    started = time.monotonic()
+    try:
+        record = runner.run(trial)
+        if record["status"] != "complete":
+            raise TrialFailed("; ".join(record["errors"]) or record["status"])
+    except Interrupted:
+        batch.event(event="interrupted", trial=trial.name, rack=label, attempt=attempt)
+        claims.release(trial.name)
+        raise
+    except Exception as exc:  # recorded; the batch goes on with the next trial
+        cause = f"{type(exc).__name__}: {exc}"
+        log(f"[{trial.name}] failed: {cause}")
+        batch.event(
+            event="failed", trial=trial.name, rack=label, attempt=attempt, error=cause[-2000:]
+        )
+        record_failure(batch, trial.name, cause)
+        claims.release(trial.name)
+        return 0
+    seconds = time.monotonic() - started
+    batch.event(
+        event="done", trial=trial.name, rack=label, attempt=attempt, seconds=round(seconds, 1)
+    )
+    claims.release(trial.name)
+    return 1
+
+
+def record_failure(batch: Batch, name: str, cause: str) -> None:
+    """Make sure the trial's own record says failed and why (a configure error raises before
+    the runner wrote anything, a collect error after it wrote 'complete')."""
+    trial_dir = batch.trial_dir(name)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    path = trial_dir / "trial.json"
+    record = json.loads(path.read_text()) if path.exists() else {"trial": name, "errors": []}
+    record["status"] = "failed"
+    if cause not in record.setdefault("errors", []):
+        record["errors"].append(cause)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def install_parent_death_signal() -> None:
+    """In a worker: SIGTERM when the coordinator dies (even by SIGKILL), so that the worker
+    restores the network and labels its trial instead of running on unobserved."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+# -- the coordinator --------------------------------------------------------------------------
+
+
+def rack_labels(racks: list[list[Path]]) -> list[str]:
+    """A short, unique name per rack: its inventory's directory (virtual, lab, a, b...)."""
+    labels: list[str] = []
+    for inventory in racks:
+        base = inventory[0].resolve().parent.name if inventory else "virtual"
+        label, n = base, 2
+        while label in labels:
+            label, n = f"{base}{n}", n + 1
+        labels.append(label)
+    return labels
+
+
+@dataclass
+class Progress:
+    """What the batch directory says: done, failed out, running, to do."""
+
+    done: int
+    failed: int
+    running: dict[str, str]  # rack -> trial
+    todo: int
+
+
+def progress(batch: Batch, retries: int) -> Progress:
+    names = [t["name"] for t in batch.meta["trials"]]
+    done = sum(batch.done(n) for n in names)
+    failed = sum(1 for n in names if not batch.done(n) and batch.failed_attempts(n) > retries)
+    running = {h.get("rack", "?"): n for n, h in claim_holders(batch).items()}
+    return Progress(done, failed, running, len(names) - done - failed)
+
+
+def spawn_workers(
+    batch: Batch, racks: list[list[Path]], labels: list[str], retries: int
+) -> list[tuple[str, Any]]:
+    import subprocess
+    import sys
+
+    (batch.path / "workers").mkdir(exist_ok=True)
+    procs = []
+    for inventory, label in zip(racks, labels, strict=True):
+        cmd = [sys.executable, "-m", "trials", "worker", str(batch.path), "--label", label]
+        cmd += ["--retries", str(retries)]
+        for inv in inventory:
+            cmd += ["-i", str(inv)]
+        log = (batch.path / "workers" / f"{label}.log").open("a")
+        procs.append(
+            (
+                label,
+                subprocess.Popen(
+                    cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=install_parent_death_signal,
+                ),
+            )
+        )
+    return procs

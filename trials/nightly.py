@@ -1,0 +1,186 @@
+"""Nightly batches: a schedule (a systemd timer where systemd runs, else a cron entry) that
+runs `make nightly-run`, i.e. the experiment's batch into results/nightly/<name>/<date>/, its
+report, and the retention rule (captures of batches older than N days are removed, their
+tables kept)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from core.rack import PROJECT_DIR
+from trials.spec import SpecError
+
+UNIT_DIR = Path("/etc/systemd/system")
+CRON_DIR = Path("/etc/cron.d")
+NIGHTLY_DIR = PROJECT_DIR / "results" / "nightly"
+# Files a batch keeps after retention: its record, tables and report; never the packets.
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".stream")
+
+
+def schedule_name(experiment: Path) -> str:
+    return "trialbed-nightly-" + re.sub(r"[^A-Za-z0-9_-]", "-", experiment.stem)
+
+
+def parse_at(at: str) -> tuple[int, int]:
+    m = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", at)
+    if not m:
+        raise SpecError(f"AT={at!r}: a time of day is HH:MM (00:00 to 23:59), e.g. AT=02:00")
+    return int(m[1]), int(m[2])
+
+
+def uses_systemd() -> bool:
+    return Path("/run/systemd/system").is_dir()
+
+
+@dataclass
+class Schedule:
+    experiment: Path
+    at: str
+    keep_captures_days: int
+    extra: str = ""  # further make variables (SET=..., ONLY=..., RACKS=...)
+
+    @property
+    def name(self) -> str:
+        return schedule_name(self.experiment)
+
+    def command(self) -> str:
+        make = [
+            "make", "-C", str(PROJECT_DIR), "nightly-run",
+            f"EXPERIMENT={self.experiment}", f"KEEP_CAPTURES={self.keep_captures_days}",
+        ]  # fmt: skip
+        words = " ".join(shlex.quote(w) for w in make)
+        return f"{words} {self.extra}".strip()
+
+    def log_file(self) -> Path:
+        return NIGHTLY_DIR / self.experiment.stem / "nightly.log"
+
+    def install(self) -> list[Path]:
+        """Write (and enable) the timer or cron entry; return the files written."""
+        hour, minute = parse_at(self.at)
+        self.log_file().parent.mkdir(parents=True, exist_ok=True)
+        if uses_systemd():
+            service = UNIT_DIR / f"{self.name}.service"
+            timer = UNIT_DIR / f"{self.name}.timer"
+            run = shlex.quote(f"{self.command()} >> {self.log_file()} 2>&1")
+            service.write_text(
+                "[Unit]\nDescription=trialbed nightly batch of "
+                f"{self.experiment}\n\n[Service]\nType=oneshot\nExecStart=/bin/sh -c {run}\n"
+            )
+            timer.write_text(
+                f"[Unit]\nDescription=trialbed nightly batch of {self.experiment} at {self.at}\n\n"
+                f"[Timer]\nOnCalendar=*-*-* {hour:02d}:{minute:02d}:00\nPersistent=true\n\n"
+                "[Install]\nWantedBy=timers.target\n"
+            )
+            subprocess.run(["systemctl", "daemon-reload"], check=True)
+            subprocess.run(["systemctl", "enable", "--now", timer.name], check=True)
+            return [service, timer]
+        ensure_cron()
+        entry = CRON_DIR / self.name
+        entry.write_text(
+            "# trialbed nightly batch (make nightly-install); remove with make nightly-remove\n"
+            "SHELL=/bin/sh\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+            f"{minute} {hour} * * * root {self.command()} >> {self.log_file()} 2>&1\n"
+        )
+        entry.chmod(0o644)
+        return [entry]
+
+
+def ensure_cron() -> None:
+    """cron from Debian's package, running (no systemd here to start it)."""
+    if not shutil.which("cron"):
+        subprocess.run(["apt-get", "install", "-y", "-q", "cron"], check=True)
+    pidfile = Path("/run/crond.pid")
+    pid = pidfile.read_text().strip() if pidfile.exists() else ""
+    if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+        subprocess.run(["cron"], check=True)  # daemonizes itself, writes /run/crond.pid
+
+
+def installed() -> list[Path]:
+    files = sorted(CRON_DIR.glob("trialbed-nightly-*")) if CRON_DIR.is_dir() else []
+    if UNIT_DIR.is_dir():
+        files += sorted(UNIT_DIR.glob("trialbed-nightly-*.timer"))
+    return files
+
+
+def remove(experiment: Path | None) -> list[Path]:
+    """Remove the schedule of one experiment, or every trialbed schedule."""
+    removed = []
+    for path in installed():
+        stem = path.name.removesuffix(".timer")
+        if experiment is not None and stem != schedule_name(experiment):
+            continue
+        if path.suffix == ".timer":
+            subprocess.run(["systemctl", "disable", "--now", path.name], check=False)
+            path.with_suffix(".service").unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    if removed and uses_systemd():
+        subprocess.run(["systemctl", "daemon-reload"], check=False)
+    return removed
+
+
+def dated_batch(experiment: Path, day: datetime | None = None) -> Path:
+    day = day or datetime.now(UTC)
+    return NIGHTLY_DIR / experiment.stem / day.strftime("%Y-%m-%d")
+
+
+def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> list[Path]:
+    """Remove the captures of this experiment's nightly batches older than keep_days; their
+    tables, records and reports stay. Each pruned batch says so in PRUNED.json."""
+    today = today or datetime.now(UTC)
+    pruned = []
+    for batch in sorted((NIGHTLY_DIR / experiment.stem).glob("????-??-??")):
+        day = datetime.strptime(batch.name, "%Y-%m-%d").replace(tzinfo=UTC)
+        if today - day <= timedelta(days=keep_days):
+            continue
+        files = [p for p in batch.rglob("*") if p.is_file() and p.suffix in CAPTURE_SUFFIXES]
+        if not files:
+            continue
+        freed = sum(p.stat().st_size for p in files)
+        for p in files:
+            p.unlink()
+        note = {
+            "pruned": today.isoformat(timespec="seconds"),
+            "keep_captures_days": keep_days,
+            "removed_files": len(files),
+            "freed_bytes": freed,
+            "note": "captures removed by the retention rule; manifests list them no longer "
+            "present; tables (summary.parquet, analysis/) are intact",
+        }
+        (batch / "PRUNED.json").write_text(json.dumps(note, indent=2) + "\n")
+        pruned.append(batch)
+    return pruned
+
+
+def last_runs(limit: int = 10) -> list[dict]:
+    """The most recent nightly batches of every experiment, newest first."""
+    runs = []
+    for batch in NIGHTLY_DIR.glob("*/????-??-??"):
+        meta = batch / "batch.json"
+        if not meta.exists():
+            continue
+        trials = json.loads(meta.read_text())["trials"]
+        status = {}
+        for t in trials:
+            record = batch / "trials" / t["name"] / "trial.json"
+            s = json.loads(record.read_text()).get("status") if record.exists() else "not run"
+            status[s] = status.get(s, 0) + 1
+        runs.append(
+            {
+                "experiment": batch.parent.name,
+                "date": batch.name,
+                "batch": str(batch),
+                "trials": len(trials),
+                "status": status,
+                "pruned": (batch / "PRUNED.json").exists(),
+            }
+        )
+    runs.sort(key=lambda r: (r["date"], r["experiment"]), reverse=True)
+    return runs[:limit]
