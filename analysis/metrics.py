@@ -14,6 +14,7 @@ from analysis.match import match_packets
 
 __all__ = [
     "one_way_delay",
+    "owd_upper_bound_ns",
     "queue_full_events",
     "summarize_owd",
     "tcp_goodput",
@@ -23,6 +24,7 @@ __all__ = [
 FLOW = ["src", "dst", "sport", "dport"]
 _ACK, _FIN = 0x10, 0x01
 _NEVER = 2**62
+MAX_FRAME_BYTES = 1514  # a full-size Ethernet frame (1500 B MTU), as the shaper counts it
 
 
 def _group_agg(values, ids, n: int, how: str, fill: int) -> np.ndarray:
@@ -190,6 +192,25 @@ def tcp_retransmissions(packets: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([flows[FLOW], agg.reset_index(drop=True)], axis=1)
 
 
+def owd_upper_bound_ns(*, one_way_delay_ns: int, buffer_bytes: int, rate_bps: int) -> int:
+    """The longest one-way delay a packet can see through a drop-tail bottleneck: the path's
+    propagation delay (RTT/2), plus waiting behind a full queue and the full-size frame the
+    shaper is sending when it arrives, (buffer + 1514 B) x 8 / rate (its own serialization
+    is inside that: the queue it joins holds at most buffer bytes including itself)."""
+    return one_way_delay_ns + -(-(buffer_bytes + MAX_FRAME_BYTES) * 8 * 10**9 // rate_bps)
+
+
+def undecided(ts_ns: np.ndarray, forwarded: np.ndarray, *, max_delay_ns: int, end_ns: int):
+    """True for packets that were not seen downstream but could still have been in transit at
+    ``end_ns``: sent after end_ns - max_delay_ns and after the last packet (of the same
+    capture, in send order) that was seen downstream; through a FIFO path, a packet sent
+    before one that arrived would have arrived too, so it was lost."""
+    if not len(ts_ns):
+        return np.zeros(0, dtype=bool)
+    last_fwd = ts_ns[forwarded].max() if forwarded.any() else np.iinfo(np.int64).min
+    return ~forwarded & (ts_ns > end_ns - max_delay_ns) & (ts_ns > last_fwd)
+
+
 def one_way_delay(
     before: pd.DataFrame,
     after: pd.DataFrame,
@@ -199,17 +220,20 @@ def one_way_delay(
     end_ns: int | None = None,
 ) -> pd.DataFrame:
     """match_packets columns plus ``owd_ns`` (-1 when lost) and ``lost`` for packets of
-    ``proto`` in ``before``. Packets sent after end_ns - max_delay_ns (end_ns defaults to the
-    last timestamp in ``after``, or in ``before`` if ``after`` is empty) cannot be judged and
-    are left out."""
+    ``proto`` in ``before``. Only packets that could not yet have arrived by end_ns (defaults
+    to the last timestamp in ``after``, or in ``before`` if ``after`` is empty) are left out:
+    those not seen downstream, sent within max_delay_ns of the end and after the last packet
+    that was delivered (see :func:`undecided`)."""
     b = before[before["proto"] == proto]
     a = after[after["proto"] == proto]
     m = match_packets(b, a, max_delay_ns=max_delay_ns)
     if end_ns is None:
         src = after if len(after) else before
         end_ns = int(src["ts_ns"].max()) if len(src) else 0
-    m = m[m["ts_ns"] <= end_ns - max_delay_ns].copy()
     fwd = m["forwarded"].to_numpy()
+    cut = undecided(m["ts_ns"].to_numpy(), fwd, max_delay_ns=max_delay_ns, end_ns=end_ns)
+    m = m[~cut].copy()
+    fwd = fwd[~cut]
     m["owd_ns"] = np.where(fwd, m["ts_out_ns"].to_numpy() - m["ts_ns"].to_numpy(), -1)
     m["lost"] = ~fwd
     return m
