@@ -32,7 +32,16 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-__all__ = ["COLUMNS", "PcapError", "PcapTruncatedWarning", "int_to_ip", "ip_to_int", "read_pcap"]
+__all__ = [
+    "COLUMNS",
+    "PcapError",
+    "PcapTruncatedWarning",
+    "addresses_as_strings",
+    "int_to_ip",
+    "ip_strings",
+    "ip_to_int",
+    "read_pcap",
+]
 
 COLUMNS: dict[str, str] = {
     "ts_ns": "int64",
@@ -99,6 +108,26 @@ def ip_to_int(addr: str) -> int:
 def int_to_ip(value: int) -> str:
     """Inverse of :func:`ip_to_int`."""
     return str(ipaddress.IPv4Address(int(value)))
+
+
+def ip_strings(values: np.ndarray) -> np.ndarray:
+    """Integer addresses (``src``/``dst`` columns) -> dotted quads (object array); one
+    conversion per distinct address."""
+    values = np.asarray(values)
+    uniq, inverse = np.unique(values, return_inverse=True)
+    names = np.array([int_to_ip(v) for v in uniq], dtype=object)
+    return names[inverse.reshape(-1)] if len(values) else np.empty(0, dtype=object)
+
+
+def addresses_as_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy with integer ``src``/``dst`` columns (if any) as dotted-quad strings: the form
+    every stored table uses."""
+    cols = {
+        c: ip_strings(frame[c].to_numpy())
+        for c in ("src", "dst")
+        if c in frame.columns and pd.api.types.is_integer_dtype(frame[c].dtype)
+    }
+    return frame.assign(**cols) if cols else frame
 
 
 def empty_frame() -> pd.DataFrame:
