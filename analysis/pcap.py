@@ -110,22 +110,22 @@ def int_to_ip(value: int) -> str:
     return str(ipaddress.IPv4Address(int(value)))
 
 
-def ip_strings(values: np.ndarray) -> np.ndarray:
-    """Integer addresses (``src``/``dst`` columns) -> dotted quads (object array); one
-    conversion per distinct address."""
+def ip_strings(values) -> pd.Categorical:
+    """Addresses (integers as in the ``src``/``dst`` columns, or dotted quads) -> a
+    categorical of dotted-quad strings: the form of addresses in every stored table (parquet
+    stores it as dictionary-encoded strings; one conversion per distinct address)."""
     values = np.asarray(values)
-    uniq, inverse = np.unique(values, return_inverse=True)
-    names = np.array([int_to_ip(v) for v in uniq], dtype=object)
-    return names[inverse.reshape(-1)] if len(values) else np.empty(0, dtype=object)
+    codes, uniq = pd.factorize(values)
+    names = [v if isinstance(v, str) else int_to_ip(v) for v in uniq]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype="str"))
 
 
 def addresses_as_strings(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy with integer ``src``/``dst`` columns (if any) as dotted-quad strings: the form
-    every stored table uses."""
+    """``frame`` with its ``src``/``dst`` columns (if any) as :func:`ip_strings` makes them."""
     cols = {
         c: ip_strings(frame[c].to_numpy())
         for c in ("src", "dst")
-        if c in frame.columns and pd.api.types.is_integer_dtype(frame[c].dtype)
+        if c in frame.columns and not isinstance(frame[c].dtype, pd.CategoricalDtype)
     }
     return frame.assign(**cols) if cols else frame
 

@@ -43,32 +43,40 @@ def queue_occupancy(
     out_ts = matched["ts_out_ns"].to_numpy(np.int64)
     if end_ns is None:
         end_ns = int(out_ts[fwd].max()) if fwd.any() else int(ts.max(initial=0))
-    keep = ~undecided(ts, fwd, max_delay_ns=max_delay_ns, end_ns=end_ns)
-    m = matched[keep]
+    keep = np.flatnonzero(~undecided(ts, fwd, max_delay_ns=max_delay_ns, end_ns=end_ns))
     ts, fwd, out_ts = ts[keep], fwd[keep], out_ts[keep]
-    frame = m["ip_len"].to_numpy(np.int64) + ETHERNET_HEADER
+    frame = matched["ip_len"].to_numpy()[keep].astype(np.int64) + ETHERNET_HEADER
     n_fwd = int(fwd.sum())
-    rows = np.r_[np.arange(len(m)), np.flatnonzero(fwd)]  # arrivals/drops, then departures
+    rows = np.r_[np.arange(len(keep)), np.flatnonzero(fwd)]  # arrivals/drops, then departures
     t = np.r_[ts + delay_ns, out_ts[fwd]]
-    code = np.r_[np.where(fwd, 1, 2), np.zeros(n_fwd, np.int64)]  # EVENTS codes
+    code = np.r_[np.where(fwd, 1, 2), np.zeros(n_fwd, np.int64)].astype(np.int8)  # EVENTS
     sign = np.r_[fwd.astype(np.int64), -np.ones(n_fwd, np.int64)]
-    order = np.lexsort((code, t))
+    order = _event_order(t, code)
     rows, t, code, sign = rows[order], t[order], code[order], sign[order]
     size = frame[rows]
+    src = keep[rows]  # row in ``matched``
     return pd.DataFrame(
         {
             "ts_ns": t,
             "event": pd.Categorical.from_codes(code, dtype=EVENTS),
             "frame_bytes": size.astype(np.int32),
-            "src": ip_strings(m["src"].to_numpy()[rows]),
-            "dst": ip_strings(m["dst"].to_numpy()[rows]),
-            "proto": m["proto"].to_numpy()[rows],
-            "sport": m["sport"].to_numpy()[rows],
-            "dport": m["dport"].to_numpy()[rows],
+            "src": ip_strings(matched["src"].to_numpy()[src]),
+            "dst": ip_strings(matched["dst"].to_numpy()[src]),
+            "proto": matched["proto"].to_numpy()[src],
+            "sport": matched["sport"].to_numpy()[src],
+            "dport": matched["dport"].to_numpy()[src],
             "packets": np.cumsum(sign),
             "bytes": np.cumsum(sign * size),
-        }
+        },
+        copy=False,
     )
+
+
+def _event_order(t: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """Order by (time, event code): each half (arrivals, departures) is nearly sorted in
+    time already, so a stable argsort on time after one on the code is cheap."""
+    by_code = np.argsort(code, kind="stable")
+    return by_code[np.argsort(t[by_code], kind="stable")]
 
 
 def occupancy_at(queue: pd.DataFrame, ts_ns: np.ndarray) -> pd.DataFrame:

@@ -283,3 +283,20 @@ def test_summarize_owd_all_lost() -> None:
     s = summarize_owd(df)
     assert (s["packets"], s["lost"]) == (2, 2)
     assert np.isnan(s["median_ms"])
+
+
+def test_flow_key_collision_falls_back_to_exact_keys(monkeypatch) -> None:
+    """Every 4-tuple hashing alike: the flow table is still exact (keyed by whole tuples)."""
+    from analysis import metrics
+
+    other = packets(transfer(segments=4))  # a second connection from port 6000
+    out = other["src"] == A
+    other.loc[out, "sport"] = np.uint16(6000)
+    other.loc[~out, "dport"] = np.uint16(6000)
+    df = pd.concat([packets(transfer()), other], ignore_index=True)
+    expected_g, expected_r = tcp_goodput(df), tcp_retransmissions(df)
+    monkeypatch.setattr(metrics, "_flow_hash", lambda *cols: np.zeros(len(cols[0]), np.uint64))
+    df2 = df.copy()  # a new frame: not in the flow-table cache
+    pd.testing.assert_frame_equal(tcp_goodput(df2), expected_g)
+    pd.testing.assert_frame_equal(tcp_retransmissions(df2), expected_r)
+    assert expected_g["bytes"].tolist() == [10_000, 4_000]
