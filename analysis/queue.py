@@ -79,6 +79,15 @@ def _event_order(t: np.ndarray, code: np.ndarray) -> np.ndarray:
     return by_code[np.argsort(t[by_code], kind="stable")]
 
 
+def crossing(frame: pd.DataFrame, pairs: set[tuple[int, int]]) -> pd.DataFrame:
+    """The packets of ``frame`` going from src to dst for one of the (src, dst) ``pairs``
+    (integer addresses): the traffic that crosses a bottleneck in its direction."""
+    key = frame["src"].to_numpy().astype(np.uint64) << np.uint64(32)
+    key |= frame["dst"].to_numpy().astype(np.uint64)
+    wanted = np.array([(s << 32) | d for s, d in pairs], dtype=np.uint64)
+    return frame[np.isin(key, wanted)]
+
+
 def occupancy_at(queue: pd.DataFrame, ts_ns: np.ndarray) -> pd.DataFrame:
     """Occupancy (packets, bytes) at each time: after every event at or before it."""
     ts_ns = np.asarray(ts_ns, dtype=np.int64)

@@ -20,7 +20,7 @@ from analysis.families import FAMILIES
 from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
-from analysis.queue import queue_occupancy, queue_summary
+from analysis.queue import crossing, queue_occupancy, queue_summary
 from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
 from analysis.traffic import ANALYSES
 from analysis.traffic.cbr_udp import max_transit_ns
@@ -92,12 +92,11 @@ def bottleneck_queue(
     if bottleneck is None:
         return None
 
-    def crossing(names: set[str]) -> pd.DataFrame:
-        frame = pd.concat([caps.packets(n) for n in sorted(names)], ignore_index=True)
-        keys = pd.MultiIndex.from_arrays([frame.src, frame.dst])
-        return frame[keys.isin(list(pairs))]
+    def crossing_at(names: set[str]) -> pd.DataFrame:
+        frames = [crossing(caps.packets(n), pairs) for n in sorted(names)]
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
-    arriving, departing = crossing(before), crossing(after)
+    arriving, departing = crossing_at(before), crossing_at(after)
     matched = match_packets(arriving, departing, max_delay_ns=transit)
     end_ns = int(max(caps.packets(n).ts_ns.max() for n in after)) if len(departing) else 0
     # Packets still in transit when the capture after the router stopped are not drops.
