@@ -318,17 +318,18 @@ def tcp_retransmissions(packets: pd.DataFrame) -> pd.DataFrame:
     """Per data flow: data packets, and those whose end (seq + payload) does not pass the
     highest end sent earlier in the flow (in time order)."""
     flows, data, _ = _tcp_flows(packets)
-    data = data[data["payload_len"] > 0]
-    fid = data["flow"].to_numpy()
-    retx = _retransmitted(fid, data["end_u"].to_numpy()).astype(np.int64)
-    g = pd.DataFrame({"flow": fid, "r": retx, "b": retx * data["payload_len"].to_numpy()})
-    agg = g.groupby("flow").agg(
-        data_packets=("r", "size"),
-        retransmitted_packets=("r", "sum"),
-        retransmitted_bytes=("b", "sum"),
+    plen = data["payload_len"].to_numpy()
+    has = plen > 0
+    fid = data["flow"].to_numpy()[has]
+    retx = _retransmitted(fid, data["end_u"].to_numpy()[has])
+    n = len(flows)
+    return flows[FLOW].assign(
+        data_packets=np.bincount(fid, minlength=n).astype(np.int64),
+        retransmitted_packets=np.bincount(fid[retx], minlength=n).astype(np.int64),
+        retransmitted_bytes=np.bincount(fid[retx], weights=plen[has][retx], minlength=n).astype(
+            np.int64
+        ),
     )
-    agg = agg.reindex(flows.index, fill_value=0).astype(np.int64)
-    return pd.concat([flows[FLOW], agg.reset_index(drop=True)], axis=1)
 
 
 def owd_upper_bound_ns(*, one_way_delay_ns: int, buffer_bytes: int, rate_bps: int) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.match import KEY_COLUMNS
 from analysis.metrics import undecided
 from analysis.pcap import ip_strings
 
@@ -79,13 +80,18 @@ def _event_order(t: np.ndarray, code: np.ndarray) -> np.ndarray:
     return by_code[np.argsort(t[by_code], kind="stable")]
 
 
+QUEUE_COLUMNS = ["ts_ns", "ip_len", *KEY_COLUMNS]  # what matching and the queue read
+
+
 def crossing(frame: pd.DataFrame, pairs: set[tuple[int, int]]) -> pd.DataFrame:
     """The packets of ``frame`` going from src to dst for one of the (src, dst) ``pairs``
-    (integer addresses): the traffic that crosses a bottleneck in its direction."""
+    (integer addresses): the traffic that crosses a bottleneck in its direction; only the
+    columns the queue reconstruction reads (a copy of every column would double memory)."""
     key = frame["src"].to_numpy().astype(np.uint64) << np.uint64(32)
     key |= frame["dst"].to_numpy().astype(np.uint64)
     wanted = np.array([(s << 32) | d for s, d in pairs], dtype=np.uint64)
-    return frame[np.isin(key, wanted)]
+    rows = np.flatnonzero(np.isin(key, wanted))
+    return pd.DataFrame({c: frame[c].to_numpy()[rows] for c in QUEUE_COLUMNS}, copy=False)
 
 
 def occupancy_at(queue: pd.DataFrame, ts_ns: np.ndarray) -> pd.DataFrame:

@@ -15,8 +15,9 @@ then the trace lines as the kernel prints them, e.g.
     iperf3-1234 [001] ..s1. 5678.901234: tcp_probe: family=AF_INET src=198.18.1.1:40000
     dest=198.18.2.2:5201 mark=0x0 data_len=0 snd_nxt=0x... snd_una=0x... snd_cwnd=10 ...
 
-Mounts tracefs at /sys/kernel/tracing if it is not mounted (needs root). Runs until SIGTERM
-or SIGINT; then drains what the buffer still holds, removes the instance and writes
+Mounts tracefs at /sys/kernel/tracing if it is not mounted (needs root). Prints
+"recording tcp_probe" to stderr (the daemon's log) once the event is enabled. Runs until
+SIGTERM or SIGINT; then drains what the buffer still holds, removes the instance and writes
 "# end {"events": N, "lost": L}" (L: events the kernel dropped for a full buffer, from
 per_cpu stats).
 
@@ -92,7 +93,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     mount_tracefs()
-    inst = f"{TRACEFS}/instances/trialbed-{args.tag}-{os.getpid()}"
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", args.tag)[:40]
+    inst = f"{TRACEFS}/instances/trialbed-{tag}-{os.getpid()}"
     os.mkdir(inst)
     events = 0
     out = sys.stdout if args.out == "-" else open(args.out, "w", buffering=1)  # noqa: SIM115
@@ -107,6 +109,7 @@ def main() -> int:
         }
         out.write("# trialbed-tcp-probe " + json.dumps(meta) + "\n")
         _write(f"{inst}/events/tcp/tcp_probe/enable", "1")
+        print(f"recording tcp_probe into {args.out}", file=sys.stderr, flush=True)  # runner waits
         try:
             with open(f"{inst}/trace_pipe", "rb", buffering=0) as pipe:
                 pending = b""

@@ -20,6 +20,7 @@ from collect.remote import tc_sampler_command, tcp_probe_command
 
 
 def start(command: str, cwd: Path) -> subprocess.Popen:
+    """As core.daemons.Daemons.spawn runs it: sh -c 'exec COMMAND' in the trial directory."""
     return subprocess.Popen(["sh", "-c", "exec " + command], cwd=cwd, stderr=subprocess.PIPE)
 
 
@@ -45,8 +46,10 @@ def test_tc_sampler_every_10_ms(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="tracefs needs root")
 def test_tcp_probe_records_a_loopback_transfer(tmp_path: Path) -> None:
-    proc = start(tcp_probe_command(["127.0.0.1"], out="tcp_probe.txt", tag="test"), tmp_path)
-    time.sleep(0.5)  # the instance is set up
+    cmd = tcp_probe_command(["127.0.0.1"], out="tcp_probe.txt", tag="test trial/1")
+    proc = start(cmd, tmp_path)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"recording tcp_probe")  # what the runner waits for
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
 
