@@ -1,7 +1,22 @@
 """Scripts that run on rack hosts during a trial (standard library only, no project imports):
 each is started as a daemon by the runner and writes one file into the host's trial
 directory. ``command(name, *args)`` gives the shell command that runs one of them without
-installing it first (its source passed to ``python3 -c``)."""
+installing it first (its source passed to ``python3 -c``).
+
+How a trial records them (core.daemons.Daemons runs the command in the host's trial
+directory, so the relative output names land there and are collected with the rest):
+
+    # every router with a shaped egress, after the captures listen, before traffic:
+    daemons.spawn(host, "tc_sampler", tc_sampler_command(ifaces))   # -> tc_samples.jsonl
+    # every Linux TCP sender, with the addresses of its flows' two ends:
+    daemons.spawn(host, "tcp_probe", tcp_probe_command(addrs, tag=trial_name))
+    daemons.wait_for_log(host, "tcp_probe", "recording tcp_probe")  # -> tcp_probe.txt
+    ...  # traffic, drain
+    daemons.stop(host, "tc_sampler", "TERM"); daemons.stop(host, "tcp_probe", "TERM")
+
+The analysis reads <trial>/<router host>/tc_samples.jsonl (analysis.trial.TC_SAMPLES) and
+<trial>/<sender host>/tcp_probe.txt (analysis.traffic.bulk_tcp.TCP_PROBE).
+"""
 
 from __future__ import annotations
 
