@@ -58,5 +58,5 @@ lint: setup  ## ruff, ansible-lint, and a syntax check of every playbook
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/ansible-lint --offline -q playbooks roles
 
-bench: setup  ## pcap reading speed against tcpdump -r and cat, measured in the same run
-	@$(PYTHON) tests/bench/bench_pcap_reader.py
+bench: setup  ## analysis of a generated trial against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark")
+	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)

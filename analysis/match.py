@@ -87,25 +87,61 @@ def match_packets(before: pd.DataFrame, after: pd.DataFrame, *, max_delay_ns: in
     Returns ``before`` (same index and columns) plus ``ts_out_ns`` (int64, -1 if unmatched) and
     ``forwarded`` (bool). Keys are compared through a 64-bit hash: a false match needs two
     different keys with equal hashes inside one time window (odds 2**-64 per pair).
+
+    Most keys occur once in each capture (the IP ID and sequence number differ from packet to
+    packet): those are joined through a hash table; only keys that repeat (IP ID wrap, equal
+    UDP payloads) go through the sort-based greedy matching.
     """
+    return before.assign(**_match_columns(before, after, max_delay_ns))
+
+
+def _match_columns(before: pd.DataFrame, after: pd.DataFrame, max_delay_ns: int) -> dict:
     nb, na = len(before), len(after)
     ts_out = np.full(nb, -1, dtype=np.int64)
     if nb and na:
         hb, ha = key_hash(before), key_hash(after)
         tb = before["ts_ns"].to_numpy(np.int64)
         ta = after["ts_ns"].to_numpy(np.int64)
-        # One sort of both captures by (key, time); at equal times the before row comes
-        # first so a zero delay still matches.
-        order = np.lexsort((np.r_[tb * 2, ta * 2 + 1], np.r_[hb, ha]))
-        is_a = order >= nb
-        a_rows = order[is_a] - nb  # after rows in (key, time) order
-        b_rows = order[~is_a]
-        f = (np.cumsum(is_a) - is_a)[~is_a]  # after rows sorted before each before row
-        hb_s, ha_s = hb[b_rows], ha[a_rows]
-        e = np.searchsorted(ha_s, hb_s, side="right")
-        group = np.cumsum(np.r_[True, hb_s[1:] != hb_s[:-1]])
-        ta_s = ta[a_rows]
-        c = _greedy(f, e, group, tb[b_rows], ta_s, int(max_delay_ns))
-        hit = c >= 0
-        ts_out[b_rows[hit]] = ta_s[c[hit]]
-    return before.assign(ts_out_ns=ts_out, forwarded=ts_out >= 0)
+        cb, keys = pd.factorize(np.r_[hb, ha])
+        counts_b = np.bincount(cb[:nb], minlength=len(keys))
+        counts_a = np.bincount(cb[nb:], minlength=len(keys))
+        single = (counts_b <= 1) & (counts_a <= 1)
+        # Unique on both sides: the one candidate, if it is inside the window.
+        one_b = np.flatnonzero(single[cb[:nb]])
+        pos_a = np.full(len(keys), -1, dtype=np.int64)
+        a_single = np.flatnonzero(single[cb[nb:]])
+        pos_a[cb[nb:][a_single]] = a_single
+        cand = pos_a[cb[:nb][one_b]]
+        has = cand >= 0
+        delay = ta[cand[has]] - tb[one_b[has]]
+        ok = (delay >= 0) & (delay <= max_delay_ns)
+        ts_out[one_b[has][ok]] = ta[cand[has]][ok]
+        # Repeated keys: greedy matching in time order, on those rows only.
+        rb = np.flatnonzero(~single[cb[:nb]])
+        ra = np.flatnonzero(~single[cb[nb:]])
+        if len(rb) and len(ra):
+            ts_out[rb] = _greedy_match(hb[rb], ha[ra], tb[rb], ta[ra], int(max_delay_ns))
+    return {"ts_out_ns": ts_out, "forwarded": ts_out >= 0}
+
+
+def _greedy_match(
+    hb: np.ndarray, ha: np.ndarray, tb: np.ndarray, ta: np.ndarray, max_delay_ns: int
+) -> np.ndarray:
+    """ts_ns of the after packet each before packet is matched to (-1: none)."""
+    nb = len(hb)
+    ts_out = np.full(nb, -1, dtype=np.int64)
+    # One sort of both captures by (key, time); at equal times the before row comes
+    # first so a zero delay still matches.
+    order = np.lexsort((np.r_[tb * 2, ta * 2 + 1], np.r_[hb, ha]))
+    is_a = order >= nb
+    a_rows = order[is_a] - nb  # after rows in (key, time) order
+    b_rows = order[~is_a]
+    f = (np.cumsum(is_a) - is_a)[~is_a]  # after rows sorted before each before row
+    hb_s, ha_s = hb[b_rows], ha[a_rows]
+    e = np.searchsorted(ha_s, hb_s, side="right")
+    group = np.cumsum(np.r_[True, hb_s[1:] != hb_s[:-1]])
+    ta_s = ta[a_rows]
+    c = _greedy(f, e, group, tb[b_rows], ta_s, max_delay_ns)
+    hit = c >= 0
+    ts_out[b_rows[hit]] = ta_s[c[hit]]
+    return ts_out

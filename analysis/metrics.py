@@ -7,13 +7,16 @@ time order, so a flow may cross the 2**32 boundary any number of times.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
-from analysis.match import match_packets
+from analysis.match import _mix, match_packets
 
 __all__ = [
     "one_way_delay",
+    "owd_upper_bound_ns",
     "queue_full_events",
     "summarize_owd",
     "tcp_goodput",
@@ -23,15 +26,22 @@ __all__ = [
 FLOW = ["src", "dst", "sport", "dport"]
 _ACK, _FIN = 0x10, 0x01
 _NEVER = 2**62
+MAX_FRAME_BYTES = 1514  # a full-size Ethernet frame (1500 B MTU), as the shaper counts it
 
 
 def _group_agg(values, ids, n: int, how: str, fill: int) -> np.ndarray:
     """int64 per-group min/max for groups 0..n-1 (``fill`` where a group has no rows);
-    stays in integers, unlike reindex + fillna which would pass through float64."""
+    stays in integers (no float64 round trip)."""
     out = np.full(n, fill, dtype=np.int64)
+    values = np.asarray(values, dtype=np.int64)
     if len(values):
-        agg = pd.Series(np.asarray(values, dtype=np.int64)).groupby(np.asarray(ids)).agg(how)
-        out[agg.index.to_numpy()] = agg.to_numpy()
+        ids = np.asarray(ids)
+        seen = np.zeros(n, dtype=bool)
+        seen[ids] = True
+        ufunc = np.minimum if how == "min" else np.maximum
+        acc = np.full(n, np.iinfo(np.int64).max if how == "min" else np.iinfo(np.int64).min)
+        ufunc.at(acc, ids, values)
+        out[seen] = acc[seen]
     return out
 
 
@@ -42,8 +52,23 @@ def _starts(group: np.ndarray) -> np.ndarray:
     return start
 
 
+def _group_cummax(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Running maximum within each group (rows sorted by group; int64 values whose spread
+    within a group is below 2**41): one global accumulate over values lifted per group."""
+    values = np.asarray(values, dtype=np.int64)
+    if not len(values):
+        return values.copy()
+    start = _starts(group)
+    low = np.minimum.reduceat(values, np.flatnonzero(start))
+    lift = np.cumsum(start) * (np.int64(1) << 42) - np.repeat(
+        low, np.diff(np.r_[np.flatnonzero(start), len(values)])
+    )
+    return np.maximum.accumulate(values + lift) - lift
+
+
 def _signed32(x: np.ndarray) -> np.ndarray:
-    return ((x + 2**31) % 2**32) - 2**31
+    """int64 -> the signed 32-bit value with the same low 32 bits (bit ops, not %)."""
+    return ((x + 2**31) & 0xFFFFFFFF) - 2**31
 
 
 def _unwrap(raw: np.ndarray, group: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -58,48 +83,164 @@ def _unwrap(raw: np.ndarray, group: np.ndarray, base: np.ndarray) -> np.ndarray:
     return cs - cs[first] + step[first]
 
 
+_U64 = np.uint64
+
+
+def _flow_hash(src, dst, sport, dport) -> np.ndarray:
+    """64-bit hash of a direction's 4-tuple: a key pandas can index without a MultiIndex.
+    Callers check the 4-tuples behind equal keys (a collision is possible, if unlikely)."""
+    ports = np.asarray(sport).astype(_U64) << _U64(16) | np.asarray(dport).astype(_U64)
+    addrs = np.asarray(src).astype(_U64) << _U64(32) | np.asarray(dst).astype(_U64)
+    return _mix(addrs ^ (ports * _U64(0x9E3779B97F4A7C15)))
+
+
+class _HashCollision(Exception):
+    pass
+
+
 def _flow_ids(packets: pd.DataFrame, data: pd.DataFrame, reverse: bool) -> np.ndarray:
     """Row in ``data`` (the data-flow table) of each packet's flow, or of the flow its
     packets acknowledge when ``reverse``; -1 if none."""
     cols = ["dst", "src", "dport", "sport"] if reverse else FLOW
-    keys = pd.MultiIndex.from_frame(packets[cols].set_axis(FLOW, axis=1))
-    return pd.MultiIndex.from_frame(data[FLOW]).get_indexer(keys)
+    keys = _flow_hash(*(packets[c].to_numpy() for c in cols))
+    table = pd.Index(_flow_hash(*(data[c].to_numpy() for c in FLOW)))
+    fid = table.get_indexer(keys) if table.is_unique else None
+    hit = fid >= 0 if fid is not None else None
+    if fid is None or not all(
+        np.array_equal(packets[c].to_numpy()[hit], data[d].to_numpy()[fid[hit]])
+        for c, d in zip(cols, FLOW, strict=True)
+    ):  # two 4-tuples share a hash: compare them whole
+        tuples = pd.MultiIndex.from_frame(packets[cols].set_axis(FLOW, axis=1))
+        return pd.MultiIndex.from_frame(data[FLOW]).get_indexer(tuples)
+    return fid
+
+
+def _time_order(fid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Stable order by (flow, ts): one stable sort by flow when the rows are already in time
+    order (captures are written so), else a lexsort."""
+    if len(ts) < 2 or (np.diff(ts) >= 0).all():
+        small = fid.astype(np.int16) if len(fid) and fid.max() < 2**15 else fid
+        return np.argsort(small, kind="stable")  # radix sort for int16
+    return np.lexsort((ts, fid))
+
+
+_CACHE: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
 def _tcp_flows(packets: pd.DataFrame):
     """Data flows, their data packets (unwrapped seq) and their ACKs (unwrapped ack).
 
     Returns (flows, data, acks) where data/acks carry a ``flow`` row number into flows,
-    sorted by (flow, ts_ns); flows has the first data timestamp and base sequence number.
+    sorted by (flow, ts_ns), indexed by the packets' labels; flows has the first data
+    timestamp, base sequence number and FIN. Built once per packets frame (frames are not
+    modified after reading): every metric of the same frame reuses it.
     """
+    hit = _CACHE.get(id(packets))
+    if hit is not None and hit[0]() is packets:
+        return hit[1]
+    try:
+        out = _build_tcp_flows(packets, _flow_hash)
+    except _HashCollision:  # two 4-tuples share a hash: key by their rank instead
+        out = _build_tcp_flows(packets, _exact_key(packets))
+    for key in [k for k, (ref, _) in _CACHE.items() if ref() is None]:
+        del _CACHE[key]
+    _CACHE[id(packets)] = (weakref.ref(packets), out)
+    return out
+
+
+def _exact_key(packets: pd.DataFrame):
+    """A key function numbering the distinct 4-tuples (exact, slower than the hash)."""
     tcp = packets[packets["proto"] == 6]
-    has_data = tcp["payload_len"].to_numpy() > 0
-    flows = tcp.loc[has_data, FLOW].drop_duplicates().reset_index(drop=True)
+    both = pd.concat(
+        [tcp[FLOW], tcp[["dst", "src", "dport", "sport"]].set_axis(FLOW, axis=1)]
+    ).drop_duplicates()
+    table = pd.MultiIndex.from_frame(both)
 
-    data = tcp[has_data | ((tcp["tcp_flags"].to_numpy() & _FIN) > 0)].copy()
-    data["flow"] = _flow_ids(data, flows, reverse=False)
-    data = data[data["flow"] >= 0].sort_values(["flow", "ts_ns"], kind="stable")
-    fid = data["flow"].to_numpy()
-    seq = data["seq"].to_numpy().astype(np.int64)
+    def key(src, dst, sport, dport) -> np.ndarray:
+        frame = pd.DataFrame({"src": src, "dst": dst, "sport": sport, "dport": dport})
+        return table.get_indexer(pd.MultiIndex.from_frame(frame)).astype(np.uint64)
+
+    return key
+
+
+def _build_tcp_flows(packets: pd.DataFrame, key_of):
+    col = {c: packets[c].to_numpy() for c in ("proto", "tcp_flags", "payload_len", "ts_ns")}
+    tcp = np.flatnonzero(col["proto"] == 6)
+    flags = col["tcp_flags"][tcp]
+    plen = col["payload_len"][tcp].astype(np.int64)
+    ts = col["ts_ns"][tcp]
+    ends = {c: packets[c].to_numpy()[tcp] for c in FLOW}
+    wide = {c: v.astype(np.uint64) for c, v in ends.items()}  # cast once for both keys
+    fwd = key_of(wide["src"], wide["dst"], wide["sport"], wide["dport"])
+    has_data = np.flatnonzero(plen > 0)
+    codes, keys = pd.factorize(fwd[has_data])  # flows in order of first data
+    first_row = np.empty(len(keys), dtype=np.int64)
+    first_row[codes[::-1]] = has_data[::-1]
+    flows = pd.DataFrame({c: ends[c][first_row] for c in FLOW})
+    index = pd.Index(keys)
+    labels = packets.index.to_numpy()[tcp]
+
+    sel = np.flatnonzero((plen > 0) | ((flags & _FIN) > 0))
+    fid = index.get_indexer(fwd[sel])
+    sel, fid = sel[fid >= 0], fid[fid >= 0]
+    order = _time_order(fid, ts[sel])
+    sel, fid = sel[order], fid[order]
+    seq = packets["seq"].to_numpy()[tcp][sel].astype(np.int64)
     first_seq = seq[np.searchsorted(fid, fid)]  # the flow's first packet anchors unwrapping
-    data["seq_u"] = _unwrap(seq, fid, first_seq)
-    data["end_u"] = data["seq_u"] + data["payload_len"].clip(lower=0)
+    seq_u = _unwrap(seq, fid, first_seq)
+    data = pd.DataFrame(
+        {
+            "ts_ns": ts[sel],
+            "seq": seq,
+            "payload_len": plen[sel],
+            "tcp_flags": flags[sel],
+            "flow": fid,
+            "seq_u": seq_u,
+            "end_u": seq_u + np.maximum(plen[sel], 0),
+        },
+        index=labels[sel],
+        copy=False,  # no consolidation into one 2-D block (a copy of every column)
+    )
 
-    acks = tcp[(tcp["tcp_flags"].to_numpy() & _ACK) > 0].copy()
-    acks["flow"] = _flow_ids(acks, flows, reverse=True)
-    acks = acks[acks["flow"] >= 0].sort_values(["flow", "ts_ns"], kind="stable")
-    afid = acks["flow"].to_numpy()
-    per_flow_first = pd.Series(first_seq).groupby(fid).first()
-    anchor = per_flow_first.reindex(afid).to_numpy() if len(afid) else np.empty(0, np.int64)
-    acks["ack_u"] = _unwrap(acks["ack"].to_numpy(), afid, anchor)
+    rev = key_of(wide["dst"], wide["src"], wide["dport"], wide["sport"])
+    del wide
+    asel = np.flatnonzero((flags & _ACK) > 0)
+    afid = index.get_indexer(rev[asel])
+    asel, afid = asel[afid >= 0], afid[afid >= 0]
+    order = _time_order(afid, ts[asel])
+    asel, afid = asel[order], afid[order]
+    n = len(flows)
+    flow_first = np.zeros(n, dtype=np.int64)
+    if len(fid):
+        starts = np.flatnonzero(_starts(fid))
+        flow_first[fid[starts]] = first_seq[starts]
+    ack_raw = packets["ack"].to_numpy()[tcp][asel]
+    acks = pd.DataFrame(
+        {
+            "ts_ns": ts[asel],
+            "ack": ack_raw,
+            "payload_len": plen[asel],
+            "tcp_flags": flags[asel],
+            "flow": afid,
+            "ack_u": _unwrap(ack_raw, afid, flow_first[afid]),
+        },
+        index=labels[asel],
+        copy=False,
+    )
+    # The key found each packet's flow; check that the 4-tuples agree.
+    back = dict(zip(FLOW, ("dst", "src", "dport", "sport"), strict=True))
+    for c in FLOW:
+        if not np.array_equal(ends[c][sel], flows[c].to_numpy()[fid]) or not np.array_equal(
+            ends[back[c]][asel], flows[c].to_numpy()[afid]
+        ):
+            raise _HashCollision
 
-    payload = data[data["payload_len"] > 0]
-    g = payload.groupby("flow", sort=True)
-    flows["first_ts"] = g["ts_ns"].min()
-    flows["base"] = g["seq_u"].min()  # first data byte (the byte after the SYN)
-    fins = data[(data["tcp_flags"].to_numpy() & _FIN) > 0]
+    payload = plen[sel] > 0
+    flows["first_ts"] = _group_agg(ts[sel][payload], fid[payload], n, "min", 0)
+    flows["base"] = _group_agg(seq_u[payload], fid[payload], n, "min", 0)  # byte after SYN
+    fins = (flags[sel] & _FIN) > 0
     # The FIN's own sequence number; flows without a FIN get a cap nothing reaches.
-    flows["fin"] = _group_agg(fins["end_u"], fins["flow"], len(flows), "min", _NEVER)
+    flows["fin"] = _group_agg(data["end_u"].to_numpy()[fins], fid[fins], n, "min", _NEVER)
     return flows, data, acks
 
 
@@ -112,7 +253,7 @@ def _acked_progress(
     afid = acks["flow"].to_numpy()
     base = flows["base"].to_numpy()
     acked = np.clip(acks["ack_u"].to_numpy(), base[afid], flows["fin"].to_numpy()[afid])
-    acked = pd.Series(acked, index=afid).groupby(level=0).cummax().to_numpy()
+    acked = _group_cummax(acked, afid)
     return afid, acks["ts_ns"].to_numpy(), acked
 
 
@@ -129,7 +270,7 @@ def _retransmitted(fid: np.ndarray, end: np.ndarray) -> np.ndarray:
     """True for data packets (sorted by flow, time) whose end (seq + payload, unwrapped) does
     not pass the highest end sent earlier in their flow."""
     start = _starts(fid)
-    high = pd.Series(end).groupby(fid).cummax().to_numpy()
+    high = _group_cummax(end, fid)
     prev_high = np.where(start, -_NEVER, np.roll(high, 1))  # nothing sent earlier in the flow
     return end <= prev_high
 
@@ -177,17 +318,37 @@ def tcp_retransmissions(packets: pd.DataFrame) -> pd.DataFrame:
     """Per data flow: data packets, and those whose end (seq + payload) does not pass the
     highest end sent earlier in the flow (in time order)."""
     flows, data, _ = _tcp_flows(packets)
-    data = data[data["payload_len"] > 0]
-    fid = data["flow"].to_numpy()
-    retx = _retransmitted(fid, data["end_u"].to_numpy()).astype(np.int64)
-    g = pd.DataFrame({"flow": fid, "r": retx, "b": retx * data["payload_len"].to_numpy()})
-    agg = g.groupby("flow").agg(
-        data_packets=("r", "size"),
-        retransmitted_packets=("r", "sum"),
-        retransmitted_bytes=("b", "sum"),
+    plen = data["payload_len"].to_numpy()
+    has = plen > 0
+    fid = data["flow"].to_numpy()[has]
+    retx = _retransmitted(fid, data["end_u"].to_numpy()[has])
+    n = len(flows)
+    return flows[FLOW].assign(
+        data_packets=np.bincount(fid, minlength=n).astype(np.int64),
+        retransmitted_packets=np.bincount(fid[retx], minlength=n).astype(np.int64),
+        retransmitted_bytes=np.bincount(fid[retx], weights=plen[has][retx], minlength=n).astype(
+            np.int64
+        ),
     )
-    agg = agg.reindex(flows.index, fill_value=0).astype(np.int64)
-    return pd.concat([flows[FLOW], agg.reset_index(drop=True)], axis=1)
+
+
+def owd_upper_bound_ns(*, one_way_delay_ns: int, buffer_bytes: int, rate_bps: int) -> int:
+    """The longest one-way delay a packet can see through a drop-tail bottleneck: the path's
+    propagation delay (RTT/2), plus waiting behind a full queue and the full-size frame the
+    shaper is sending when it arrives, (buffer + 1514 B) x 8 / rate (its own serialization
+    is inside that: the queue it joins holds at most buffer bytes including itself)."""
+    return one_way_delay_ns + -(-(buffer_bytes + MAX_FRAME_BYTES) * 8 * 10**9 // rate_bps)
+
+
+def undecided(ts_ns: np.ndarray, forwarded: np.ndarray, *, max_delay_ns: int, end_ns: int):
+    """True for packets that were not seen downstream but could still have been in transit at
+    ``end_ns``: sent after end_ns - max_delay_ns and after the last packet (of the same
+    capture, in send order) that was seen downstream; through a FIFO path, a packet sent
+    before one that arrived would have arrived too, so it was lost."""
+    if not len(ts_ns):
+        return np.zeros(0, dtype=bool)
+    last_fwd = ts_ns[forwarded].max() if forwarded.any() else np.iinfo(np.int64).min
+    return ~forwarded & (ts_ns > end_ns - max_delay_ns) & (ts_ns > last_fwd)
 
 
 def one_way_delay(
@@ -199,17 +360,20 @@ def one_way_delay(
     end_ns: int | None = None,
 ) -> pd.DataFrame:
     """match_packets columns plus ``owd_ns`` (-1 when lost) and ``lost`` for packets of
-    ``proto`` in ``before``. Packets sent after end_ns - max_delay_ns (end_ns defaults to the
-    last timestamp in ``after``, or in ``before`` if ``after`` is empty) cannot be judged and
-    are left out."""
+    ``proto`` in ``before``. Only packets that could not yet have arrived by end_ns (defaults
+    to the last timestamp in ``after``, or in ``before`` if ``after`` is empty) are left out:
+    those not seen downstream, sent within max_delay_ns of the end and after the last packet
+    that was delivered (see :func:`undecided`)."""
     b = before[before["proto"] == proto]
     a = after[after["proto"] == proto]
     m = match_packets(b, a, max_delay_ns=max_delay_ns)
     if end_ns is None:
         src = after if len(after) else before
         end_ns = int(src["ts_ns"].max()) if len(src) else 0
-    m = m[m["ts_ns"] <= end_ns - max_delay_ns].copy()
     fwd = m["forwarded"].to_numpy()
+    cut = undecided(m["ts_ns"].to_numpy(), fwd, max_delay_ns=max_delay_ns, end_ns=end_ns)
+    m = m[~cut].copy()
+    fwd = fwd[~cut]
     m["owd_ns"] = np.where(fwd, m["ts_out_ns"].to_numpy() - m["ts_ns"].to_numpy(), -1)
     m["lost"] = ~fwd
     return m

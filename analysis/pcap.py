@@ -24,6 +24,7 @@ import ipaddress
 import itertools
 import os
 import struct
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -31,7 +32,16 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-__all__ = ["COLUMNS", "PcapError", "int_to_ip", "ip_to_int", "read_pcap"]
+__all__ = [
+    "COLUMNS",
+    "PcapError",
+    "PcapTruncatedWarning",
+    "addresses_as_strings",
+    "int_to_ip",
+    "ip_strings",
+    "ip_to_int",
+    "read_pcap",
+]
 
 COLUMNS: dict[str, str] = {
     "ts_ns": "int64",
@@ -85,6 +95,11 @@ class PcapError(ValueError):
     """A file that is not a readable classic pcap; the message names the file and the problem."""
 
 
+class PcapTruncatedWarning(UserWarning):
+    """The file ends inside a record (tcpdump killed mid-write): the complete records before
+    it were read; the message names the file and the offset of the incomplete record."""
+
+
 def ip_to_int(addr: str) -> int:
     """Dotted quad -> the integer stored in the ``src``/``dst`` columns."""
     return int(ipaddress.IPv4Address(addr))
@@ -93,6 +108,26 @@ def ip_to_int(addr: str) -> int:
 def int_to_ip(value: int) -> str:
     """Inverse of :func:`ip_to_int`."""
     return str(ipaddress.IPv4Address(int(value)))
+
+
+def ip_strings(values) -> pd.Categorical:
+    """Addresses (integers as in the ``src``/``dst`` columns, or dotted quads) -> a
+    categorical of dotted-quad strings: the form of addresses in every stored table (parquet
+    stores it as dictionary-encoded strings; one conversion per distinct address)."""
+    values = np.asarray(values)
+    codes, uniq = pd.factorize(values)
+    names = [v if isinstance(v, str) else int_to_ip(v) for v in uniq]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype="str"))
+
+
+def addresses_as_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``src``/``dst`` columns (if any) as :func:`ip_strings` makes them."""
+    cols = {
+        c: ip_strings(frame[c].to_numpy())
+        for c in ("src", "dst")
+        if c in frame.columns and not isinstance(frame[c].dtype, pd.CategoricalDtype)
+    }
+    return frame.assign(**cols) if cols else frame
 
 
 def empty_frame() -> pd.DataFrame:
@@ -115,8 +150,9 @@ def read_pcap(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read a classic pcap file; one row per IPv4 packet in file order (see ``COLUMNS``).
 
     Non-IPv4 frames and frames too short to hold a 20-byte IPv4 header are skipped.
-    Raises PcapError for pcapng or other non-pcap files, unsupported link types, corrupt
-    record headers and truncated files.
+    A file that ends inside a record (a capture killed mid-write) gives its complete records
+    and a PcapTruncatedWarning naming the file and the offset. Raises PcapError for empty,
+    pcapng or other non-pcap files, unsupported link types and corrupt record headers.
     """
     name = os.fspath(path)
     with open(name, "rb") as f:
@@ -154,15 +190,29 @@ class _Output:
         return pd.DataFrame({k: v[: self.n] for k, v in self.cols.items()}, copy=False)
 
 
+_ALLOWED = (
+    "expected a classic pcap file (magic a1b2c3d4 or a1b23c4d, either byte order), "
+    "as tcpdump -w writes"
+)
+
+
+def _what_it_is(head: bytes) -> str:
+    """What the first bytes say the file is, for a message."""
+    if not head:
+        return "empty file (0 bytes; the capture wrote nothing, not even the pcap header)"
+    if head[:4] == _PCAPNG_MAGIC:
+        return "a pcapng file; convert it with `tcpdump -r in -w out`"
+    shown = head[:8]
+    text = "".join(chr(b) if 32 <= b < 127 else "." for b in shown)
+    if len(head) < 4:
+        return f"{len(head)}-byte file (0x{shown.hex()}), too short for a pcap header"
+    return f"not a capture file (starts with 0x{shown.hex()}, {text!r})"
+
+
 def _read_global_header(f: BinaryIO, name: str) -> _Format:
     head = f.read(_GLOBAL_HDR)
     if len(head) < 4 or head[:4] not in _MAGICS:
-        magic = f"0x{head[:4].hex()}" if head else "none, empty file"
-        kind = "a pcapng file" if head[:4] == _PCAPNG_MAGIC else "not a pcap file"
-        raise PcapError(
-            f"{name}: {kind} (magic {magic}); pcapng is not supported, "
-            "convert with `tcpdump -r in -w out`"
-        )
+        raise PcapError(f"{name}: {_what_it_is(head)}; {_ALLOWED}")
     if len(head) < _GLOBAL_HDR:
         raise PcapError(f"{name}: truncated global header ({len(head)} of {_GLOBAL_HDR} bytes)")
     endian, frac_ns = _MAGICS[head[:4]]
@@ -187,7 +237,7 @@ def _read_records(f: BinaryIO, fmt: _Format) -> Iterator[tuple[dict[str, np.ndar
         got = f.readinto(view[carry : carry + BLOCK_BYTES])
         if not got:
             if carry:
-                raise _truncated(buf, carry, file_off, fmt)
+                warnings.warn(_truncated(buf, carry, file_off, fmt), stacklevel=3)
             return
         end = carry + got
         buf[end : end + _PAD] = 0
@@ -199,16 +249,17 @@ def _read_records(f: BinaryIO, fmt: _Format) -> Iterator[tuple[dict[str, np.ndar
         file_off += stop
 
 
-def _truncated(buf: np.ndarray, carry: int, file_off: int, fmt: _Format) -> PcapError:
+def _truncated(buf: np.ndarray, carry: int, file_off: int, fmt: _Format) -> PcapTruncatedWarning:
+    kept = "; the complete records before it were read"
     if carry < _REC_HDR:
-        return PcapError(
+        return PcapTruncatedWarning(
             f"{fmt.path}: truncated record header at byte {file_off} "
-            f"({carry} of {_REC_HDR} bytes present)"
+            f"({carry} of {_REC_HDR} bytes present){kept}"
         )
     caplen = int(buf[8:12].view(f"{fmt.endian}u4")[0])
-    return PcapError(
+    return PcapTruncatedWarning(
         f"{fmt.path}: truncated packet record at byte {file_off} "
-        f"(record header says {caplen} bytes, {carry - _REC_HDR} remain)"
+        f"(record header says {caplen} bytes, {carry - _REC_HDR} remain){kept}"
     )
 
 

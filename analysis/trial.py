@@ -18,11 +18,15 @@ import pandas as pd
 from analysis.captures import Captures, bottleneck_hop
 from analysis.families import FAMILIES
 from analysis.match import match_packets
-from analysis.metrics import queue_full_events
-from analysis.pcap import ip_to_int
+from analysis.metrics import queue_full_events, undecided
+from analysis.pcap import addresses_as_strings, ip_to_int
+from analysis.queue import crossing, queue_occupancy, queue_summary
+from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
 from analysis.traffic import ANALYSES
 from analysis.traffic.cbr_udp import max_transit_ns
-from core.units import parse_duration_ns
+from core.units import parse_duration_ns, parse_offset_ns
+
+TC_SAMPLES = "tc_samples.jsonl"  # collect/remote/tc_sampler.py's output in the router's dir
 
 QUEUE_WINDOW_NS = 60 * 10**9  # queue-full events are counted over 60 s mid-trial
 
@@ -34,12 +38,44 @@ def tc_drops(tc_text: str, iface: str) -> int:
     return int(match[1]) if match else 0
 
 
+def link_delay_ns(record: dict[str, Any], host: str, iface: str) -> int:
+    """The delay configured on an egress interface (applied ahead of its shaper's queue)."""
+    for e in record["network"].get("egress", []):
+        if e.get("host") == host and e.get("iface") == iface:
+            return parse_offset_ns(e.get("delay") or "0s")
+    return 0
+
+
+def tc_cross_check(
+    queue: pd.DataFrame, samples_file: Path, iface: str
+) -> tuple[dict, pd.DataFrame]:
+    """The reconstructed queue against the router's `tc -s` samples of the bottleneck's leaf
+    qdisc, over the samples taken while the captures saw the queue's traffic."""
+    leaf = leaf_samples(read_tc_samples(samples_file), iface)
+    cmp = compare_with_samples(queue, leaf)
+    if len(queue):
+        cmp = cmp[(cmp.ts_ns >= queue.ts_ns.iloc[0]) & (cmp.ts_ns <= queue.ts_ns.iloc[-1])]
+    if cmp.empty:
+        return {"tc_samples": 0}, cmp
+    diff = cmp.diff_packets.abs()
+    return {
+        "tc_samples": len(cmp),
+        "tc_sample_spread_ms": float(cmp.spread_ns.median() / 1e6),
+        "tc_diff_packets_median": float(diff.median()),
+        "tc_diff_packets_p99": float(diff.quantile(0.99)),
+        "tc_diff_packets_max": int(diff.max()),
+        "tc_drops": int(cmp.tc_drops.iloc[-1]),
+        "capture_drops_same_span": int(cmp.drops.iloc[-1]),
+    }, cmp
+
+
 def bottleneck_queue(
     trial_dir: Path, record: dict[str, Any], link: str, caps: Captures
-) -> dict[str, Any] | None:
-    """Drops and queue-full events at a bottleneck: every packet of the generators whose
-    path crosses it, seen before it and (forwarded) after it, in the captures nearest to
-    either side (one clock)."""
+) -> tuple[dict[str, Any], dict[str, pd.DataFrame]] | None:
+    """Drops, queue-full events and the occupancy over time of a bottleneck: every packet of
+    the generators whose path crosses it, seen before it and (forwarded) after it, in the
+    captures nearest to either side (one clock); checked against `tc -s` samples if the
+    router recorded them."""
     before, after, pairs, bottleneck, transit = set(), set(), set(), None, 0
     for gen in record["traffic"].values():
         b = gen["path"].get("bottleneck")
@@ -56,35 +92,55 @@ def bottleneck_queue(
     if bottleneck is None:
         return None
 
-    def crossing(names: set[str]) -> pd.DataFrame:
-        frame = pd.concat([caps.packets(n) for n in sorted(names)], ignore_index=True)
-        keys = pd.MultiIndex.from_arrays([frame.src, frame.dst])
-        return frame[keys.isin(list(pairs))]
+    def crossing_at(names: set[str]) -> pd.DataFrame:
+        frames = [crossing(caps.packets(n), pairs) for n in sorted(names)]
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
-    matched = match_packets(crossing(before), crossing(after), max_delay_ns=transit)
+    arriving, departing = crossing_at(before), crossing_at(after)
+    matched = match_packets(arriving, departing, max_delay_ns=transit)
+    end_ns = int(max(caps.packets(n).ts_ns.max() for n in after)) if len(departing) else 0
+    # Packets still in transit when the capture after the router stopped are not drops.
+    unknown = undecided(
+        matched.ts_ns.to_numpy(), matched.forwarded.to_numpy(), max_delay_ns=transit, end_ns=end_ns
+    )
+    judged = matched[~unknown]
+    host, iface = bottleneck["host"], bottleneck["iface"]
+    queue = queue_occupancy(
+        judged, delay_ns=link_delay_ns(record, host, iface), max_delay_ns=transit, end_ns=end_ns
+    )
     t0 = record["times"]["t0_ns"]
     duration = parse_duration_ns(record["parameters"]["duration"])
     mid = t0 + duration // 2
     window = (max(t0, mid - QUEUE_WINDOW_NS // 2), min(t0 + duration, mid + QUEUE_WINDOW_NS // 2))
-    queue = queue_full_events(matched, start_ns=window[0], end_ns=window[1])
-    host_dir = trial_dir / bottleneck["host"]
+    full = queue_full_events(judged, start_ns=window[0], end_ns=window[1])
+    host_dir = trial_dir / host
     drops_tc = None
     if (host_dir / "tc_after.txt").exists() and (host_dir / "tc_before.txt").exists():
-        iface = bottleneck["iface"]
         drops_tc = tc_drops((host_dir / "tc_after.txt").read_text(), iface) - tc_drops(
             (host_dir / "tc_before.txt").read_text(), iface
         )
+    tables = {"queue": queue.assign(link=link)}
+    check: dict[str, Any] = {}
+    if (host_dir / TC_SAMPLES).exists():
+        check, cmp = tc_cross_check(queue, host_dir / TC_SAMPLES, iface)
+        tables["queue_tc"] = cmp.assign(link=link)
     return {
         "link": link,
-        "at": f"{bottleneck['host']}:{bottleneck['iface']}",
+        "at": f"{host}:{iface}",
         "captures_before": sorted(before),
         "captures_after": sorted(after),
-        "queue_drops_capture": int((~matched.forwarded).sum()),
+        "queue_drops_capture": int((~judged.forwarded).sum()),
+        "queue_undecided_at_end": int(unknown.sum()),
         "queue_drops_tc": drops_tc,
-        "queue_full_events": queue["events"],
-        "queue_full_events_per_min": queue["events_per_minute"],
+        "queue_full_events": full["events"],
+        "queue_full_events_per_min": full["events_per_minute"],
         "queue_window_s": (window[1] - window[0]) / 1e9,
-    }
+        **{
+            f"queue_{k}_in_window": v
+            for k, v in queue_summary(queue, start_ns=window[0], end_ns=window[1]).items()
+        },
+        **check,
+    }, tables
 
 
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:
@@ -102,11 +158,14 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
             frames.setdefault(kind, []).append(frame)
     links = {(g["path"].get("bottleneck") or {}).get("link") for g in record["traffic"].values()}
     for link in sorted(n for n in links if n):
-        queue = bottleneck_queue(trial_dir, record, link, caps)
-        if queue is not None:
-            queues[link] = queue
+        result = bottleneck_queue(trial_dir, record, link, caps)
+        if result is not None:
+            queues[link], tables = result
+            for kind, frame in tables.items():
+                frames.setdefault(kind, []).append(frame)
     for kind, parts in frames.items():
-        pd.concat(parts, ignore_index=True).to_parquet(out_dir / f"{kind}.parquet", index=False)
+        table = addresses_as_strings(pd.concat(parts, ignore_index=True))
+        table.to_parquet(out_dir / f"{kind}.parquet", index=False)
     summary = {
         "trial": record["trial"],
         "id": record.get("id"),

@@ -10,6 +10,7 @@ apt_packages=(
   iperf3 tcpreplay tcpdump openssh-server openssh-client nftables iptables iproute2
   ethtool kmod util-linux procps python3 python3-venv python3-dev build-essential
   libnetfilter-queue-dev libnetfilter-queue1 git make
+  tcptrace tshark  # make bench compares the analysis with them
 )
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -12,14 +12,16 @@ import pandas as pd
 
 from analysis.captures import Captures, bottleneck_hop
 from analysis.metrics import tcp_goodput, tcp_retransmissions
-from analysis.pcap import ip_to_int
+from analysis.pcap import int_to_ip, ip_to_int
 from analysis.startup import delivered_by, loss_events, loss_summary, slow_start_exit
+from analysis.tcp_probe import congestion_events, for_flows, read_tcp_probe
 from core.units import parse_duration_ns, parse_offset_ns
 
 CUTOFFS_S = (1, 5, 10, 20, 30)
 ETHERNET_HEADER = 14
 DEFAULT_RTO_MIN_NS = 200_000_000  # Linux TCP_RTO_MIN
 KEY = ["src", "dst", "sport", "dport"]
+TCP_PROBE = "tcp_probe.txt"  # collect/remote/tcp_probe.py's output in the sender's dir
 
 
 def data_ports(client_json: Path) -> set[int]:
@@ -131,5 +133,24 @@ def analyse(
             },
             payload_capacity_bps=payload_capacity_bps(data, rate) if rate else None,
         )
-    flows_named = flows.assign(generator=name)
-    return out, {"flows": flows_named}
+    tables = {"flows": flows.assign(generator=name)}
+    probe = trial_dir / gen.get("sender", gen["from"]) / TCP_PROBE
+    if probe.exists() and len(flows):
+        cwnd, epochs = sender_state(probe, flows, gen)
+        tables["cwnd"] = cwnd.assign(generator=name)
+        out.update(
+            cwnd_events=len(cwnd),
+            congestion_epochs=[int((epochs.sport == p).sum()) for p in flows.sport],
+        )
+    return out, tables
+
+
+def sender_state(
+    probe: Path, flows: pd.DataFrame, gen: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """cwnd/ssthresh/srtt of this generator's data flows from the sender's tcp_probe recording
+    (its sockets only: src is the sender), and the congestion epochs (ssthresh reductions)."""
+    data = flows[flows.src == ip_to_int(gen["src"])][KEY]
+    wanted = data.assign(src=[int_to_ip(v) for v in data.src], dst=[int_to_ip(v) for v in data.dst])
+    cwnd = for_flows(read_tcp_probe(probe), wanted)
+    return cwnd, congestion_events(cwnd)

@@ -10,19 +10,30 @@ import numpy as np
 import pandas as pd
 
 from analysis.captures import Captures, bottleneck_hop
-from analysis.metrics import one_way_delay, summarize_owd
+from analysis.metrics import MAX_FRAME_BYTES, one_way_delay, owd_upper_bound_ns, summarize_owd
 from analysis.pcap import ip_to_int
 from analysis.stalls import crossed_a_stall, stall_windows
 from core.units import parse_buffer
 
+MATCH_MARGIN_NS = 10**9  # matching window beyond the physical bound (router stalls)
+
+
+def owd_bound_ns(gen: dict[str, Any]) -> int | None:
+    """The physical upper bound of the path's one-way delay (None without a bottleneck)."""
+    b = gen["path"].get("bottleneck") or {}
+    if not b:
+        return None
+    return owd_upper_bound_ns(
+        one_way_delay_ns=gen["path"]["one_way_delay_ns"],
+        buffer_bytes=parse_buffer(b["buffer"]).in_bytes(MAX_FRAME_BYTES),
+        rate_bps=b["rate_bps"],
+    )
+
 
 def max_transit_ns(gen: dict[str, Any]) -> int:
-    """The longest a packet can take: the full bottleneck queue, the path's delay, 1 s."""
-    b = gen["path"].get("bottleneck") or {}
-    queue_s = 0.0
-    if b:
-        queue_s = parse_buffer(b["buffer"]).in_bytes(1514) * 8 / b["rate_bps"]
-    return int((queue_s + gen["path"]["one_way_delay_ns"] / 1e9 + 1.0) * 1e9)
+    """The longest a packet may take and still be matched: the physical bound plus 1 s."""
+    bound = owd_bound_ns(gen)
+    return (gen["path"]["one_way_delay_ns"] if bound is None else bound) + MATCH_MARGIN_NS
 
 
 def own_packets(frame: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
@@ -71,6 +82,7 @@ def analyse(
         router_stalls=len(windows),
         router_stalled_ms=float((windows[:, 1] - windows[:, 0]).sum() / 1e6),
         owd_max_ms_unstalled=unstalled["max_ms"],
+        owd_bound_ms=None if owd_bound_ns(gen) is None else owd_bound_ns(gen) / 1e6,
         owd_min_excess_ms=(
             all_stats["min_ms"] - one_way_ms if np.isfinite(all_stats["min_ms"]) else float("nan")
         ),

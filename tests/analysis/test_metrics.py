@@ -12,6 +12,7 @@ import pytest
 from analysis.match import match_packets
 from analysis.metrics import (
     one_way_delay,
+    owd_upper_bound_ns,
     queue_full_events,
     summarize_owd,
     tcp_goodput,
@@ -157,19 +158,44 @@ def test_one_way_delay_known_delay_and_drop() -> None:
     before = packets([*sent, tcp(0.5, 1, 1, ACK)])  # other protocols are ignored
     after = packets([r | {"ts_ns": r["ts_ns"] + 5 * MS} for r in sent if r["ip_id"] != 42])
     owd = one_way_delay(before, after, max_delay_ns=20 * MS)
-    # the last ts in after is 104 ms: packets sent after 84 ms cannot be judged
-    assert owd["ts_ns"].max() == 84 * MS and len(owd) == 85
-    assert owd["lost"].tolist() == [i == 42 for i in range(85)]
+    # every packet but 42 arrived, the last at 104 ms: none is left undecided
+    assert len(owd) == 100
+    assert owd["lost"].tolist() == [i == 42 for i in range(100)]
     assert owd.loc[owd["lost"], "owd_ns"].tolist() == [-1]
     assert (owd.loc[~owd["lost"], "owd_ns"] == 5 * MS).all()
     assert owd["owd_ns"].dtype == np.int64 and owd["ts_out_ns"].dtype == np.int64
     s = summarize_owd(owd)
-    assert (s["packets"], s["lost"]) == (85, 1)
+    assert (s["packets"], s["lost"]) == (100, 1)
     for k in ("min_ms", "median_ms", "mean_ms", "max_ms", "p99_ms"):
         assert s[k] == pytest.approx(5.0)
     assert s["std_ms"] == pytest.approx(0.0)
-    all_of_them = one_way_delay(before, after, max_delay_ns=20 * MS, end_ns=10**12)
-    assert len(all_of_them) == 100 and all_of_them["lost"].sum() == 1
+
+
+def test_one_way_delay_cuts_only_packets_that_could_not_have_arrived() -> None:
+    """Packets 90 and 95..99 never arrive; the capture after the router ends at 99 ms.
+    90 was sent before 94, which arrived (FIFO): lost. 95..99 were sent after the last
+    delivered packet and within max_delay of the end: they cannot be judged."""
+    sent = [udp(i * MS, i) for i in range(100)]
+    before = packets(sent)
+    gone = {90, 95, 96, 97, 98, 99}
+    after = packets([r | {"ts_ns": r["ts_ns"] + 5 * MS} for r in sent if r["ip_id"] not in gone])
+    owd = one_way_delay(before, after, max_delay_ns=20 * MS)
+    assert owd["ip_id"].tolist() == list(range(95))
+    assert owd.loc[owd["lost"], "ip_id"].tolist() == [90]
+    # the median is that of all delivered packets, up to the last one (sent at 94 ms)
+    assert (owd.loc[~owd["lost"], "owd_ns"] == 5 * MS).all()
+    # with the end far away, the tail counts as lost
+    late = one_way_delay(before, after, max_delay_ns=20 * MS, end_ns=10**12)
+    assert len(late) == 100 and late["lost"].sum() == 6
+    # capture ends at 116 ms: 95 and 96 had their 20 ms and are lost, 97..99 undecided
+    later = one_way_delay(before, after, max_delay_ns=20 * MS, end_ns=116 * MS)
+    assert later.loc[later["lost"], "ip_id"].tolist() == [90, 95, 96] and len(later) == 97
+
+
+def test_owd_upper_bound_from_physics() -> None:
+    # RTT 50 ms, 60000 B buffer at 1 Mbit/s: 25 + (60000 + 1514) * 8 / 1e6 s = 517.112 ms
+    bound = owd_upper_bound_ns(one_way_delay_ns=25 * MS, buffer_bytes=60_000, rate_bps=10**6)
+    assert bound == 517_112_000
 
 
 def test_ip_id_wraparound_gives_no_extra_matches() -> None:
@@ -257,3 +283,20 @@ def test_summarize_owd_all_lost() -> None:
     s = summarize_owd(df)
     assert (s["packets"], s["lost"]) == (2, 2)
     assert np.isnan(s["median_ms"])
+
+
+def test_flow_key_collision_falls_back_to_exact_keys(monkeypatch) -> None:
+    """Every 4-tuple hashing alike: the flow table is still exact (keyed by whole tuples)."""
+    from analysis import metrics
+
+    other = packets(transfer(segments=4))  # a second connection from port 6000
+    out = other["src"] == A
+    other.loc[out, "sport"] = np.uint16(6000)
+    other.loc[~out, "dport"] = np.uint16(6000)
+    df = pd.concat([packets(transfer()), other], ignore_index=True)
+    expected_g, expected_r = tcp_goodput(df), tcp_retransmissions(df)
+    monkeypatch.setattr(metrics, "_flow_hash", lambda *cols: np.zeros(len(cols[0]), np.uint64))
+    df2 = df.copy()  # a new frame: not in the flow-table cache
+    pd.testing.assert_frame_equal(tcp_goodput(df2), expected_g)
+    pd.testing.assert_frame_equal(tcp_retransmissions(df2), expected_r)
+    assert expected_g["bytes"].tolist() == [10_000, 4_000]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import pcap
-from analysis.pcap import COLUMNS, PcapError, int_to_ip, ip_to_int, read_pcap
+from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, int_to_ip, ip_to_int, read_pcap
 
 from .pcapgen import (
     arp_frame,
@@ -218,15 +218,27 @@ def _valid_bytes(tmp_path: Path) -> bytes:
     return write_pcap(tmp_path / "v.pcap", random_capture(seed=1, n=20)).read_bytes()
 
 
-def test_truncated_record(tmp_path: Path) -> None:
+def test_truncated_file_keeps_complete_records(tmp_path: Path) -> None:
+    """A capture killed mid-write: every complete record is read, and a warning names the
+    file and the offset where the incomplete record starts."""
+    recs = random_capture(seed=1, n=20)
     data = _valid_bytes(tmp_path)
+    whole = read_pcap(tmp_path / "v.pcap")
+    last = len(data) - 16 - len(recs[-1][1][:65535])  # offset of the last record
     path = tmp_path / "cut.pcap"
     path.write_bytes(data[:-10])
-    with pytest.raises(PcapError, match=r"cut\.pcap: truncated packet record at byte \d+ "):
-        read_pcap(path)
+    message = rf"cut\.pcap: truncated packet record at byte {last} "
+    with pytest.warns(PcapTruncatedWarning, match=message):
+        cut = read_pcap(path)
+    head = read_pcap(write_pcap(tmp_path / "head.pcap", recs[:-1]))
+    pd.testing.assert_frame_equal(cut, head)
     path.write_bytes(data + b"\1\2\3")
-    with pytest.raises(PcapError, match=r"cut\.pcap: truncated record header .*3 of 16 bytes"):
-        read_pcap(path)
+    with pytest.warns(
+        PcapTruncatedWarning,
+        match=rf"cut\.pcap: truncated record header at byte {len(data)} .*3 of 16 bytes",
+    ):
+        longer = read_pcap(path)
+    pd.testing.assert_frame_equal(longer, whole)
 
 
 def test_truncated_global_header(tmp_path: Path) -> None:
@@ -239,9 +251,10 @@ def test_truncated_global_header(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"hello, this is not a capture", r"not a pcap file \(magic 0x68656c6c\)"),
-        (b"\x0a\x0d\x0d\x0a" + bytes(40), r"pcapng file .*convert with `tcpdump -r in -w out`"),
-        (b"", r"not a pcap file"),
+        (b"hello, this is not a capture", r"not a capture file \(starts with 0x68656c6c"),
+        (b"\x0a\x0d\x0d\x0a" + bytes(40), r"a pcapng file; convert it with `tcpdump -r in -w out`"),
+        (b"", r"empty file \(0 bytes"),
+        (b"\xd4\xc3", r"2-byte file \(0xd4c3\), too short"),
     ],
 )
 def test_not_a_pcap(tmp_path: Path, content: bytes, message: str) -> None:

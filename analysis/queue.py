@@ -1,0 +1,126 @@
+"""Occupancy of a bottleneck queue over time, from the captures on both sides of the router.
+
+Every packet of the traffic crossing the bottleneck is seen arriving (capture before the
+router) and, unless the queue dropped it, departing (capture after it); ``match_packets``
+pairs them. The router delays a packet by the link's fixed delay *before* its shaper (netem
+as the root qdisc with HTB under it, or the NFQUEUE delay line ahead of the qdisc), so a
+packet enters the drop-tail queue at ``ts + delay_ns`` and leaves it when the egress capture
+sees it (the capture taps packets as the shaper hands them to the driver). Between those two
+instants it is in the queue: the occupancy after each event is a running sum, exact for a
+FIFO as far as the delay is constant. A dropped packet changes nothing; it is kept as an
+event so the occupancy it met is on record.
+
+Bytes are counted as the qdisc counts them: the Ethernet frame without FCS (IP length + 14).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.match import KEY_COLUMNS
+from analysis.metrics import undecided
+from analysis.pcap import ip_strings
+
+__all__ = ["ETHERNET_HEADER", "EVENTS", "occupancy_at", "queue_occupancy", "queue_summary"]
+
+ETHERNET_HEADER = 14
+EVENTS = pd.CategoricalDtype(["departure", "arrival", "drop"])  # order at equal timestamps
+
+
+def queue_occupancy(
+    matched: pd.DataFrame, *, delay_ns: int = 0, max_delay_ns: int, end_ns: int | None = None
+) -> pd.DataFrame:
+    """Queue events in time order from ``match_packets(before, after)`` output.
+
+    Columns: ts_ns (int64), event (arrival / departure / drop), frame_bytes, src, dst (strings),
+    proto, sport, dport, and the occupancy right after the event: packets, bytes.
+    Unmatched packets that could still have been in transit at ``end_ns`` (default: the last
+    departure) are left out, as in ``one_way_delay``. At equal timestamps departures come
+    before arrivals (a packet leaving frees room for one arriving).
+    """
+    ts = matched["ts_ns"].to_numpy(np.int64)
+    fwd = matched["forwarded"].to_numpy(bool)
+    out_ts = matched["ts_out_ns"].to_numpy(np.int64)
+    if end_ns is None:
+        end_ns = int(out_ts[fwd].max()) if fwd.any() else int(ts.max(initial=0))
+    keep = np.flatnonzero(~undecided(ts, fwd, max_delay_ns=max_delay_ns, end_ns=end_ns))
+    ts, fwd, out_ts = ts[keep], fwd[keep], out_ts[keep]
+    frame = matched["ip_len"].to_numpy()[keep].astype(np.int64) + ETHERNET_HEADER
+    n_fwd = int(fwd.sum())
+    rows = np.r_[np.arange(len(keep)), np.flatnonzero(fwd)]  # arrivals/drops, then departures
+    t = np.r_[ts + delay_ns, out_ts[fwd]]
+    code = np.r_[np.where(fwd, 1, 2), np.zeros(n_fwd, np.int64)].astype(np.int8)  # EVENTS
+    sign = np.r_[fwd.astype(np.int64), -np.ones(n_fwd, np.int64)]
+    order = _event_order(t, code)
+    rows, t, code, sign = rows[order], t[order], code[order], sign[order]
+    size = frame[rows]
+    src = keep[rows]  # row in ``matched``
+    return pd.DataFrame(
+        {
+            "ts_ns": t,
+            "event": pd.Categorical.from_codes(code, dtype=EVENTS),
+            "frame_bytes": size.astype(np.int32),
+            "src": ip_strings(matched["src"].to_numpy()[src]),
+            "dst": ip_strings(matched["dst"].to_numpy()[src]),
+            "proto": matched["proto"].to_numpy()[src],
+            "sport": matched["sport"].to_numpy()[src],
+            "dport": matched["dport"].to_numpy()[src],
+            "packets": np.cumsum(sign),
+            "bytes": np.cumsum(sign * size),
+        },
+        copy=False,
+    )
+
+
+def _event_order(t: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """Order by (time, event code): each half (arrivals, departures) is nearly sorted in
+    time already, so a stable argsort on time after one on the code is cheap."""
+    by_code = np.argsort(code, kind="stable")
+    return by_code[np.argsort(t[by_code], kind="stable")]
+
+
+QUEUE_COLUMNS = ["ts_ns", "ip_len", *KEY_COLUMNS]  # what matching and the queue read
+
+
+def crossing(frame: pd.DataFrame, pairs: set[tuple[int, int]]) -> pd.DataFrame:
+    """The packets of ``frame`` going from src to dst for one of the (src, dst) ``pairs``
+    (integer addresses): the traffic that crosses a bottleneck in its direction; only the
+    columns the queue reconstruction reads (a copy of every column would double memory)."""
+    key = frame["src"].to_numpy().astype(np.uint64) << np.uint64(32)
+    key |= frame["dst"].to_numpy().astype(np.uint64)
+    wanted = np.array([(s << 32) | d for s, d in pairs], dtype=np.uint64)
+    rows = np.flatnonzero(np.isin(key, wanted))
+    return pd.DataFrame({c: frame[c].to_numpy()[rows] for c in QUEUE_COLUMNS}, copy=False)
+
+
+def occupancy_at(queue: pd.DataFrame, ts_ns: np.ndarray) -> pd.DataFrame:
+    """Occupancy (packets, bytes) at each time: after every event at or before it."""
+    ts_ns = np.asarray(ts_ns, dtype=np.int64)
+    idx = np.searchsorted(queue["ts_ns"].to_numpy(), ts_ns, side="right") - 1
+    seen = idx >= 0
+    pick = np.maximum(idx, 0)
+    return pd.DataFrame(
+        {
+            "ts_ns": ts_ns,
+            "packets": np.where(seen, queue["packets"].to_numpy()[pick], 0),
+            "bytes": np.where(seen, queue["bytes"].to_numpy()[pick], 0),
+        }
+    )
+
+
+def queue_summary(queue: pd.DataFrame, *, start_ns: int, end_ns: int) -> dict[str, float]:
+    """Time-weighted mean and the maximum occupancy over [start_ns, end_ns), and drops."""
+    ts = queue["ts_ns"].to_numpy()
+    inside = (ts >= start_ns) & (ts < end_ns)
+    at_start = occupancy_at(queue, np.array([start_ns]))
+    edges = np.r_[start_ns, ts[inside], end_ns]
+    span = np.diff(edges)
+    out: dict[str, float] = {}
+    for col in ("packets", "bytes"):
+        level = np.r_[at_start[col].to_numpy(), queue[col].to_numpy()[inside]]
+        total = span.sum()
+        out[f"mean_{col}"] = float((level * span).sum() / total) if total > 0 else float("nan")
+        out[f"max_{col}"] = float(level.max()) if len(level) else float("nan")
+    out["drops"] = int((queue["event"].to_numpy()[inside] == "drop").sum())
+    return out

@@ -1,0 +1,143 @@
+"""Results API: batches as tidy pandas tables.
+
+    import analysis
+    trials = analysis.load("results/20261122T061959Z-startup_lswan")     # one row per trial
+    trials = analysis.load(["results/night-1", "results/night-2"])       # several batches
+    trials = analysis.load("results")          # every batch under a results directory
+    flows = analysis.load_table("results", "flows")   # per-flow rows of every trial
+
+One row per trial: ``batch``, ``trial``, ``id``, ``status`` (complete / interrupted / failed),
+``family``, ``repetition``, git commit and dirty flag, start time, every experiment parameter
+as ``param:<path>`` (e.g. ``param:network.links[bottleneck].rate``, ``param:duration``), the
+factors the matrix varied as ``factor:<key>``, and every scalar metric of the trial's
+analysis (analysis/summary.json) as ``<generator>.<metric>``, ``queue[<link>].<metric>`` or
+the family's own name. Lists of numbers (per-flow values) appear as JSON text; the per-flow
+and per-packet rows are in the per-trial parquet tables, which ``load_table`` concatenates
+with ``batch`` and ``trial`` columns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["load", "load_table", "trial_dirs"]
+
+_PathLike = str | Path
+
+
+def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
+    """Batch directories (those with a trials/ folder), in the order given; a directory that
+    is not a batch stands for the batches directly under it (e.g. results/)."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if (p / "trials").is_dir():
+            out.append(p)
+        elif p.is_dir():
+            out.extend(sorted(c for c in p.iterdir() if (c / "trials").is_dir()))
+        else:
+            raise FileNotFoundError(f"{p}: no such batch directory")
+    return out
+
+
+def trial_dirs(paths: _PathLike | Iterable[_PathLike]) -> list[tuple[Path, Path]]:
+    """(batch dir, trial dir) of every trial with a trial.json."""
+    return [
+        (batch, t.parent)
+        for batch in _batches(paths)
+        for t in sorted((batch / "trials").glob("*/trial.json"))
+    ]
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    """Scalars under dotted paths; lists of named dicts as [name]; other lists left out."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list):
+        if value and all(isinstance(v, dict) and v.get("name") for v in value):
+            for v in value:
+                rest = {k: x for k, x in v.items() if k != "name"}
+                _flatten(rest, f"{prefix}[{v['name']}]", out)
+        elif not value or all(not isinstance(v, dict | list) for v in value):
+            out[prefix] = json.dumps(value) if value else None
+    else:
+        out[prefix] = value
+
+
+def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
+    record = json.loads((trial_dir / "trial.json").read_text())
+    row: dict[str, Any] = {
+        "batch": batch.name,
+        "trial": record.get("trial", trial_dir.name),
+        "id": record.get("id"),
+        "status": record.get("status"),
+        "family": record.get("family"),
+        "repetition": record.get("repetition"),
+        "commit": (record.get("git") or {}).get("commit"),
+        "dirty": (record.get("git") or {}).get("dirty"),
+        "started": record.get("times", {}).get("started"),
+        "t0_ns": record.get("times", {}).get("t0_ns"),
+        "errors": "; ".join(record.get("errors") or []) or None,
+    }
+    params: dict[str, Any] = {}
+    _flatten(record.get("parameters") or {}, "", params)
+    row.update({f"param:{k}": v for k, v in params.items()})
+    row.update({f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()})
+    summary_file = trial_dir / "analysis" / "summary.json"
+    if summary_file.exists():
+        summary = json.loads(summary_file.read_text())
+        metrics: dict[str, Any] = {}
+        for name, gen in (summary.pop("generators", None) or {}).items():
+            _flatten(gen, name, metrics)
+        for link, queue in (summary.pop("queues", None) or {}).items():
+            _flatten(
+                {k.removeprefix("queue_"): v for k, v in queue.items()}, f"queue[{link}]", metrics
+            )
+        for key in ("trial", "id", "status", "family", "repetition"):
+            summary.pop(key, None)
+        _flatten({k: v for k, v in summary.items() if not k.startswith("factor:")}, "", metrics)
+        row.update(metrics)
+        row["analysed"] = True
+    else:
+        row["analysed"] = False
+    return row
+
+
+def load(paths: _PathLike | Iterable[_PathLike], *, analyse: bool = False) -> pd.DataFrame:
+    """One row per trial of the given batches (see the module docstring). With ``analyse``,
+    trials without analysis/summary.json are analysed first (their captures are read)."""
+    rows = []
+    for batch, trial_dir in trial_dirs(paths):
+        if analyse and not (trial_dir / "analysis" / "summary.json").exists():
+            from analysis.trial import analyse_trial
+
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                analyse_trial(trial_dir)  # on failure the row says analysed=False
+        rows.append(_row(batch, trial_dir))
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    first = ["batch", "trial", "id", "status", "family", "repetition", "analysed"]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
+def load_table(paths: _PathLike | Iterable[_PathLike], kind: str) -> pd.DataFrame:
+    """analysis/<kind>.parquet (flows, owd, queue, cwnd, ...) of every trial of the batches,
+    concatenated, with ``batch`` and ``trial`` columns first."""
+    parts = []
+    for batch, trial_dir in trial_dirs(paths):
+        f = trial_dir / "analysis" / f"{kind}.parquet"
+        if f.exists():
+            part = pd.read_parquet(f)
+            part.insert(0, "trial", trial_dir.name)
+            part.insert(0, "batch", batch.name)
+            parts.append(part)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -1,0 +1,82 @@
+"""`tc -s` samples recorded during a trial by collect/remote/tc_sampler.py (JSON lines), and
+their comparison with the queue reconstructed from the captures (analysis.queue)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.queue import occupancy_at
+
+__all__ = ["LEAF_KINDS", "compare_with_samples", "leaf_samples", "read_tc_samples"]
+
+LEAF_KINDS = ("bfifo", "pfifo")  # the drop-tail queue under the shaper
+_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
+
+
+def read_tc_samples(path: str | Path) -> pd.DataFrame:
+    """One row per sample, device and qdisc: ts_ns (CLOCK_REALTIME, midpoint of the tc call),
+    spread_ns (its duration: the uncertainty of ts_ns), dev, kind, handle, parent, and the
+    counters (bytes, packets, drops, overlimits, requeues, backlog = queued bytes, qlen =
+    queued packets). A last line cut short (sampler killed mid-write) is ignored."""
+    rows = []
+    path = Path(path)
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("end"):
+                continue
+            for q in rec["qdiscs"]:
+                rows.append(
+                    {
+                        "ts_ns": rec["ts_ns"],
+                        "spread_ns": rec["spread_ns"],
+                        "dev": rec["dev"],
+                        "kind": q.get("kind", ""),
+                        "handle": q.get("handle", ""),
+                        "parent": q.get("parent", "root" if q.get("root") else ""),
+                        **{c: q.get(c, 0) for c in _COUNTERS},
+                    }
+                )
+    cols = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *_COUNTERS]
+    df = pd.DataFrame(rows, columns=cols)
+    return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *_COUNTERS)})
+
+
+def leaf_samples(samples: pd.DataFrame, dev: str) -> pd.DataFrame:
+    """The drop-tail leaf qdisc's samples on ``dev``, in time order."""
+    leaf = samples[(samples["dev"] == dev) & samples["kind"].isin(LEAF_KINDS)]
+    return leaf.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def compare_with_samples(queue: pd.DataFrame, leaf: pd.DataFrame) -> pd.DataFrame:
+    """Per tc sample: its backlog/qlen, the reconstructed occupancy at the sample's time, and
+    the difference (reconstructed - tc), in packets and bytes. Drops counted by the qdisc
+    since the first sample are compared with drop events since then."""
+    t = leaf["ts_ns"].to_numpy(np.int64)
+    rec = occupancy_at(queue, t)
+    drops_q = np.searchsorted(
+        queue["ts_ns"].to_numpy()[queue["event"].to_numpy() == "drop"], t, side="right"
+    )
+    out = pd.DataFrame(
+        {
+            "ts_ns": t,
+            "spread_ns": leaf["spread_ns"].to_numpy(),
+            "tc_packets": leaf["qlen"].to_numpy(),
+            "tc_bytes": leaf["backlog"].to_numpy(),
+            "packets": rec["packets"].to_numpy(),
+            "bytes": rec["bytes"].to_numpy(),
+            "tc_drops": leaf["drops"].to_numpy() - (leaf["drops"].to_numpy()[:1] if len(t) else 0),
+            "drops": drops_q - (drops_q[:1] if len(t) else 0),
+        }
+    )
+    out["diff_packets"] = out["packets"] - out["tc_packets"]
+    out["diff_bytes"] = out["bytes"] - out["tc_bytes"]
+    return out

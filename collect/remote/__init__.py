@@ -1,0 +1,48 @@
+"""Scripts that run on rack hosts during a trial (standard library only, no project imports):
+each is started as a daemon by the runner and writes one file into the host's trial
+directory. ``command(name, *args)`` gives the shell command that runs one of them without
+installing it first (its source passed to ``python3 -c``).
+
+How a trial records them (core.daemons.Daemons runs the command in the host's trial
+directory, so the relative output names land there and are collected with the rest):
+
+    # every router with a shaped egress, after the captures listen, before traffic:
+    daemons.spawn(host, "tc_sampler", tc_sampler_command(ifaces))   # -> tc_samples.jsonl
+    # every Linux TCP sender, with the addresses of its flows' two ends:
+    daemons.spawn(host, "tcp_probe", tcp_probe_command(addrs, tag=trial_name))
+    daemons.wait_for_log(host, "tcp_probe", "recording tcp_probe")  # -> tcp_probe.txt
+    ...  # traffic, drain
+    daemons.stop(host, "tc_sampler", "TERM"); daemons.stop(host, "tcp_probe", "TERM")
+
+The analysis reads <trial>/<router host>/tc_samples.jsonl (analysis.trial.TC_SAMPLES) and
+<trial>/<sender host>/tcp_probe.txt (analysis.traffic.bulk_tcp.TCP_PROBE).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = {"tc_sampler": HERE / "tc_sampler.py", "tcp_probe": HERE / "tcp_probe.py"}
+
+
+def command(name: str, *args: str) -> str:
+    """`python3 -c '<source of collect/remote/NAME.py>' ARGS...`, quoted for sh."""
+    source = SCRIPTS[name].read_text()
+    return shlex.join(["python3", "-c", source, *args])
+
+
+def tc_sampler_command(
+    devices: list[str], out: str = "tc_samples.jsonl", interval_ms: float = 10.0
+) -> str:
+    """Samples `tc -s -j qdisc show` of `devices` every `interval_ms` into `out` (JSON lines)
+    until SIGTERM/SIGINT."""
+    return command("tc_sampler", "--interval-ms", f"{interval_ms:g}", "--out", out, *devices)
+
+
+def tcp_probe_command(addresses: list[str], out: str = "tcp_probe.txt", tag: str = "") -> str:
+    """Records the tcp:tcp_probe tracepoint for sockets with an address in `addresses` (its
+    own tracefs instance, mounting tracefs if needed) into `out` until SIGTERM/SIGINT."""
+    extra = ["--tag", tag] if tag else []
+    return command("tcp_probe", "--out", out, *extra, *addresses)
