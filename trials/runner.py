@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from collect.fetch import pull_host, write_manifest
+from collect.remote import tc_sampler_command, tcp_probe_command
 from core.daemons import Daemons
 from core.rack import PROJECT_DIR, Rack
 from core.units import format_duration, format_rate
@@ -152,22 +153,35 @@ class TrialRunner:
         self.plan, self.rack, self.batch_dir, self.log = plan, rack, batch_dir, log
         self.batch_id = batch_dir.name
         self.last_vars: dict[str, dict[str, Any]] | None = None
+        # What configure.yml last applied per host, while nothing else is known to have
+        # touched the rack (emptied when a trial fails or is interrupted).
+        self.applied: dict[str, dict[str, Any]] = {}
+        self.applied_by = ""
 
     # -- steps on the rack ----------------------------------------------------------------------
 
-    def configure(self, trial_dir: Path, variables: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def configure(
+        self, trial_dir: Path, variables: dict[str, dict[str, Any]], trial: str = ""
+    ) -> dict[str, Any]:
+        """configure.yml for the hosts whose variables differ from what this runner applied
+        last; nothing at all when no host's differ (a repetition right after its twin). The
+        record says which hosts were configured and which trial's configuration was kept."""
         overlay = write_host_vars(trial_dir / "ansible" / "trial_vars.yml", variables)
-        self.last_vars = variables
+        self.last_vars = {**(self.last_vars or {}), **variables}
+        changed = sorted(h for h in variables if self.applied.get(h) != variables[h])
+        if not changed:
+            return {"overlay": overlay.name, "skipped": True, "same_as": self.applied_by}
         # Only the trial's hosts (and the controller, for the virtual rack): a rack of 18
         # hosts where a trial uses 6 would otherwise spend most of its configure time idle.
-        limit = ",".join(["localhost", *sorted(variables)])
         recap = run_playbook(
             "configure.yml",
             [*self.rack.inventory, overlay],
             trial_dir / "ansible" / "configure.log",
-            ("--limit", limit),
+            ("--limit", ",".join(["localhost", *changed])),
         )
-        return {"overlay": overlay.name, "recap": recap}
+        self.applied.update({h: variables[h] for h in changed})
+        self.applied_by = trial
+        return {"overlay": overlay.name, "recap": recap, "hosts": changed}
 
     def shaping_snapshot(self, net: ResolvedNetwork, daemons: Daemons, tag: str) -> None:
         """`tc -s` of every shaped interface and the NFQUEUE counters, per host."""
@@ -202,6 +216,40 @@ class TrialRunner:
         daemons.signal(host, "delayline", "USR1", directory=router, wait_file=stats)
         if out:
             self.rack.run(host, f"cp {shlex.quote(stats)} {shlex.quote(out)}")
+
+    @staticmethod
+    def bottlenecks(net: ResolvedNetwork, generators: list[TrafficGenerator]) -> dict[str, list]:
+        """host -> interfaces of the bottlenecks the generators cross."""
+        out: dict[str, list[str]] = {}
+        for g in generators:
+            b = net.path_summary(g.spec.from_, g.spec.to)["bottleneck"]
+            if b and b["iface"] not in out.setdefault(b["host"], []):
+                out[b["host"]].append(b["iface"])
+        return out
+
+    @staticmethod
+    def tcp_senders(generators: list[TrafficGenerator]) -> dict[str, list[str]]:
+        """Sender host -> both addresses of each of its TCP flows."""
+        out: dict[str, list[str]] = {}
+        for g in generators:
+            if g.record().get("proto") == 6:
+                addrs = out.setdefault(g.sender, [])
+                addrs += [a for a in (str(g.src), str(g.dst)) if a not in addrs]
+        return out
+
+    def recorders(self, trial: Trial, net: ResolvedNetwork, generators: list[TrafficGenerator]):
+        """(host, daemon, command, log line that says it records) of the measurements taken
+        during the trial: `tc -s` of every bottleneck every 10 ms, and the tcp_probe
+        tracepoint (cwnd, ssthresh, srtt) on every TCP sender."""
+        for host, ifaces in self.bottlenecks(net, generators).items():
+            yield host, "tc_sampler", tc_sampler_command(ifaces), None
+        for host, addrs in self.tcp_senders(generators).items():
+            command = tcp_probe_command(addrs, tag=trial.name)
+            yield host, "tcp_probe", command, "recording tcp_probe"
+
+    def recorder_names(self, net: ResolvedNetwork, generators: list[TrafficGenerator]):
+        hosts = [(h, "tc_sampler") for h in self.bottlenecks(net, generators)]
+        return hosts + [(h, "tcp_probe") for h in self.tcp_senders(generators)]
 
     # -- one trial --------------------------------------------------------------------------------
 
@@ -251,7 +299,9 @@ class TrialRunner:
         nfqueue: list[str] = []
         try:
             self.log(f"[{trial.name}] configure (ansible-playbook configure.yml)")
-            record["configure"] = self.configure(trial_dir, host_vars(trial, net, settings))
+            record["configure"] = self.configure(
+                trial_dir, host_vars(trial, net, settings), trial.name
+            )
             record["delay"] = self.delay_backends(net)
             nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
             record["hosts"] = host_facts(self.rack, hosts)
@@ -274,6 +324,10 @@ class TrialRunner:
                 )
             for c in net.captures:
                 daemons.wait_for_log(c.host, f"{c.name}.tcpdump", "listening on")
+            for host, name, command, ready in self.recorders(trial, net, generators):
+                daemons.spawn(host, name, command)
+                if ready:
+                    daemons.wait_for_log(host, name, ready)
             for g in generators:
                 g.arm()
             time.sleep(0.5)  # servers must listen before clients connect
@@ -302,15 +356,19 @@ class TrialRunner:
             record["times"]["traffic_done"] = now_iso()
             record["status"] = "complete"
         except (Interrupted, KeyboardInterrupt) as exc:
+            self.applied = {}
             record["status"] = "interrupted"
             record["errors"].append(f"interrupted ({exc or 'SIGINT'})")
             raise Interrupted(str(exc)) from None
         except Exception as exc:
+            self.applied = {}
             record["status"] = "failed"
             record["errors"].append(f"{type(exc).__name__}: {exc}")
             raise
         finally:
             self.stop_and_collect(trial_dir, net, daemons, generators, record, nfqueue)
+        if record["status"] != "complete":
+            self.applied = {}  # the next trial configures everything again
         return record
 
     def stop_and_collect(
@@ -331,6 +389,8 @@ class TrialRunner:
                     steps.append(
                         (f"stop {name} on {host}", lambda h=host, n=name: daemons.stop(h, n))
                     )
+            for host, name in self.recorder_names(net, generators):
+                steps.append((f"stop {name} on {host}", lambda h=host, n=name: daemons.stop(h, n)))
             for c in net.captures:
                 steps.append(
                     (

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.families.common import first_of, fmt, trimmed
+from core.units import parse_duration_ns
 
 GROUP = ["cc", "rtt_ms", "flows"]
 
@@ -33,6 +34,24 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
         "delayline_lateness_us": udp.get("delayline_lateness_us"),
         **{k: v for k, v in queue.items() if k.startswith("queue_")},
         "delay_backend": (record.get("delay", {}).get(b_host) or {}).get("backend"),
+        **length_rule(record, tcp),
+    }
+
+
+# The paper's trial length: at least 3 minutes or 20 congestion epochs, whichever is longer.
+MIN_EPOCHS, MIN_SECONDS = 20, 180
+
+
+def length_rule(record: dict[str, Any], tcp: dict[str, Any]) -> dict[str, Any]:
+    """Whether the trial is as long as the paper asks, from the cwnd data (the flow with the
+    fewest congestion epochs counts); None when there is no cwnd data."""
+    epochs = tcp.get("congestion_epochs")
+    seconds = record["parameters"]["duration"]
+    seconds = parse_duration_ns(seconds) / 1e9 if isinstance(seconds, str) else seconds / 1e9
+    fewest = min(epochs) if epochs else None
+    return {
+        "congestion_epochs_min": fewest,
+        "long_enough": None if fewest is None else fewest >= MIN_EPOCHS and seconds >= MIN_SECONDS,
     }
 
 
@@ -136,4 +155,14 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
         worst = max(v["max"] for v in lateness)
         delay += f"; delay line late by {mean:.0f} µs mean, {p99:.0f} µs p99, {worst:.0f} µs max"
     rows.append(("delay path", delay))
+    if r.get("congestion_epochs_min") is not None and not pd.isna(r.congestion_epochs_min):
+        verdict = "meets" if r.long_enough else "SHORTER than"
+        rows.append(
+            (
+                "length",
+                f"{int(r.congestion_epochs_min)} congestion epochs (fewest of its flows, from "
+                f"cwnd); {verdict} the paper's rule (>= {MIN_EPOCHS} epochs and >= "
+                f"{MIN_SECONDS // 60} min)",
+            )
+        )
     return rows

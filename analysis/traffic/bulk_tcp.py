@@ -62,7 +62,14 @@ def analyse(
     flows = pd.DataFrame(columns=KEY)
     if after:
         pk = own_packets(caps.packets(after), gen, ports)
+        if record.get("status") != "complete" and len(pk):
+            # Stopped early (interrupted, failed): the window ends where its packets end.
+            end = min(end, int(pk.ts_ns.max()))
+            out["window_cut_at_s"] = (end - t0) / 1e9
+        steady_ok = end > start + warmup
         steady = tcp_goodput(pk, start_ns=start + warmup, end_ns=end)
+        if not steady_ok:  # it never reached its steady state: no steady figures at all
+            steady = steady.assign(bytes=0, seconds=0.0, goodput_bps=np.nan)
         lifetime = tcp_goodput(pk)
         flows = steady.rename(
             columns={
@@ -83,7 +90,8 @@ def analyse(
         )
         out.update(
             flows_seen=len(flows),
-            goodput_kBps=float(flows.steady_goodput_bps.sum() / 8000),
+            goodput_kBps=float(flows.steady_goodput_bps.sum() / 8000) if steady_ok else None,
+            steady_window_s=[(start + warmup - t0) / 1e9, (end - t0) / 1e9] if steady_ok else None,
             goodput_kBps_lifetime=float(flows.lifetime_goodput_bps.sum() / 8000),
             flow_goodput_kBps=[float(v) for v in flows.steady_goodput_bps / 8000],
         )

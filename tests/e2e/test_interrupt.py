@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.trial import analyse_trial
 from collect.fetch import verify_manifest
 from core.rack import Rack
 from tests.e2e.conftest import PREFIX, start_trials, wait_for_daemon
@@ -66,6 +67,12 @@ def test_ctrl_c_mid_trial_restores_the_network_and_keeps_the_captures(test_rack,
     assert record["status"] == "interrupted"
     assert (trial_dir / "R" / "bottleneck_in.pcap").stat().st_size > 100_000
     assert verify_manifest(trial_dir) == []
+    # Its metrics cover only the time it ran, and say so.
+    tcp = analyse_trial(trial_dir)["generators"]["tcp"]
+    stopped_at = tcp["window_cut_at_s"]
+    assert 4 <= stopped_at < 20, stopped_at  # stopped ~8 s after launch, T0 = launch + 2 s
+    if tcp["goodput_kBps"] is not None:
+        assert tcp["steady_window_s"][1] == stopped_at
 
     rack = Rack.load([test_rack.inventory])
     try:

@@ -73,12 +73,14 @@ class BulkTcp(TrafficGenerator):
         out = []
         for host, side in ((self.sender, "client"), (self.receiver, "server")):
             path = trial_dir / host / f"{self.name}_{side}.json"
+            text = path.read_text(errors="replace") if path.exists() else ""
             try:
-                report = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
+                report = json.loads(text)
+            except json.JSONDecodeError:
                 log = trial_dir / host / f"{self.name}_{side}.log"
                 said = log.read_text().strip()[-300:] if log.exists() else ""
-                out.append(f"{self.name}: iperf3 {side} on {host} left no report ({exc}) {said}")
+                what = "an empty report" if path.exists() and not text.strip() else "no report"
+                out.append(f"{self.name}: iperf3 {side} on {host} left {what} {said}".strip())
                 continue
             if report.get("error"):
                 out.append(f"{self.name}: iperf3 {side} on {host}: {report['error']}")
