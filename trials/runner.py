@@ -434,8 +434,20 @@ class TrialRunner:
                 if record["errors"]:
                     record["status"] = "failed"
             record["capture"] = capture_stats(trial_dir, net)
+            record["times"]["collected"] = now_iso()
+            record["overhead_s"] = overhead_s(record["times"])
             (trial_dir / "trial.json").write_text(dump_json(record))
             write_manifest(trial_dir)
+
+
+def overhead_s(times: dict[str, Any]) -> float | None:
+    """Seconds the trial spent outside its traffic and queue drain: configure, arm, start
+    lead, stop, collect (what a batch pays per trial beyond the experiment itself)."""
+    if "t0" not in times or "traffic_done" not in times:
+        return None
+    whole = datetime.fromisoformat(times["collected"]) - datetime.fromisoformat(times["started"])
+    traffic = datetime.fromisoformat(times["traffic_done"]).timestamp() - times["t0"]
+    return round(whole.total_seconds() - traffic, 2)
 
 
 def capture_stats(trial_dir: Path, net: ResolvedNetwork) -> dict[str, dict[str, int]]:

@@ -150,7 +150,7 @@ def built_rack(tmp_path_factory, name: str, prefix: str, subnet: int) -> Iterato
     rack = TestRack(
         topology=own_topology(name, prefix, subnet, base),
         inventory=base / "hosts.yml",
-        state_dir=state_dir(name),
+        state_dir=state_dir(f"{prefix.rstrip('-')}-{name}"),
         prefix=prefix,
     )
     up = rack.rack("present")
