@@ -60,60 +60,96 @@ def _groups(table: pd.DataFrame) -> list[str]:
     return [c for c in table.columns if c.startswith("factor:")]
 
 
-def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
+def _keyed(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Complete trials and the columns to group them by (the factors, or one group 'all')."""
     ok = table[table.status == "complete"]
-    if ok.empty:
-        return
     groups = _groups(ok)
-    keyed = ok.assign(_all="all") if not groups else ok
-    by = groups or ["_all"]
-    scaled = next((s for s in ok.scaled if isinstance(s, str)), None)
+    return (ok if groups else ok.assign(_all="all")), (groups or ["_all"])
+
+
+def _key_columns(by: list[str], key: Any) -> dict[str, Any]:
+    key = key if isinstance(key, tuple) else (key,)
+    return {g.removeprefix("factor:").removeprefix("_"): k for g, k in zip(by, key, strict=True)}
+
+
+def throughput_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per group of complete trials: runs, and per cut-off the mean data delivered by T0 + t
+    over all flows (KB, 1 KB = 1000 B) and its share of the bottleneck's capacity (%)."""
+    keyed, by = _keyed(table)
+    rows = []
+    for key, rows_ in keyed.groupby(by, dropna=False):
+        row = {**_key_columns(by, key), "runs": len(rows_)}
+        for c in CUTOFFS:
+            have = f"delivered_{c}" in rows_ and not rows_[f"delivered_{c}"].isna().all()
+            row[f"{c} KB"] = rows_[f"delivered_{c}"].mean() / 1000 if have else float("nan")
+            row[f"{c} %"] = rows_[f"utilization_{c}"].mean() * 100 if have else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def late_joiner_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per group of complete trials with a late joiner: when it joined, the data it carried in
+    its first LATE_WINDOW_S seconds against its fair share, timeouts and fast retransmits
+    (means over the runs)."""
+    keyed, by = _keyed(table)
+    if "late_generator" not in keyed:
+        return pd.DataFrame()
+    late = keyed[keyed.late_generator.notna()]
+    rows = []
+    for key, r in late.groupby(by, dropna=False):
+        rows.append(
+            {
+                **_key_columns(by, key),
+                "runs": len(r),
+                "joins at s": r.late_start_s.mean(),
+                f"first {LATE_WINDOW_S} s KB": r.late_first5s_bytes.mean() / 1000,
+                "fair share KB": r.late_fair_share_bytes.mean() / 1000,
+                "share": r.late_share_of_fair.mean(),
+                "timeouts": r.timeouts.mean(),
+                "fast rtx": r.fast_retransmits.mean(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def scaled_note(table: pd.DataFrame) -> str | None:
+    """What the experiment scaled down from the paper (report.scaled), if it says so."""
+    ok = table[table.status == "complete"]
+    col = ok.get("scaled", pd.Series(dtype=object))
+    return next((s for s in col if isinstance(s, str)), None)
+
+
+def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
+    through = throughput_table(table)
+    if through.empty:
+        return
+    scaled = scaled_note(table)
     title = "Effective throughput vs elapsed time (KB delivered, % of bottleneck capacity)"
     t = Table(title=title + (f" — SCALED: {scaled}" if scaled else ""))
-    for col in [g.removeprefix("factor:") for g in by] + ["runs", *CUTOFFS]:
+    keys = [c for c in through.columns if c == "runs" or not c.endswith((" KB", " %"))]
+    for col in keys + list(CUTOFFS):
         t.add_column(col, justify="right")
-    for key, rows in keyed.groupby(by, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        cells = []
-        for c in CUTOFFS:
-            if f"delivered_{c}" not in rows or rows[f"delivered_{c}"].isna().all():
-                cells.append("-")
-                continue
-            kb = rows[f"delivered_{c}"].mean() / 1000
-            util = rows[f"utilization_{c}"].mean() * 100
-            cells.append(f"{kb:.0f} ({util:.0f}%)")
-        t.add_row(*[str(k) for k in key], str(len(rows)), *cells)
+    for _, row in through.iterrows():
+        cells = [
+            "-" if pd.isna(row[f"{c} KB"]) else f"{row[f'{c} KB']:.0f} ({row[f'{c} %']:.0f}%)"
+            for c in CUTOFFS
+        ]
+        t.add_row(*[str(row[k]) for k in keys], *cells)
     console.print(t)
-    late = (
-        keyed[keyed.get("late_generator", pd.Series(dtype=object)).notna()]
-        if "late_generator" in keyed
-        else keyed.iloc[:0]
-    )
+    late = late_joiner_table(table)
     if not late.empty:
         t2 = Table(
             title=f"Late joiner: data it carried in its first {LATE_WINDOW_S} s, and timeouts"
         )
-        for col in [g.removeprefix("factor:") for g in by] + [
-            "runs",
-            "joins at s",
-            "first 5 s KB",
-            "fair share KB",
-            "share",
-            "timeouts",
-            "fast rtx",
-        ]:
+        for col in late.columns:
             t2.add_column(col, justify="right")
-        for key, rows in late.groupby(by, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
+        digits = {"joins at s": 0, "share": 2}
+        n_keys = late.columns.get_loc("runs") + 1
+        for _, row in late.iterrows():
+            cells = list(row.items())
             t2.add_row(
-                *[str(k) for k in key],
-                str(len(rows)),
-                fmt(rows.late_start_s.mean(), 0),
-                fmt(rows.late_first5s_bytes.mean() / 1000),
-                fmt(rows.late_fair_share_bytes.mean() / 1000),
-                fmt(rows.late_share_of_fair.mean(), 2),
-                fmt(rows.timeouts.mean(), 1),
-                fmt(rows.fast_retransmits.mean(), 1),
+                *[str(v) for _, v in cells[:n_keys]],
+                *[fmt(v, digits.get(c, 1)) for c, v in cells[n_keys:]],
             )
         console.print(t2)
 
