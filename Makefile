@@ -60,3 +60,11 @@ lint: setup  ## ruff, ansible-lint, and a syntax check of every playbook
 
 bench: setup  ## analysis of a generated trial against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark")
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
+
+# BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the
+# previous batch of the same experiment in the same directory; PREVIOUS=none: no comparison).
+PREVIOUS ?=
+.PHONY: report
+report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, figures, comparison, provenance), PNG and CSV
+	@test -n "$(BATCH)" || { echo "usage: make report BATCH=results/<batch> [PREVIOUS=results/<other>]"; exit 2; }
+	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS))

@@ -11,6 +11,7 @@ apt_packages=(
   ethtool kmod util-linux procps python3 python3-venv python3-dev build-essential
   libnetfilter-queue-dev libnetfilter-queue1 git make
   tcptrace tshark  # make bench compares the analysis with them
+  chromium  # the report test opens the HTML page headless (no console errors, a screenshot)
 )
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -1,0 +1,166 @@
+"""A batch's report as one self-contained HTML page (figures embedded) with its tables as CSV
+and figures as PNG beside it: `make report BATCH=results/<batch> [PREVIOUS=results/<other>]`
+writes results/<batch>/report/index.html.
+
+The page: an overview of the trials (failed and interrupted ones named and left out of every
+number), the family's tables and figures (one module per family, as in analysis/families),
+this batch against the previous one, every trial's status and headline metrics, and the
+provenance (commit, kernels, tools, delay backend and its measured error).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+
+from analysis.html_report import collateral_damage, compare, provenance, startup
+from analysis.html_report.page import Page
+from analysis.results import load
+
+__all__ = ["AUTO", "FAMILIES", "write_report"]
+
+FAMILIES: dict[str, ModuleType] = {"collateral_damage": collateral_damage, "startup": startup}
+AUTO = "auto"  # previous batch: the one before this batch in its directory
+_OUTPUTS = ("*.png", "*.csv", "index.html")
+
+
+def write_report(
+    batch_dir: str | Path,
+    out_dir: str | Path | None = None,
+    previous: str | Path | None = AUTO,
+    *,
+    reanalyse: bool = False,
+) -> Path:
+    """Write the report of ``batch_dir`` into ``out_dir`` (default: <batch>/report) and return
+    the page's path. ``previous``: a batch to compare with, AUTO for the previous batch of the
+    same experiment in the same directory, None for no comparison. Trials without analysis
+    are analysed first; with ``reanalyse`` every trial is (from its captures)."""
+    batch_dir = Path(batch_dir)
+    if not (batch_dir / "trials").is_dir():
+        raise FileNotFoundError(f"{batch_dir}: not a batch directory (no trials/ in it)")
+    out = Path(out_dir) if out_dir else batch_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    for pattern in _OUTPUTS:  # a figure that is no longer drawn must not linger
+        for old in out.glob(pattern):
+            old.unlink()
+    if reanalyse:
+        from analysis.report import analyse_batch
+
+        analyse_batch(batch_dir)
+    trials = load(batch_dir, analyse=True)
+    before_dir = compare.previous_batch(batch_dir) if previous == AUTO else previous
+    before_dir = Path(before_dir) if before_dir else None
+    before = load(before_dir) if before_dir else None
+
+    meta = _batch_meta(batch_dir)
+    page = Page(f"Report: {batch_dir.name}", out)
+    subtitle = (
+        f"{batch_dir} — experiment {meta.get('experiment', '?')}"
+        + (f" (set {', '.join(meta['sets'])})" if meta.get("sets") else "")
+        + f" — generated {datetime.now(UTC).isoformat(timespec='seconds')}"
+    )
+    overview(page, batch_dir, trials, meta)
+    if not trials.empty:
+        for family, rows in trials.groupby("family", dropna=False):
+            module = FAMILIES.get(family)
+            if module is None:
+                page.section(f"Family {family}")
+                page.note(
+                    f"No report module for the family {family!r}: only the trial list and the "
+                    "provenance below."
+                )
+                continue
+            module.sections(page, batch_dir, rows)
+        compare.sections(page, batch_dir, trials, before_dir, before, FAMILIES)
+        trial_list(page, batch_dir, trials)
+    provenance.sections(page, batch_dir, trials)
+    return page.write(subtitle)
+
+
+def _batch_meta(batch_dir: Path) -> dict:
+    f = batch_dir / "batch.json"
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def excluded(trials: pd.DataFrame) -> pd.DataFrame:
+    """Trials the tables leave out: not complete, or without analysis."""
+    return trials[(trials.status != "complete") | ~trials.analysed.astype(bool)]
+
+
+def overview(page: Page, batch_dir: Path, trials: pd.DataFrame, meta: dict) -> None:
+    page.section("Overview")
+    planned = [t["name"] for t in meta.get("trials", [])]
+    present = set(trials.trial) if not trials.empty else set()
+    not_run = [n for n in planned if n not in present]
+    if trials.empty:
+        page.warn("This batch has no trial record (trials/*/trial.json): nothing to report.")
+        return
+    counts = trials.status.fillna("unknown").value_counts()
+    lines = [f"{n} {s}" for s, n in counts.items()]
+    if not_run:
+        lines.append(f"{len(not_run)} planned but not run: {', '.join(not_run)}")
+    page.text(f"{len(trials)} trial(s): " + ", ".join(lines) + ".")
+    if "repetition" in trials and trials.repetition.notna().any():
+        reps = int(trials.repetition.max())
+        page.text(f"Repetitions per combination: up to {reps}.")
+        if reps == 1:
+            page.note(
+                "One repetition per combination: means are single runs and there is no σ "
+                "(run-to-run spread) in the tables, nor in the comparison with another batch."
+            )
+    out = excluded(trials)
+    if len(out):
+        page.warn(
+            "Left out of every table and figure (listed in 'Trials' below): "
+            + "; ".join(
+                f"{r.trial} ({r.status}{'' if r.analysed else ', not analysed'}"
+                f"{': ' + r.errors if isinstance(r.get('errors'), str) else ''})"
+                for _, r in out.iterrows()
+            )
+        )
+
+
+def trial_list(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
+    page.section("Trials")
+    metrics: dict[str, str] = {}
+    for family in trials.family.dropna().unique():
+        metrics.update(getattr(FAMILIES.get(family), "METRICS", {}))
+    factors = [c for c in trials.columns if c.startswith("factor:")]
+    cols = ["trial", "status", "repetition", *factors, "analysed"]
+    cols += [m for m in metrics if m in trials]
+    table = trials[cols].rename(columns={f: f.removeprefix("factor:") for f in factors})
+    table.insert(2, "in tables", ~trials.index.isin(excluded(trials).index))
+    table["errors"] = trials.get("errors")
+    page.table(
+        table,
+        "Every trial: status, whether the tables use it, headline metrics "
+        "(failed and interrupted trials highlighted)",
+        csv="trials.csv",
+        digits={"owd_median_ms": 1, "goodput_kBps": 1},
+        row_class=lambda r: None if r["in tables"] else "bad",
+        labels=metrics,
+    )
+    attempts = []
+    for f in sorted((batch_dir / "attempts").glob("*/*/ATTEMPT.json")):
+        a = json.loads(f.read_text())
+        record = f.parent / "trial.json"
+        errors = json.loads(record.read_text()).get("errors") if record.exists() else None
+        attempts.append(
+            {
+                "trial": a.get("trial", f.parent.parent.name),
+                "attempt": f.parent.name,
+                "status": a.get("status"),
+                "set aside": a.get("set_aside"),
+                "errors": "; ".join(errors or []) or None,
+            }
+        )
+    if attempts:
+        page.text(
+            "Earlier attempts kept beside the batch (attempts/): partial files of runs that "
+            "did not complete; never used in the tables."
+        )
+        page.table(pd.DataFrame(attempts), "Earlier attempts", csv="attempts.csv")

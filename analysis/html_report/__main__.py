@@ -1,0 +1,43 @@
+"""`python -m analysis.html_report results/<batch> [--previous results/<other>]`: what
+`make report` runs; prints the page's path."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.html_report import AUTO, write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.html_report",
+        description="Write a batch's report: one self-contained HTML page, its tables as CSV "
+        "and its figures as PNG (default: <batch>/report/).",
+    )
+    parser.add_argument("batch", type=Path, help="the batch directory (results/<batch>)")
+    parser.add_argument(
+        "--previous",
+        default=AUTO,
+        help="the batch to compare with (default: the previous batch of the same experiment "
+        "in the same directory; 'none': no comparison)",
+    )
+    parser.add_argument("--out", type=Path, help="where to write (default: <batch>/report)")
+    parser.add_argument(
+        "--reanalyse", action="store_true", help="analyse every trial again from its captures"
+    )
+    args = parser.parse_args(argv)
+    previous = None if args.previous == "none" else args.previous
+    try:
+        page = write_report(args.batch, args.out, previous, reanalyse=args.reanalyse)
+    except FileNotFoundError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {page}")
+    print(f"tables (CSV) and figures (PNG): {page.parent}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

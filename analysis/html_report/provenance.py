@@ -1,0 +1,215 @@
+"""What a batch's numbers depend on, from its trials' records (trial.json): the code (git commit
+and dirty flag), the kernels and tool versions of every host, the delay backend of every
+router and its measured error, and the captures' own losses."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.html_report.page import Page
+
+__all__ = ["fingerprint", "records", "sections"]
+
+
+def records(batch_dir: Path) -> dict[str, dict[str, Any]]:
+    """trial name -> its trial.json."""
+    out = {}
+    for f in sorted((batch_dir / "trials").glob("*/trial.json")):
+        record = json.loads(f.read_text())
+        out[record.get("trial", f.parent.name)] = record
+    return out
+
+
+def _by_value(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """value -> sorted names having it."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for name, value in pairs:
+        out[value].add(name)
+    return {v: sorted(n) for v, n in sorted(out.items())}
+
+
+def fingerprint(recs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """One line per thing a batch's results depend on (commit, kernel per host, tool per
+    host, delay backend per router): compared between two batches."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for r in recs.values():
+        git = r.get("git") or {}
+        out["git commit"].add(f"{git.get('commit')}{' (dirty)' if git.get('dirty') else ''}")
+        for host, facts in (r.get("hosts") or {}).items():
+            out[f"{host} kernel"].add(str(facts.get("kernel")))
+            for tool, version in (facts.get("tools") or {}).items():
+                out[f"{host} {tool}"].add(str(version))
+        for host, d in (r.get("delay") or {}).items():
+            out[f"{host} delay backend"].add(str(d.get("backend")))
+    return {k: ", ".join(sorted(v)) for k, v in sorted(out.items())}
+
+
+def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
+    recs = records(batch_dir)
+    page.section("Provenance")
+    if not recs:
+        page.note("No trial record (trial.json) in this batch.")
+        return
+    _code(page, recs)
+    _kernels(page, recs)
+    _tools(page, recs)
+    _delay(page, recs, trials)
+    _captures(page, recs)
+    experiment = batch_dir / "experiment.yml"
+    if experiment.exists():
+        page.details(
+            "The experiment file as the batch ran it (experiment.yml)", experiment.read_text()
+        )
+
+
+def _code(page: Page, recs: dict[str, dict[str, Any]]) -> None:
+    rows = defaultdict(list)
+    for name, r in recs.items():
+        git = r.get("git") or {}
+        rows[(git.get("commit") or "unknown", bool(git.get("dirty")))].append(name)
+    table = pd.DataFrame(
+        [
+            {"commit": c, "dirty": d, "trials": len(n), "names": ", ".join(sorted(n))}
+            for (c, d), n in sorted(rows.items())
+        ]
+    )
+    page.heading("Code")
+    if len(rows) > 1:
+        page.warn("The trials of this batch ran different code (several commits or dirty states).")
+    if table.dirty.any():
+        page.note(
+            "Dirty: the working tree had uncommitted changes when the trial ran; the commit "
+            "alone does not reproduce it."
+        )
+    page.table(table, "Git commit of the controller per trial", csv="provenance_git.csv")
+
+
+def _kernels(page: Page, recs: dict[str, dict[str, Any]]) -> None:
+    pairs = defaultdict(list)
+    for name, r in recs.items():
+        for host, facts in (r.get("hosts") or {}).items():
+            pairs[host].append((name, str(facts.get("kernel"))))
+    rows = []
+    for host in sorted(pairs):
+        for kernel, names in _by_value(pairs[host]).items():
+            rows.append({"host": host, "kernel": kernel, "trials": len(names)})
+    page.heading("Kernels")
+    if not rows:
+        page.note("The trial records hold no host facts (kernel, tools).")
+        return
+    page.table(pd.DataFrame(rows), "Kernel release per host", csv="provenance_kernels.csv")
+
+
+def _tools(page: Page, recs: dict[str, dict[str, Any]]) -> None:
+    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    trials_with: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for name, r in recs.items():
+        for host, facts in (r.get("hosts") or {}).items():
+            for tool, version in (facts.get("tools") or {}).items():
+                seen[(tool, str(version))].add(host)
+                trials_with[(tool, str(version))].add(name)
+    if not seen:
+        return
+    rows = [
+        {"tool": t, "version": v, "hosts": ", ".join(sorted(h)), "trials": len(trials_with[(t, v)])}
+        for (t, v), h in sorted(seen.items())
+    ]
+    page.heading("Tool versions")
+    page.table(
+        pd.DataFrame(rows), "Tool versions (hosts reporting each)", csv="provenance_tools.csv"
+    )
+
+
+def _delay(page: Page, recs: dict[str, dict[str, Any]], trials: pd.DataFrame) -> None:
+    page.heading("Delay emulation and its measured error")
+    rows = []
+    for host in sorted({h for r in recs.values() for h in (r.get("delay") or {})}):
+        backends: set[str] = set()
+        positions: set[str] = set()
+        late_mean: list[float] = []
+        late_p99: list[float] = []
+        late_max: list[float] = []
+        stalls = stalled_us = 0
+        for r in recs.values():
+            d = (r.get("delay") or {}).get(host)
+            if not d:
+                continue
+            backends.add(str(d.get("backend")))
+            positions.add(str(d.get("position")))
+            stats = d.get("delayline_stats") or {}
+            for q in stats.get("queues") or []:
+                lat = q.get("lateness_us") or {}
+                if lat.get("count"):
+                    late_mean.append(lat["mean"])
+                    late_p99.append(lat["p99"])
+                    late_max.append(lat["max"])
+            st = stats.get("stalls") or {}
+            stalls += int(st.get("count") or 0)
+            stalled_us += int(st.get("total_us") or 0)
+        rows.append(
+            {
+                "router": host,
+                "backend": ", ".join(sorted(backends)),
+                "where": "; ".join(sorted(positions)),
+                "lateness_mean_us": max(late_mean) if late_mean else None,
+                "lateness_p99_us": max(late_p99) if late_p99 else None,
+                "lateness_max_us": max(late_max) if late_max else None,
+                "stalls": stalls if late_mean else None,
+                "stalled_ms": stalled_us / 1000 if late_mean else None,
+            }
+        )
+    if not rows:
+        page.note("The trial records name no delay backend (no router delayed traffic).")
+    else:
+        page.table(
+            pd.DataFrame(rows),
+            "Delay backend per router; lateness of the user-space delay line (worst over the "
+            "batch's trials and queues; – for netem, which reports none), router stalls > 2 ms",
+            csv="provenance_delay.csv",
+            digits={"lateness_mean_us": 0, "lateness_p99_us": 0, "lateness_max_us": 0},
+        )
+    excess = pd.to_numeric(trials.get("owd_min_excess_ms", pd.Series(dtype=float)), "coerce")
+    excess = excess.dropna()
+    if len(excess):
+        page.text(
+            "End-to-end check of the added delay: the smallest UDP one-way delay minus RTT/2 "
+            f"(serialization and the delay's own error) is {np.min(excess):.2f} ms at least, "
+            f"{np.median(excess):.2f} ms median, {np.max(excess):.2f} ms at most over "
+            f"{len(excess)} trial(s)."
+        )
+
+
+def _captures(page: Page, recs: dict[str, dict[str, Any]]) -> None:
+    rows = []
+    for name, r in recs.items():
+        for point, c in (r.get("capture") or {}).items():
+            rows.append(
+                {
+                    "trial": name,
+                    "capture": point,
+                    "captured": c.get("captured"),
+                    "dropped_by_kernel": c.get("dropped_by_kernel"),
+                }
+            )
+    if not rows:
+        return
+    table = pd.DataFrame(rows)
+    lost = table[table.dropped_by_kernel.fillna(0) > 0]
+    page.heading("Captures")
+    if lost.empty:
+        page.text(
+            f"No capture lost a packet (kernel drop counters of {len(table)} captures over "
+            f"{table.trial.nunique()} trials are all zero)."
+        )
+    else:
+        page.warn(
+            f"{len(lost)} capture(s) lost packets in the kernel: their trials' figures are "
+            "computed from incomplete captures."
+        )
+        page.table(lost, "Captures with kernel drops", csv="provenance_capture_drops.csv")

@@ -1,0 +1,88 @@
+"""The startup family (seed 001, ../shared/EXPERIMENTS.md §2) in the HTML report: the
+effective-throughput table (the paper's Fig. 3 table) and the late-joiner table, the same
+numbers as the terminal report (analysis/families/startup.py), and the delivered share of
+the bottleneck against elapsed time as a figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.families import startup as family
+from analysis.html_report.page import Page, plt
+
+TITLE = "TCP startup dynamics (Aron, Druschel 1998)"
+METRICS = {
+    **{f"utilization_{c}": f"share of capacity delivered by T0 + {c}" for c in family.CUTOFFS},
+    "late_share_of_fair": "late joiner: share of its fair share in its first 5 s",
+    "timeouts": "retransmission timeouts",
+    "fast_retransmits": "fast retransmits",
+}
+
+
+def groups(trials: pd.DataFrame) -> list[str]:
+    factors = [c for c in trials.columns if c.startswith("factor:")]
+    return factors or ["family"]
+
+
+def usable(trials: pd.DataFrame) -> pd.DataFrame:
+    return trials[(trials.status == "complete") & trials.analysed.astype(bool)]
+
+
+def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
+    ok = usable(trials)
+    page.section("Startup: tables")
+    if ok.empty:
+        page.warn("No complete, analysed trial in this batch: no table of the family.")
+        return
+    scaled = family.scaled_note(ok)
+    if scaled:
+        page.warn(f"SCALED from the paper's setup: {scaled}")
+    page.text(
+        "Means over the complete repetitions of each group (the factors the experiment "
+        "varies); no trimming. KB: 1000 bytes of TCP payload delivered over all flows since "
+        "T0; %: of what the bottleneck could carry in that time."
+    )
+    through = family.throughput_table(ok)
+    page.table(
+        through,
+        "Effective throughput vs elapsed time (the paper's Fig. 3 table)",
+        csv="startup_throughput.csv",
+        digits={f"{c} KB": 0 for c in family.CUTOFFS} | {f"{c} %": 0 for c in family.CUTOFFS},
+    )
+    if len(ok) == ok.groupby(groups(ok), dropna=False).ngroups:
+        page.note("One repetition per group: the table shows single runs, not means.")
+    late = family.late_joiner_table(ok)
+    if late.empty:
+        page.text("No late joiner in this batch (every sender starts at T0).")
+    else:
+        page.table(
+            late,
+            f"Late joiner: data it carried in its first {family.LATE_WINDOW_S} s against its "
+            "fair share, and timeouts",
+            csv="startup_late_joiner.csv",
+            digits={"joins at s": 0, "share": 2},
+        )
+    page.section("Startup: figure")
+    keys = [c for c in through.columns if c == "runs" or not c.endswith((" KB", " %"))]
+    keys.remove("runs")
+    seconds = [float(c[:-1]) for c in family.CUTOFFS]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for _, row in through.iterrows():
+        y = [row[f"{c} %"] for c in family.CUTOFFS]
+        label = ", ".join(f"{k}={row[k]}" for k in keys)
+        ax.plot(seconds, y, "o-", label=label)
+    ax.set_xlabel("elapsed time since T0 (s)")
+    ax.set_ylabel("data delivered (% of bottleneck capacity)")
+    ax.set_xscale("log")
+    ax.set_xticks(seconds, [f"{s:g}" for s in seconds])
+    ax.set_ylim(0, 105)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    page.figure(
+        fig,
+        "startup_utilization.png",
+        "Effective throughput: data delivered by T0 + t over all flows, as a share of the "
+        "bottleneck's capacity (means per group); missing points: trials shorter than t.",
+    )

@@ -1,0 +1,204 @@
+"""The HTML report (analysis/html_report) on recorded batches (tests/data/report_*: a real
+batch's records and analysis tables, without its captures): files, numbers against
+analysis.load, notes for missing data, the comparison with a previous batch, and the page in
+headless Chromium (no console error, nothing loaded but the file, a screenshot)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analysis
+from analysis.families import startup as startup_family
+from analysis.families.common import trimmed
+from analysis.html_report import write_report
+from analysis.html_report.__main__ import main
+from analysis.html_report.compare import compare_batches, previous_batch
+from tests.analysis.headless import chromium, load_page
+
+DATA = Path(__file__).parent.parent / "data"
+SMOKE = DATA / "report_smoke"  # collateral_damage, cubic, 1 flow, 3 x 8 s, one interrupted attempt
+STARTUP = DATA / "report_startup"  # startup (LS-WAN), one trial
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smoke batch's report (made once for the module)."""
+    batch = copy(SMOKE, tmp_path_factory.mktemp("results") / "smoke")
+    write_report(batch, previous=None)
+    return batch
+
+
+def figures(page: str) -> list[str]:
+    return re.findall(r'href="([^"]+\.png)"', page)
+
+
+def test_every_figure_and_table_is_written(smoke: Path) -> None:
+    out = smoke / "report"
+    page = (out / "index.html").read_text()
+    names = figures(page)
+    assert {"fig3_owd_cdf.png", "fig4_queue_full_events.png", "fig5_retransmitted_packets.png"} <= (
+        set(names)
+    )
+    assert any(n.startswith("fig2_cubic_") for n in names)
+    for name in names:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000, name
+    # Every figure is embedded too: the page stands alone.
+    assert page.count('src="data:image/png;base64,') == len(names)
+    for name in ("table1_goodput.csv", "table2_owd.csv", "trials.csv", "trial_length.csv"):
+        assert (out / name).stat().st_size > 0
+    # No URL other than data: and the files beside the page.
+    for url in re.findall(r'(?:src|href)="([^"]+)"', page):
+        assert url.startswith(("data:", "#")) or re.fullmatch(r"[\w.-]+\.(png|csv)", url), url
+    for text in ("highest and the lowest are dropped", "Provenance", "f91b8fd8b589", "nfqueue"):
+        assert text in page
+
+
+def test_table_1_and_2_hold_the_numbers_of_analysis_load(smoke: Path) -> None:
+    trials = analysis.load(smoke)
+    ok = trials[trials.status == "complete"]
+    t1 = pd.read_csv(smoke / "report" / "table1_goodput.csv")
+    assert len(t1) == ok.groupby(["cc", "rtt_ms", "flows"]).ngroups == 1
+    kept = trimmed(ok.goodput_kBps)
+    assert t1.runs.tolist() == [3] and t1.used.tolist() == [3]
+    assert t1.mean_kBps[0] == pytest.approx(kept.mean(), rel=1e-12)
+    assert t1.std_kBps[0] == pytest.approx(kept.std(ddof=1), rel=1e-12)
+
+    owd = analysis.load_table(smoke, "owd")
+    owd = owd[owd.trial.isin(ok.trial) & (owd.generator == "voip") & ~owd.lost]
+    ms = owd.owd_ns / 1e6
+    t2 = pd.read_csv(smoke / "report" / "table2_owd.csv")
+    assert t2.median_ms[0] == pytest.approx(ms.median())
+    assert t2.mean_ms[0] == pytest.approx(ms.mean())
+    assert t2.std_ms[0] == pytest.approx(ms.std(ddof=1))
+    assert t2.trials[0] == 3 and t2.lost[0] == 0
+    # The page shows the same numbers (rounded).
+    page = (smoke / "report" / "index.html").read_text()
+    assert f">{kept.mean():.1f}<" in page and f">{ms.median():.1f}<" in page
+
+    listed = pd.read_csv(smoke / "report" / "trials.csv")
+    assert listed.trial.tolist() == trials.trial.tolist()
+    np.testing.assert_allclose(listed.goodput_kBps, trials.goodput_kBps)
+
+
+def test_five_repetitions_drop_the_highest_and_lowest(tmp_path: Path) -> None:
+    batch = copy(SMOKE, tmp_path / "five")
+    for n, goodput in ((4, 50.0), (5, 500.0)):  # two more runs, far off either way
+        src, dst = batch / "trials" / "r1", batch / "trials" / f"r{n}"
+        shutil.copytree(src, dst)
+        record = json.loads((dst / "trial.json").read_text())
+        record.update(trial=f"r{n}", repetition=n)
+        (dst / "trial.json").write_text(json.dumps(record))
+        summary = json.loads((dst / "analysis" / "summary.json").read_text())
+        summary.update(trial=f"r{n}", goodput_kBps=goodput)
+        (dst / "analysis" / "summary.json").write_text(json.dumps(summary))
+    write_report(batch, previous=None)
+    t1 = pd.read_csv(batch / "report" / "table1_goodput.csv")
+    middle = analysis.load(batch).goodput_kBps.sort_values().iloc[1:-1]
+    assert t1.runs[0] == 5 and t1.used[0] == 3
+    assert t1.mean_kBps[0] == pytest.approx(middle.mean())
+    assert t1.std_kBps[0] == pytest.approx(middle.std(ddof=1))
+
+
+def test_missing_data_gives_notes_not_a_crash(tmp_path: Path) -> None:
+    batch = copy(SMOKE, tmp_path / "partial")
+    # r2 failed (no analysis), r3 lost its queue table; no trial has cwnd.
+    shutil.rmtree(batch / "trials" / "r2" / "analysis")
+    record = json.loads((batch / "trials" / "r2" / "trial.json").read_text())
+    record.update(status="failed", errors=["host A unreachable"])
+    (batch / "trials" / "r2" / "trial.json").write_text(json.dumps(record))
+    (batch / "trials" / "r1" / "analysis" / "queue.parquet").unlink()
+    (batch / "trials" / "r3" / "analysis" / "queue.parquet").unlink()
+    page = write_report(batch, previous=None).read_text()
+    t1 = pd.read_csv(batch / "report" / "table1_goodput.csv")
+    assert t1.runs[0] == 2  # the failed trial is not averaged in
+    assert "Left out of every table and figure" in page
+    assert "r2 (failed, not analysed: host A unreachable)" in page
+    assert "no cwnd and no queue occupancy recorded for this trial" in page
+    assert "Trials without a cwnd recording" in page
+    listed = pd.read_csv(batch / "report" / "trials.csv")
+    assert listed.set_index("trial")["in tables"].to_dict() == {"r1": True, "r2": False, "r3": True}
+
+    single = copy(SMOKE, tmp_path / "single")
+    for t in ("r2", "r3"):
+        shutil.rmtree(single / "trials" / t)
+    page = write_report(single, previous=None).read_text()
+    assert "One repetition per combination" in page
+    assert "single complete repetition" in page
+    assert pd.read_csv(single / "report" / "table1_goodput.csv").std_kBps.isna().all()
+
+
+def test_comparison_with_the_previous_nightly_batch(tmp_path: Path) -> None:
+    nightly = tmp_path / "results" / "nightly" / "collateral_damage"
+    before = copy(SMOKE, nightly / "2026-11-21")
+    tonight = copy(SMOKE, nightly / "2026-11-22")
+    copy(SMOKE, nightly / "2026-11-23")  # later: never the previous one
+    assert previous_batch(tonight) == before.resolve()
+    assert previous_batch(before) is None
+    for t in ("r1", "r2", "r3"):  # tonight's OWD 40 ms higher, far beyond its spread
+        f = tonight / "trials" / t / "analysis" / "summary.json"
+        summary = json.loads(f.read_text())
+        summary["owd_median_ms"] += 40
+        f.write_text(json.dumps(summary))
+    assert main([str(tonight)]) == 0
+    table = pd.read_csv(tonight / "report" / "compare_previous_collateral_damage.csv")
+    moved = table.set_index("metric").moved
+    assert moved["UDP OWD median (ms)"] and not moved["aggregate goodput (KB/s)"]
+    median = table.set_index("metric").loc["UDP OWD median (ms)"]
+    assert median.difference == pytest.approx(40)
+    page = (tonight / "report" / "index.html").read_text()
+    assert "1 metric(s) moved beyond their run-to-run spread" in page
+    assert str(before.resolve()) in page
+
+
+def test_compare_flags_only_beyond_the_spread() -> None:
+    group = ["cc"]
+    this = pd.DataFrame({"cc": ["reno"] * 3 + ["cubic"], "x": [10.0, 11.0, 12.0, 5.0]})
+    before = pd.DataFrame({"cc": ["reno"] * 3 + ["cubic"], "x": [10.5, 11.5, 12.5, 9.0]})
+    table = compare_batches(this, before, group, {"x": "x"}).set_index("cc")
+    assert table.loc["reno", "spread"] == pytest.approx(1.0)
+    assert table.loc["reno", "moved"] is False or not table.loc["reno", "moved"]
+    assert table.loc["cubic", "moved"] is None  # one run each: no spread, no verdict
+
+
+def test_startup_batch_has_its_tables(tmp_path: Path) -> None:
+    batch = copy(STARTUP, tmp_path / "startup")
+    page = write_report(batch, previous=None).read_text()
+    assert "Effective throughput vs elapsed time" in page
+    table = pd.read_csv(batch / "report" / "startup_throughput.csv")
+    expected = startup_family.throughput_table(analysis.load(batch))
+    np.testing.assert_allclose(table["5s KB"], expected["5s KB"])
+    np.testing.assert_allclose(table["20s %"], expected["20s %"])
+    assert (batch / "report" / "startup_utilization.png").read_bytes().startswith(PNG)
+
+
+def test_not_a_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path)]) == 2
+    assert "not a batch directory" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium (scripts/setup.sh installs it)")
+def test_page_loads_in_headless_chromium(smoke: Path) -> None:
+    page = smoke / "report" / "index.html"
+    loaded = load_page(page)
+    assert loaded.console_errors == []
+    assert loaded.requests[0] == page.resolve().as_uri()
+    assert all(u.startswith("data:image/png;base64,") for u in loaded.requests[1:])
+    assert loaded.images == len(figures(page.read_text())) and loaded.broken_images == 0
+    for text in ("Table 1", "Table 2", "Fig. 2", "Fig. 3", "Fig. 4", "Fig. 5", "Provenance"):
+        assert text in loaded.text
+    assert loaded.screenshot.startswith(PNG) and len(loaded.screenshot) > 100_000
+    (smoke / "report" / "screenshot.png").write_bytes(loaded.screenshot)
