@@ -20,6 +20,7 @@ import pandas as pd
 from analysis.html_report import collateral_damage, compare, provenance, startup
 from analysis.html_report.page import Page
 from analysis.results import load
+from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
 
@@ -144,6 +145,7 @@ def trial_list(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         row_class=lambda r: None if r["in tables"] else "bad",
         labels=metrics,
     )
+    timing(page, batch_dir)
     attempts = []
     for f in sorted((batch_dir / "attempts").glob("*/*/ATTEMPT.json")):
         a = json.loads(f.read_text())
@@ -164,3 +166,51 @@ def trial_list(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
             "did not complete; never used in the tables."
         )
         page.table(pd.DataFrame(attempts), "Earlier attempts", csv="attempts.csv")
+
+
+def _seconds(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def timing(page: Page, batch_dir: Path) -> None:
+    """Wall time per trial (started to stopped) and the part outside the traffic (configure,
+    arm, drain, collect); an ``overhead`` record of the trial, where the runner writes one,
+    is shown as it is."""
+    rows = []
+    for name, r in provenance.records(batch_dir).items():
+        times = r.get("times") or {}
+        wall = _seconds(times.get("started"), times.get("stopped"))
+        try:
+            traffic = parse_duration_ns((r.get("parameters") or {}).get("duration")) / 1e9
+        except (TypeError, ValueError):
+            traffic = None
+        row = {
+            "trial": name,
+            "status": r.get("status"),
+            "wall_s": wall,
+            "traffic_s": traffic,
+            "outside_traffic_s": wall - traffic if wall is not None and traffic else None,
+        }
+        overhead = r.get("overhead")
+        if isinstance(overhead, dict):
+            row.update(
+                {f"overhead.{k}": v for k, v in overhead.items() if not isinstance(v, dict | list)}
+            )
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if table.empty or not table.wall_s.sum() > 0:
+        return
+    total = table.wall_s.sum()
+    outside = table.outside_traffic_s.sum()
+    page.text(
+        f"Time: {total / 60:.1f} min of trials, {outside / 60:.1f} min of it outside the "
+        f"traffic ({100 * outside / total:.0f} %; configure, arm, drain, collect)."
+    )
+    page.table(
+        table,
+        "Time per trial (s): wall clock from start to stop, and outside the traffic",
+        csv="trial_times.csv",
+        digits={"wall_s": 1, "traffic_s": 0, "outside_traffic_s": 1},
+    )

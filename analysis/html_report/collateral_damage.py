@@ -40,6 +40,7 @@ METRICS = {
 MIN_LENGTH_S = 180  # the paper: at least 3 minutes or 20 congestion epochs, the longer
 MIN_EPOCHS = 20
 EPOCH_GAP_NS = 10**9  # queue-full events closer than this belong to one congestion epoch
+CWND_COLUMNS = ["ts_ns", "src", "sport", "dst", "dport", "snd_cwnd", "ssthresh", "generator"]
 CC_COLOURS = {"reno": "tab:blue", "newreno": "tab:blue", "cubic": "tab:red", "htcp": "tab:green"}
 
 
@@ -200,7 +201,7 @@ def figure_2(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
             (n, g) for n, g in record["traffic"].items() if g["type"] == "bulk_tcp"
         )
         bottleneck = tcp["path"].get("bottleneck") or {}
-        cwnd = _read(trial_dir, "cwnd", ["ts_ns", "sport", "snd_cwnd", "ssthresh", "generator"])
+        cwnd = _read(trial_dir, "cwnd", CWND_COLUMNS)
         queue = _read(trial_dir, "queue", ["ts_ns", "event", "bytes", "link"])
         owd = _read(trial_dir, "owd", ["ts_ns", "owd_ns", "lost", "generator"])
         if cwnd is not None:

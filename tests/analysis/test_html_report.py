@@ -202,3 +202,27 @@ def test_page_loads_in_headless_chromium(smoke: Path) -> None:
         assert text in loaded.text
     assert loaded.screenshot.startswith(PNG) and len(loaded.screenshot) > 100_000
     (smoke / "report" / "screenshot.png").write_bytes(loaded.screenshot)
+
+
+def test_fig2_window_spans_three_epochs_around_the_middle() -> None:
+    from analysis.html_report.collateral_damage import fig2_window
+
+    s = 10**9
+    epochs = np.array([1, 12, 22, 32, 42, 52], dtype=np.int64) * s
+    lo, hi, shown = fig2_window(epochs, 5 * s, 60 * s)
+    assert shown == 3
+    assert (lo, hi) == (22 * s - 3 * s, 52 * s + 3 * s)  # epochs at 22..52 s, 10 % padding
+    # Fewer than four epoch starts after the warm-up: the whole span, no epoch count.
+    assert fig2_window(epochs[:3], 5 * s, 60 * s) == (5 * s, 60 * s, 1)
+
+
+def test_epochs_from_the_queue_without_cwnd() -> None:
+    from analysis.html_report.collateral_damage import epoch_starts
+
+    s = 10**9
+    events = ["arrival", "drop", "drop", "departure", "arrival", "drop", "arrival", "drop"]
+    ts = np.array([0, 1 * s, s + 1, s + 2, s + 3, s + 5, 5 * s, 5 * s + 1], dtype=np.int64)
+    queue = pd.DataFrame({"ts_ns": ts, "event": events})
+    starts, source = epoch_starts(None, queue)
+    assert starts.tolist() == [1 * s, 5 * s + 1]  # runs at 1 s (two, merged) and at 5 s
+    assert "queue-full" in source
