@@ -162,22 +162,26 @@ def _fig2_trials(batch_dir: Path, ok: pd.DataFrame) -> pd.DataFrame:
     return ranked.groupby("cc", sort=True).head(1).sort_values("cc")
 
 
-def epoch_starts(cwnd: pd.DataFrame | None, queue: pd.DataFrame | None) -> tuple[np.ndarray, str]:
-    """Start times of congestion epochs: the first flow's ssthresh reductions when cwnd was
-    recorded, else the bottleneck's queue-full events (runs of drops) merged when closer than
-    EPOCH_GAP_NS."""
-    if cwnd is not None and len(cwnd):
+def epoch_starts(
+    cwnd: pd.DataFrame | None, queue: pd.DataFrame | None, *, flows: int = 1
+) -> tuple[np.ndarray, str]:
+    """Start times of congestion epochs: with one flow, its ssthresh reductions (tcp_probe);
+    with several (or without cwnd), the bottleneck's queue-full events (runs of drops)
+    merged when closer than EPOCH_GAP_NS: the aggregate's epochs."""
+    have_cwnd = cwnd is not None and len(cwnd) > 0
+    have_queue = queue is not None and len(queue) > 0
+    if have_cwnd and (flows == 1 or not have_queue):
         first = cwnd[cwnd.sport == cwnd.sport.min()].sort_values("ts_ns", kind="stable")
         events = congestion_events(first.reset_index(drop=True))
         return events.ts_ns.to_numpy(np.int64), "ssthresh reductions of flow 1 (tcp_probe)"
-    if queue is not None and len(queue):
+    if have_queue:
         seen = queue[queue.event != "departure"]
         drop = (seen.event == "drop").to_numpy()
         start = drop.copy()
         start[1:] &= ~drop[:-1]
         ts = seen.ts_ns.to_numpy(np.int64)[start]
         keep = np.r_[True, np.diff(ts) > EPOCH_GAP_NS] if len(ts) else np.array([], bool)
-        return ts[keep], "queue-full events at the bottleneck (drops)"
+        return ts[keep], "queue-full events at the bottleneck, a second apart or more"
     return np.array([], np.int64), "none"
 
 
@@ -214,7 +218,7 @@ def figure_2(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
         params = record["parameters"]
         warmup = parse_duration_ns(params.get("warmup") or "0s")
         duration = parse_duration_ns(params["duration"])
-        epochs, source = epoch_starts(cwnd, queue)
+        epochs, source = epoch_starts(cwnd, queue, flows=int(r.flows))
         lo, hi, shown = fig2_window(epochs, t0 + warmup, t0 + duration)
         missing = [
             name
@@ -286,7 +290,7 @@ def _fig2_cwnd(ax: Any, cwnd: pd.DataFrame | None, t0: int, lo: int, hi: int) ->
             (flow.ts_ns - t0) / 1e9, flow.snd_cwnd, where="post", lw=1, label=f"flow {i} ({sport})"
         )
     if inside.sport.nunique() > 1:
-        ax.legend(loc="upper right", ncols=min(5, inside.sport.nunique()))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     ax.set_ylim(bottom=0)
 
 
