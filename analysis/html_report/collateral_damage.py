@@ -147,6 +147,41 @@ def table_2(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
         csv="table2_owd.csv",
         digits={"median_ms": 1, "mean_ms": 1, "std_ms": 1, "rtt_ms": 0},
     )
+    owd_bounds(page, with_owd)
+
+
+def owd_bounds(page: Page, ok: pd.DataFrame) -> None:
+    """The paper's sanity bounds: the smallest OWD is about RTT/2 (plus serialization); the
+    largest is at most RTT/2 + (buffer + one full frame) · 8 / rate (owd_bound_ms)."""
+    needed = {"owd_min_ms", "owd_max_ms", "owd_bound_ms"}
+    if not needed <= set(ok.columns) or ok[list(needed)].isna().all().any():
+        return
+    rows = []
+    for (cc, rtt, flows), g in ok.groupby(GROUP):
+        low, high, bound = g.owd_min_ms.min(), g.owd_max_ms.max(), g.owd_bound_ms.max()
+        rows.append(
+            {
+                "cc": cc,
+                "rtt_ms": rtt,
+                "flows": flows,
+                "min_ms": low,
+                "rtt_half_ms": rtt / 2,
+                "max_ms": high,
+                "bound_ms": bound,
+                "within": bool(low >= rtt / 2 and high <= bound),
+            }
+        )
+    table = pd.DataFrame(rows)
+    if not table.within.all():
+        page.warn("Some one-way delays are outside the physical bounds (flagged rows).")
+    page.table(
+        table,
+        "One-way delay bounds: smallest OWD against RTT/2, largest against RTT/2 + "
+        "(buffer + 1514 B) · 8 / rate",
+        csv="owd_bounds.csv",
+        digits={"min_ms": 2, "max_ms": 1, "bound_ms": 1, "rtt_half_ms": 1, "rtt_ms": 0},
+        row_class=lambda r: None if r.within else "flag",
+    )
 
 
 def _read(trial_dir: Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame | None:
