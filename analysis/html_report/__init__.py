@@ -26,7 +26,7 @@ __all__ = ["AUTO", "FAMILIES", "write_report"]
 
 FAMILIES: dict[str, ModuleType] = {"collateral_damage": collateral_damage, "startup": startup}
 AUTO = "auto"  # previous batch: the one before this batch in its directory
-_OUTPUTS = ("*.png", "*.csv", "index.html")
+FILE_LIST = ".report-files"  # the files a report wrote into its directory
 
 
 def write_report(
@@ -45,9 +45,10 @@ def write_report(
         raise FileNotFoundError(f"{batch_dir}: not a batch directory (no trials/ in it)")
     out = Path(out_dir) if out_dir else batch_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    for pattern in _OUTPUTS:  # a figure that is no longer drawn must not linger
-        for old in out.glob(pattern):
-            old.unlink()
+    listed = out / FILE_LIST
+    if listed.exists():  # what the last report wrote here: a figure no longer drawn must go
+        for name in listed.read_text().split():
+            (out / Path(name).name).unlink(missing_ok=True)
     if reanalyse:
         from analysis.report import analyse_batch
 
@@ -79,7 +80,9 @@ def write_report(
         compare.sections(page, batch_dir, trials, before_dir, before, FAMILIES)
         trial_list(page, batch_dir, trials)
     provenance.sections(page, batch_dir, trials)
-    return page.write(subtitle)
+    index = page.write(subtitle)
+    listed.write_text("\n".join([*page.files, index.name]) + "\n")
+    return index
 
 
 def _batch_meta(batch_dir: Path) -> dict:
