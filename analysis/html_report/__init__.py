@@ -105,9 +105,12 @@ def overview(page: Page, batch_dir: Path, trials: pd.DataFrame, meta: dict) -> N
         return
     counts = trials.status.fillna("unknown").value_counts()
     lines = [f"{n} {s}" for s, n in counts.items()]
-    if not_run:
-        lines.append(f"{len(not_run)} planned but not run: {', '.join(not_run)}")
     page.text(f"{len(trials)} trial(s): " + ", ".join(lines) + ".")
+    if not_run:
+        page.warn(
+            f"{len(not_run)} of the {len(planned)} planned trials have not run (the batch is "
+            f"unfinished, or they are still running): {', '.join(not_run)}."
+        )
     if "repetition" in trials and trials.repetition.notna().any():
         reps = int(trials.repetition.max())
         page.text(f"Repetitions per combination: up to {reps}.")
