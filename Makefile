@@ -62,9 +62,12 @@ bench: setup  ## analysis of a generated trial against tcptrace, tshark, tcpdump
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
 
 # BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the
-# previous batch of the same experiment in the same directory; PREVIOUS=none: no comparison).
+# previous batch of the same experiment in the same directory; PREVIOUS=none: no comparison);
+# REANALYSE=1 analyses every trial again from its captures first (else only unanalysed ones).
 PREVIOUS ?=
+REANALYSE ?=
 .PHONY: report
 report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, figures, comparison, provenance), PNG and CSV
 	@test -n "$(BATCH)" || { echo "usage: make report BATCH=results/<batch> [PREVIOUS=results/<other>]"; exit 2; }
-	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS))
+	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS)) \
+	  $(if $(REANALYSE),--reanalyse)
