@@ -59,6 +59,10 @@ def write_report(
     before = load(before_dir) if before_dir else None
 
     meta = _batch_meta(batch_dir)
+    if "experiment" not in meta:  # a batch of `make trial`: no batch.json
+        records = provenance.records(batch_dir)
+        first = next(iter(records.values()), {})
+        meta["experiment"] = first.get("experiment_file") or first.get("family") or "?"
     page = Page(f"Report: {batch_dir.name}", out)
     subtitle = (
         f"{batch_dir} — experiment {meta.get('experiment', '?')}"
@@ -134,8 +138,10 @@ def overview(page: Page, batch_dir: Path, trials: pd.DataFrame, meta: dict) -> N
 def trial_list(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     page.section("Trials")
     metrics: dict[str, str] = {}
+    digits: dict[str, int] = {"owd_median_ms": 1, "goodput_kBps": 1}
     for family in trials.family.dropna().unique():
         metrics.update(getattr(FAMILIES.get(family), "METRICS", {}))
+        digits.update(getattr(FAMILIES.get(family), "DIGITS", {}))
     factors = [c for c in trials.columns if c.startswith("factor:")]
     cols = ["trial", "status", "repetition", *factors, "analysed"]
     cols += [m for m in metrics if m in trials]
@@ -147,7 +153,7 @@ def trial_list(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "Every trial: status, whether the tables use it, headline metrics "
         "(failed and interrupted trials highlighted)",
         csv="trials.csv",
-        digits={"owd_median_ms": 1, "goodput_kBps": 1},
+        digits=digits,
         row_class=lambda r: None if r["in tables"] else "bad",
         labels=metrics,
     )

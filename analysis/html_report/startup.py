@@ -14,11 +14,13 @@ from analysis.html_report.page import Page, plt
 
 TITLE = "TCP startup dynamics (Aron, Druschel 1998)"
 METRICS = {
-    **{f"utilization_{c}": f"share of capacity delivered by T0 + {c}" for c in family.CUTOFFS},
+    **{f"utilization_{c}": f"fraction of capacity delivered by T0 + {c}" for c in family.CUTOFFS},
     "late_share_of_fair": "late joiner: share of its fair share in its first 5 s",
     "timeouts": "retransmission timeouts",
     "fast_retransmits": "fast retransmits",
 }
+
+DIGITS = {**{f"utilization_{c}": 2 for c in family.CUTOFFS}, "late_share_of_fair": 2}
 
 
 def groups(trials: pd.DataFrame) -> list[str]:
