@@ -24,6 +24,7 @@ from tests.analysis.headless import chromium, load_page
 
 DATA = Path(__file__).parent.parent / "data"
 SMOKE = DATA / "report_smoke"  # collateral_damage, cubic, 1 flow, 3 x 8 s, one interrupted attempt
+SAMPLE = DATA / "report_sample"  # collateral_damage, reno/cubic, 1-2 flows, 60 s, cwnd recorded
 STARTUP = DATA / "report_startup"  # startup (LS-WAN), one trial
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -37,6 +38,14 @@ def copy(src: Path, dst: Path) -> Path:
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The smoke batch's report (made once for the module)."""
     batch = copy(SMOKE, tmp_path_factory.mktemp("results") / "smoke")
+    write_report(batch, previous=None)
+    return batch
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample batch's report (made once for the module)."""
+    batch = copy(SAMPLE, tmp_path_factory.mktemp("results") / "sample")
     write_report(batch, previous=None)
     return batch
 
@@ -191,8 +200,9 @@ def test_not_a_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 @pytest.mark.skipif(chromium() is None, reason="no chromium (scripts/setup.sh installs it)")
-def test_page_loads_in_headless_chromium(smoke: Path) -> None:
-    page = smoke / "report" / "index.html"
+@pytest.mark.parametrize("batch", ["smoke", "sample"])
+def test_page_loads_in_headless_chromium(batch: str, request: pytest.FixtureRequest) -> None:
+    page = request.getfixturevalue(batch) / "report" / "index.html"
     loaded = load_page(page)
     assert loaded.console_errors == []
     assert loaded.requests[0] == page.resolve().as_uri()
@@ -201,7 +211,44 @@ def test_page_loads_in_headless_chromium(smoke: Path) -> None:
     for text in ("Table 1", "Table 2", "Fig. 2", "Fig. 3", "Fig. 4", "Fig. 5", "Provenance"):
         assert text in loaded.text
     assert loaded.screenshot.startswith(PNG) and len(loaded.screenshot) > 100_000
-    (smoke / "report" / "screenshot.png").write_bytes(loaded.screenshot)
+    (page.parent / "screenshot.png").write_bytes(loaded.screenshot)
+
+
+def test_sample_batch_tables_and_figures(sample: Path) -> None:
+    out = sample / "report"
+    trials = analysis.load(sample)
+    assert (trials.status == "complete").all() and len(trials) == 6
+    t1 = pd.read_csv(out / "table1_goodput.csv")
+    expected = trials.groupby(["cc", "rtt_ms", "flows"]).goodput_kBps.mean().reset_index()
+    assert len(t1) == len(expected) == 6
+    np.testing.assert_allclose(t1.mean_kBps, expected.goodput_kBps, rtol=1e-12)
+    assert t1.std_kBps.isna().all()  # one repetition each
+    owd = analysis.load_table(sample, "owd")
+    owd = owd[(owd.generator == "voip") & ~owd.lost].merge(
+        trials[["trial", "cc", "rtt_ms", "flows"]]
+    )
+    ms = (owd.owd_ns / 1e6).groupby([owd.cc, owd.rtt_ms, owd.flows])
+    t2 = pd.read_csv(out / "table2_owd.csv")
+    np.testing.assert_allclose(t2.median_ms, ms.median().to_numpy())
+    np.testing.assert_allclose(t2.mean_ms, ms.mean().to_numpy())
+    np.testing.assert_allclose(t2.std_ms, ms.std(ddof=1).to_numpy())
+    page = (out / "index.html").read_text()
+    # Fig. 2: one trial per CC, one flow, shortest RTT, over three epochs from its cwnd.
+    for cc in ("cubic", "reno"):
+        name = f"fig2_{cc}_cc-{cc}_delay-25ms_flows-1_r1.png"
+        assert (out / name).stat().st_size > 50_000
+    captions = re.findall(r"<figcaption>(Fig\. 2 [^<]*)", page)
+    assert len(captions) == 2
+    assert all("3 congestion epochs (ssthresh reductions of flow 1" in c for c in captions)
+    # Fig. 3: a panel per RTT and flow count; RTT 100 ms with 2 flows has no trial here.
+    assert (out / "fig3_owd_cdf.png").stat().st_size > 50_000
+    length = pd.read_csv(out / "trial_length.csv").set_index("trial")
+    epochs = trials.set_index("trial")["tcp.congestion_epochs"].map(json.loads)
+    for trial, flows in epochs.items():
+        assert length.loc[trial, "epochs_per_flow"] == ", ".join(map(str, flows))
+        assert "too short" in length.loc[trial, "verdict"]  # 60 s < 3 min
+    bounds = pd.read_csv(out / "owd_bounds.csv")
+    assert bounds.within.all() and (bounds.min_ms >= bounds.rtt_half_ms).all()
 
 
 def test_fig2_window_spans_three_epochs_around_the_middle() -> None:
