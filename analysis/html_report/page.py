@@ -49,6 +49,7 @@ table { border-collapse: collapse; margin: 0.6em 0 1em; font-size: 0.92em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; vertical-align: top; }
 th { background: #eee; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td:first-child { white-space: nowrap; }
 tr.flag td { background: #fde2e1; }
 tr.bad td { background: #fff3cd; }
 .note, .warn { padding: 0.4em 0.8em; margin: 0.6em 0; }
