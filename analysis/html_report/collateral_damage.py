@@ -37,8 +37,7 @@ METRICS = {
     "retransmitted_packets": "retransmitted packets",
     "udp_lost": "UDP packets lost",
 }
-MIN_LENGTH_S = 180  # the paper: at least 3 minutes or 20 congestion epochs, the longer
-MIN_EPOCHS = 20
+MIN_LENGTH_S, MIN_EPOCHS = family.MIN_SECONDS, family.MIN_EPOCHS  # the paper's length rule
 EPOCH_GAP_NS = 10**9  # queue-full events closer than this belong to one congestion epoch
 CWND_COLUMNS = ["ts_ns", "src", "sport", "dst", "dport", "snd_cwnd", "ssthresh", "generator"]
 CC_COLOURS = {"reno": "tab:blue", "newreno": "tab:blue", "cubic": "tab:red", "htcp": "tab:green"}
@@ -518,7 +517,12 @@ def length_rule(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     """The paper's rule: at least 3 minutes or 20 congestion epochs, whichever is longer."""
     rows = []
     for _, r in trials.iterrows():
-        duration = parse_duration_ns(r["param:duration"]) / 1e9 if "param:duration" in r else None
+        value = r.get("param:duration")
+        duration = (
+            parse_duration_ns(value) / 1e9
+            if isinstance(value, str)
+            else (value / 1e9 if isinstance(value, int | float) and not pd.isna(value) else None)
+        )
         epochs = _epochs(r.get("tcp.congestion_epochs"))
         fewest = min(epochs) if epochs else None
         problems = []
