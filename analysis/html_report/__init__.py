@@ -49,11 +49,8 @@ def write_report(
     if listed.exists():  # what the last report wrote here: a figure no longer drawn must go
         for name in listed.read_text().split():
             (out / Path(name).name).unlink(missing_ok=True)
-    if reanalyse:
-        from analysis.report import analyse_batch
-
-        analyse_batch(batch_dir)
-    trials = load(batch_dir, analyse=True)
+    failures = analyse(batch_dir, every=reanalyse)
+    trials = load(batch_dir)
     before_dir = compare.previous_batch(batch_dir) if previous == AUTO else previous
     before_dir = Path(before_dir) if before_dir else None
     before = load(before_dir) if before_dir else None
@@ -70,6 +67,10 @@ def write_report(
         + f" — generated {datetime.now(UTC).isoformat(timespec='seconds')}"
     )
     overview(page, batch_dir, trials, meta)
+    status = dict(zip(trials.trial, trials.status, strict=True)) if len(trials) else {}
+    for trial, error in failures.items():
+        text = f"Trial {trial} ({status.get(trial)}): its analysis failed: {error}."
+        (page.warn if status.get(trial) == "complete" else page.note)(text)
     if not trials.empty:
         for family, rows in trials.groupby("family", dropna=False):
             module = FAMILIES.get(family)
@@ -87,6 +88,23 @@ def write_report(
     index = page.write(subtitle)
     listed.write_text("\n".join([*page.files, index.name]) + "\n")
     return index
+
+
+def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:
+    """Analyse the trials without analysis (every trial with ``every``) from their captures;
+    returns the trials whose analysis failed, with the error (the report goes on)."""
+    from analysis.trial import analyse_trial
+
+    failures = {}
+    for trial_json in sorted((batch_dir / "trials").glob("*/trial.json")):
+        trial_dir = trial_json.parent
+        if not every and (trial_dir / "analysis" / "summary.json").exists():
+            continue
+        try:
+            analyse_trial(trial_dir)
+        except Exception as exc:  # a broken trial must not stop the report of the others
+            failures[trial_dir.name] = f"{type(exc).__name__}: {exc}"
+    return failures
 
 
 def _batch_meta(batch_dir: Path) -> dict:

@@ -150,6 +150,14 @@ def test_missing_data_gives_notes_not_a_crash(tmp_path: Path) -> None:
     assert pd.read_csv(single / "report" / "table1_goodput.csv").std_kBps.isna().all()
 
 
+def test_a_trial_whose_analysis_fails_is_named(tmp_path: Path) -> None:
+    batch = copy(SMOKE, tmp_path / "broken")
+    shutil.rmtree(batch / "trials" / "r3" / "analysis")  # complete, but no captures here
+    page = write_report(batch, previous=None).read_text()
+    assert "Trial r3 (complete): its analysis failed: " in page
+    assert pd.read_csv(batch / "report" / "table1_goodput.csv").runs[0] == 2
+
+
 def test_comparison_with_the_previous_nightly_batch(tmp_path: Path) -> None:
     nightly = tmp_path / "results" / "nightly" / "collateral_damage"
     before = copy(SMOKE, nightly / "2026-11-21")
