@@ -5,6 +5,7 @@ run-to-run spread (the larger of the two batches' σ)."""
 from __future__ import annotations
 
 import json
+import numbers
 import re
 from pathlib import Path
 from types import ModuleType
@@ -61,6 +62,15 @@ def _stats(values: pd.Series) -> tuple[int, float, float]:
     return len(values.dropna()), float(kept.mean()) if len(kept) else float("nan"), sd
 
 
+def _order(key: object) -> tuple:
+    """Group keys in natural order: numbers by value, everything else as text."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple(
+        (0, float(v), "") if isinstance(v, numbers.Real) and not pd.isna(v) else (1, 0.0, str(v))
+        for v in parts
+    )
+
+
 def compare_batches(
     this: pd.DataFrame, before: pd.DataFrame, group: list[str], metrics: dict[str, str]
 ) -> pd.DataFrame:
@@ -74,7 +84,7 @@ def compare_batches(
         b = before.assign(_v=pd.to_numeric(before.get(metric), errors="coerce"))
         ga = dict(list(a.groupby(group, dropna=False)._v)) if len(a) else {}
         gb = dict(list(b.groupby(group, dropna=False)._v)) if len(b) else {}
-        for key in sorted(set(ga) | set(gb), key=str):
+        for key in sorted(set(ga) | set(gb), key=_order):
             na, ma, sa = _stats(ga.get(key, pd.Series(dtype=float)))
             nb, mb, sb = _stats(gb.get(key, pd.Series(dtype=float)))
             if na == 0 and nb == 0:
