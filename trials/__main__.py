@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
 from trials import nightly
@@ -281,6 +282,8 @@ def run_nightly(args: argparse.Namespace) -> int:
     with report.open("w") as f:
         print_batch(analyse_batch(args.batch), Console(file=f, width=200))
     out.print(f"report: {report}")
+    # The page compares tonight with the previous dated batch of the same experiment.
+    out.print(f"report: {write_report(args.batch)}")
     for batch in nightly.prune(args.experiment, args.keep_captures):
         out.print(f"captures removed from {batch} (older than {args.keep_captures} days)")
     return code

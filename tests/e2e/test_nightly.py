@@ -77,6 +77,11 @@ def test_the_schedule_fires_runs_the_batch_and_is_removed(test_rack, scheduled_e
         (trial,) = (batch / "trials").iterdir()
         assert json.loads((trial / "trial.json").read_text())["status"] == "complete"
         assert "Table 1" in report.read_text()
+        page = batch / "report" / "index.html"
+        deadline = time.monotonic() + 60
+        while not page.exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert "Table 1" in page.read_text()
 
         status = make("nightly-status")
         assert status.returncode == 0
