@@ -32,7 +32,13 @@ def stop(proc: subprocess.Popen) -> None:
 
 def test_tc_sampler_every_10_ms(tmp_path: Path) -> None:
     proc = start(tc_sampler_command(["lo"], out="tc_samples.jsonl"), tmp_path)
-    time.sleep(0.5)
+    out = tmp_path / "tc_samples.jsonl"
+    # Until it has written a few dozen samples (on a loaded machine, start-up takes a while).
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (
+        not out.exists() or len(out.read_text().splitlines()) < 30
+    ):
+        time.sleep(0.1)
     stop(proc)
     samples = read_tc_samples(tmp_path / "tc_samples.jsonl")
     last = (tmp_path / "tc_samples.jsonl").read_text().splitlines()[-1]
