@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.match import _mix, match_packets
+from analysis.tcpscan import tcp_flow_counters
 
 __all__ = [
     "one_way_delay",
@@ -285,51 +286,32 @@ def tcp_goodput(
     to its last ACK that advanced. A missing bound defaults to that per-flow value.
     goodput_bps is NaN when the period is empty.
     """
-    flows, _, acks = _tcp_flows(packets)
-    out = flows[FLOW].copy()
-    if flows.empty:
+    c = tcp_flow_counters(_columns(packets), start_ns=start_ns, end_ns=end_ns)
+    out = pd.DataFrame({k: c[k] for k in FLOW})
+    if out.empty:
         return out.assign(bytes=np.int64(0), seconds=0.0, goodput_bps=0.0).astype(
             {"bytes": "int64", "seconds": "float64", "goodput_bps": "float64"}
         )
-    afid, ts, acked = _acked_progress(flows, acks)
-    base = flows["base"].to_numpy()
-    rose = np.ones(len(acked), dtype=bool)
-    rose[1:] = acked[1:] > acked[:-1]
-    advanced = (_starts(afid) | rose) & (acked > base[afid])
-    n = len(flows)
-    lo = flows["first_ts"].to_numpy() if start_ns is None else np.full(n, start_ns, np.int64)
-    if end_ns is None:
-        last_adv = _group_agg(ts[advanced], afid[advanced], n, "max", -1)
-        hi = np.where(last_adv >= 0, last_adv, lo)
-    else:
-        hi = np.full(n, end_ns, np.int64)
-
-    def acked_at(t: np.ndarray) -> np.ndarray:
-        return _acked_at(afid, ts, acked, base, t)
-
-    nbytes = np.maximum(acked_at(hi) - acked_at(lo), 0)
-    seconds = np.maximum(hi - lo, 0) / 1e9
+    nbytes = c["bytes"]
+    seconds = c["span_ns"] / 1e9
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(seconds > 0, nbytes * 8 / seconds, np.nan)
-    return out.assign(bytes=nbytes.astype(np.int64), seconds=seconds, goodput_bps=rate)
+    return out.assign(bytes=nbytes, seconds=seconds, goodput_bps=rate)
 
 
 def tcp_retransmissions(packets: pd.DataFrame) -> pd.DataFrame:
     """Per data flow: data packets, and those whose end (seq + payload) does not pass the
     highest end sent earlier in the flow (in time order)."""
-    flows, data, _ = _tcp_flows(packets)
-    plen = data["payload_len"].to_numpy()
-    has = plen > 0
-    fid = data["flow"].to_numpy()[has]
-    retx = _retransmitted(fid, data["end_u"].to_numpy()[has])
-    n = len(flows)
-    return flows[FLOW].assign(
-        data_packets=np.bincount(fid, minlength=n).astype(np.int64),
-        retransmitted_packets=np.bincount(fid[retx], minlength=n).astype(np.int64),
-        retransmitted_bytes=np.bincount(fid[retx], weights=plen[has][retx], minlength=n).astype(
-            np.int64
-        ),
-    )
+    c = tcp_flow_counters(_columns(packets))
+    return pd.DataFrame({k: c[k] for k in (*FLOW, *RETRANSMISSION_COLUMNS)})
+
+
+_TCP_COLUMNS = ("ts_ns", *FLOW, "proto", "tcp_flags", "seq", "ack", "payload_len")
+RETRANSMISSION_COLUMNS = ("data_packets", "retransmitted_packets", "retransmitted_bytes")
+
+
+def _columns(packets: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {k: packets[k].to_numpy() for k in _TCP_COLUMNS}
 
 
 def owd_upper_bound_ns(*, one_way_delay_ns: int, buffer_bytes: int, rate_bps: int) -> int:

@@ -1,0 +1,229 @@
+"""One compiled pass over a classic pcap file: record headers, link, IPv4 and L4 fields.
+
+``scan`` walks the records of a file in order (each header's caplen gives the next offset)
+and writes the requested columns of ``analysis.pcap.COLUMNS`` (plus ``key_hash``, the
+packet key of ``analysis.match.key_hash``) into preallocated arrays, in a numba-compiled
+loop. The file is read in blocks into one reused buffer (a memory map would
+make every page of the file resident in this process: more RSS than the file's size).
+Compiled code is cached on disk (``cache=True``): the first run in a fresh checkout compiles
+for a few seconds, later processes load it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from numba import njit
+
+__all__ = ["BLOCK_BYTES", "scan"]
+
+BLOCK_BYTES = 8 << 20  # bytes read at a time (the buffer is reused: memory stays flat)
+_REC_HDR = 16
+_GLOBAL_HDR = 24
+_MAX_CAPLEN = 262144
+_U = np.uint64
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mix(x):
+    x = (x ^ (x >> _U(30))) * _U(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U(27))) * _U(0x94D049BB133111EB)
+    return x ^ (x >> _U(31))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _u32(b, i, little):
+    if little:
+        return (
+            np.int64(b[i])
+            | np.int64(b[i + 1]) << 8
+            | np.int64(b[i + 2]) << 16
+            | (np.int64(b[i + 3]) << 24)
+        )
+    return (
+        np.int64(b[i]) << 24
+        | np.int64(b[i + 1]) << 16
+        | np.int64(b[i + 2]) << 8
+        | (np.int64(b[i + 3]))
+    )
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _at(b, i, left):
+    """Byte i if it was captured (i < left), else 0."""
+    return np.int64(b[i]) if i < left else np.int64(0)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _scan(  # one array per column keeps the loop free of Python objects
+    b, pos, limit, size, little, frac_ns, l3_base, et_off, vlan, n,
+    o_ts, o_caplen, o_wirelen, o_src, o_dst, o_proto, o_tos, o_ip_len, o_ip_id, o_ip_hl,
+    o_sport, o_dport, o_seq, o_ack, o_flags, o_plen, o_head, o_hash,
+):  # fmt: skip
+    """Parse records from ``pos`` while pos < limit; returns (pos, rows, code): code 0 when
+    ``limit`` was reached, 1 when the record at pos is incomplete (file end), 2 when its
+    caplen is above libpcap's maximum (a corrupt header)."""
+    w_ts, w_cap, w_wire = len(o_ts) > 0, len(o_caplen) > 0, len(o_wirelen) > 0
+    w_src, w_dst, w_proto, w_tos = len(o_src) > 0, len(o_dst) > 0, len(o_proto) > 0, len(o_tos) > 0
+    w_len, w_id, w_hl = len(o_ip_len) > 0, len(o_ip_id) > 0, len(o_ip_hl) > 0
+    w_sp, w_dp, w_seq, w_ack = len(o_sport) > 0, len(o_dport) > 0, len(o_seq) > 0, len(o_ack) > 0
+    w_fl, w_pl, w_head, w_hash = len(o_flags) > 0, len(o_plen) > 0, len(o_head) > 0, len(o_hash) > 0
+    while pos < limit:
+        if size - pos < _REC_HDR:
+            return pos, n, 1
+        caplen = _u32(b, pos + 8, little)
+        if caplen > _MAX_CAPLEN:
+            return pos, n, 2
+        frame = pos + _REC_HDR
+        left = frame + caplen
+        if left > size:
+            return pos, n, 1
+        rec = pos
+        pos = left
+        l3 = l3_base
+        if et_off >= 0:
+            e = frame + et_off
+            et = _at(b, e, left) << 8 | _at(b, e + 1, left)
+            if vlan:  # up to two 802.1Q / 802.1ad tags shift IP by 4 bytes each
+                for tag in (16, 20):
+                    if et != 0x8100 and et != 0x88A8:
+                        break
+                    et = _at(b, frame + tag, left) << 8 | _at(b, frame + tag + 1, left)
+                    l3 += 4
+            if et != 0x0800:
+                continue
+        if caplen < l3 + 20:
+            continue
+        ip = frame + l3
+        if b[ip] >> 4 != 4:
+            continue
+        ip_hl = (np.int64(b[ip]) & 0x0F) * 4
+        ip_len = np.int64(b[ip + 2]) << 8 | np.int64(b[ip + 3])
+        proto = np.int64(b[ip + 9])
+        first_frag = ((np.int64(b[ip + 6]) << 8 | np.int64(b[ip + 7])) & 0x1FFF) == 0
+        is_tcp = proto == 6 and first_frag and ip_hl >= 20
+        is_udp = proto == 17 and first_frag and ip_hl >= 20
+        l4 = ip + ip_hl
+        sport = dport = seq = ack = flags = np.int64(0)
+        l4_hl = np.int64(0)
+        if is_tcp or is_udp:
+            sport = _at(b, l4, left) << 8 | _at(b, l4 + 1, left)
+            dport = _at(b, l4 + 2, left) << 8 | _at(b, l4 + 3, left)
+            l4_hl = 8
+        if is_tcp:
+            seq = _at(b, l4 + 4, left) << 24 | _at(b, l4 + 5, left) << 16
+            seq |= _at(b, l4 + 6, left) << 8 | _at(b, l4 + 7, left)
+            ack = _at(b, l4 + 8, left) << 24 | _at(b, l4 + 9, left) << 16
+            ack |= _at(b, l4 + 10, left) << 8 | _at(b, l4 + 11, left)
+            flags = _at(b, l4 + 13, left)
+            l4_hl = (_at(b, l4 + 12, left) >> 4) * 4
+        plen = ip_len - ip_hl - l4_hl
+        pl = l4 + l4_hl
+        head_len = min(left - pl, plen)
+        head_len = max(min(head_len, 8), 0)
+        head = _U(0)
+        for i in range(head_len):
+            head |= _U(b[pl + i]) << _U(56 - 8 * i)
+        src = _u32(b, ip + 12, False)
+        dst = _u32(b, ip + 16, False)
+        ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
+        if w_ts:
+            o_ts[n] = _u32(b, rec, little) * 1_000_000_000 + _u32(b, rec + 4, little) * frac_ns
+        if w_cap:
+            o_caplen[n] = caplen
+        if w_wire:
+            o_wirelen[n] = _u32(b, rec + 12, little)
+        if w_src:
+            o_src[n] = src
+        if w_dst:
+            o_dst[n] = dst
+        if w_proto:
+            o_proto[n] = proto
+        if w_tos:
+            o_tos[n] = b[ip + 1]
+        if w_len:
+            o_ip_len[n] = ip_len
+        if w_id:
+            o_ip_id[n] = ip_id
+        if w_hl:
+            o_ip_hl[n] = ip_hl
+        if w_sp:
+            o_sport[n] = sport
+        if w_dp:
+            o_dport[n] = dport
+        if w_seq:
+            o_seq[n] = seq
+        if w_ack:
+            o_ack[n] = ack
+        if w_fl:
+            o_flags[n] = flags
+        if w_pl:
+            o_plen[n] = plen
+        if w_head:
+            o_head[n] = head
+        if w_hash:  # analysis.match.key_hash, word for word
+            h = _U(0x9E3779B97F4A7C15)
+            h = _mix(h ^ (_U(src) << _U(32) | _U(dst)))
+            h = _mix(
+                h
+                ^ (
+                    _U(proto) << _U(56)
+                    | _U(sport) << _U(40)
+                    | _U(dport) << _U(24)
+                    | _U(ip_id) << _U(8)
+                )
+            )
+            h = _mix(h ^ _U(seq))
+            o_hash[n] = _mix(h ^ head)
+        n += 1
+    return pos, n, 0
+
+
+_ORDER = (
+    "ts_ns", "caplen", "wirelen", "src", "dst", "proto", "tos", "ip_len", "ip_id", "ip_hl",
+    "sport", "dport", "seq", "ack", "tcp_flags", "payload_len", "payload_head", "key_hash",
+)  # fmt: skip
+
+
+def scan(
+    path: str,
+    columns: list[str] | tuple[str, ...],
+    dtypes: dict[str, str],
+    *,
+    little: bool,
+    frac_ns: int,
+    ip_offset: int,
+    ethertype_offset: int | None,
+    vlan: bool,
+    block_bytes: int = BLOCK_BYTES,
+) -> tuple[dict[str, np.ndarray], int, int, int]:
+    """The ``columns`` (names and dtypes as in ``dtypes``; any of ``_ORDER``) of every IPv4
+    packet of the classic pcap file ``path`` (global header already checked), in file order.
+
+    Returns (columns, stop, code, caplen): ``stop`` is the file offset where reading ended;
+    code 0: the file ended on a record boundary; 1: the record at ``stop`` is incomplete;
+    2: its caplen (``caplen``) is above libpcap's maximum.
+    """
+    size = os.path.getsize(path)
+    cap = max((size - _GLOBAL_HDR) // _REC_HDR, 0) + 1  # at most one packet per 16 bytes
+    # Only the rows written become resident: the rest of each array is never touched.
+    out = {c: np.empty(cap if c in columns else 0, dtype=dtypes[c]) for c in _ORDER}
+    args = (little, frac_ns, ip_offset, -1 if ethertype_offset is None else ethertype_offset, vlan)
+    cols = tuple(out[c] for c in _ORDER)
+    buf = np.empty(block_bytes + _MAX_CAPLEN + _REC_HDR, dtype=np.uint8)
+    view = memoryview(buf)
+    n, carry, base = 0, 0, _GLOBAL_HDR  # base: file offset of buf[0]
+    with open(path, "rb") as f:
+        f.seek(_GLOBAL_HDR)
+        while True:
+            got = f.readinto(view[carry : carry + block_bytes])
+            end = carry + got
+            pos, n, code = _scan(buf, 0, end, end, *args, n, *cols)
+            if code == 2 or not got:
+                break
+            carry = end - pos
+            buf[:carry] = buf[pos:end]
+            base += pos
+    caplen = int.from_bytes(buf[pos + 8 : pos + 12].tobytes(), "little" if little else "big")
+    return {c: out[c][:n] for c in columns}, base + pos, code, caplen
