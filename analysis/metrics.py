@@ -20,6 +20,7 @@ __all__ = [
     "one_way_delay",
     "owd_upper_bound_ns",
     "queue_full_events",
+    "queue_levels",
     "summarize_owd",
     "tcp_flow_counters",
     "tcp_goodput",
@@ -635,6 +636,85 @@ def one_way_delay(
     return m
 
 
+def queue_levels(
+    ts_ns: np.ndarray,
+    ts_out_ns: np.ndarray,
+    frame_bytes: np.ndarray,
+    *,
+    delay_ns: int = 0,
+    max_delay_ns: int,
+    end_ns: int | None = None,
+) -> dict[str, np.ndarray]:
+    """The events and occupancy of ``analysis.queue.queue_occupancy`` as arrays (ts_ns,
+    event code 0 departure / 1 arrival / 2 drop, frame_bytes, packets, bytes), from the
+    packets arriving at the queue (time, ``match_times`` result, frame size): the same
+    numbers without building the per-event table with address strings."""
+    ts = np.asarray(ts_ns, dtype=np.int64)
+    out_ts = np.asarray(ts_out_ns, dtype=np.int64)
+    fwd = out_ts >= 0
+    if end_ns is None:
+        end_ns = int(out_ts[fwd].max()) if fwd.any() else int(ts.max(initial=0))
+    keep = np.flatnonzero(~undecided(ts, fwd, max_delay_ns=max_delay_ns, end_ns=end_ns))
+    ts, fwd, out_ts = ts[keep], fwd[keep], out_ts[keep]
+    size = np.asarray(frame_bytes)[keep].astype(np.int64)
+    dep = out_ts[fwd]
+    if not ((ts[1:] < ts[:-1]).any() or (dep[1:] < dep[:-1]).any()):
+        t, code, size, packets, nbytes = _queue_merge(ts + delay_ns, fwd, size, dep)
+        return {"ts_ns": t, "event": code, "frame_bytes": size, "packets": packets, "bytes": nbytes}
+    n_fwd = len(dep)
+    t = np.r_[ts + delay_ns, dep]
+    code = np.r_[np.where(fwd, 1, 2), np.zeros(n_fwd, np.int64)].astype(np.int8)
+    sign = np.r_[fwd.astype(np.int64), -np.ones(n_fwd, np.int64)]
+    size = np.r_[size, size[fwd]]
+    by_code = np.argsort(code, kind="stable")  # at equal times: departures, arrivals, drops
+    order = by_code[np.argsort(t[by_code], kind="stable")]
+    sign, size = sign[order], size[order]
+    return {
+        "ts_ns": t[order],
+        "event": code[order],
+        "frame_bytes": size,
+        "packets": np.cumsum(sign),
+        "bytes": np.cumsum(sign * size),
+    }
+
+
+@njit(cache=True, nogil=True)
+def _queue_merge(arr, fwd, size, dep):
+    """queue_levels' events for arrival times and departure times each in order: a three-way
+    merge (departures, arrivals, drops; at equal times in that order, then in row order)."""
+    n = len(arr) + len(dep)
+    t = np.empty(n, np.int64)
+    code = np.empty(n, np.int8)
+    out_size = np.empty(n, np.int64)
+    packets = np.empty(n, np.int64)
+    nbytes = np.empty(n, np.int64)
+    dep_size = size[fwd]
+    big = np.iinfo(np.int64).max
+    i_arr, i_drop, i_dep = 0, 0, 0  # next arrival row, next drop row, next departure
+    level, level_bytes = 0, 0
+    for k in range(n):
+        while i_arr < len(arr) and not fwd[i_arr]:
+            i_arr += 1
+        while i_drop < len(arr) and fwd[i_drop]:
+            i_drop += 1
+        ta = arr[i_arr] if i_arr < len(arr) else big
+        tx = arr[i_drop] if i_drop < len(arr) else big
+        td = dep[i_dep] if i_dep < len(dep) else big
+        if i_dep < len(dep) and td <= ta and td <= tx:
+            t[k], code[k], s = td, 0, dep_size[i_dep]
+            level, level_bytes = level - 1, level_bytes - s
+            i_dep += 1
+        elif i_arr < len(arr) and ta <= tx:
+            t[k], code[k], s = ta, 1, size[i_arr]
+            level, level_bytes = level + 1, level_bytes + s
+            i_arr += 1
+        else:
+            t[k], code[k], s = tx, 2, size[i_drop]
+            i_drop += 1
+        out_size[k], packets[k], nbytes[k] = s, level, level_bytes
+    return t, code, out_size, packets, nbytes
+
+
 def queue_full_events(matched: pd.DataFrame, *, start_ns: int, end_ns: int) -> dict:
     """Runs of consecutive drops (in arrival order) among packets entering a bottleneck.
 
@@ -661,9 +741,10 @@ def queue_full_events(matched: pd.DataFrame, *, start_ns: int, end_ns: int) -> d
 
 def summarize_owd(owd_df: pd.DataFrame) -> dict:
     """Packet and loss counts plus delay statistics (ms) over delivered packets; the standard
-    deviation is the sample one (ddof=1). Statistics are NaN when nothing was delivered."""
-    lost = owd_df["lost"].to_numpy(bool)
-    ms = owd_df["owd_ns"].to_numpy()[~lost] / 1e6
+    deviation is the sample one (ddof=1). Statistics are NaN when nothing was delivered.
+    ``owd_df`` is one_way_delay's frame or any mapping of its lost and owd_ns arrays."""
+    lost = np.asarray(owd_df["lost"], dtype=bool)
+    ms = np.asarray(owd_df["owd_ns"])[~lost] / 1e6
     nan = float("nan")
     stats = {
         "min_ms": nan,
@@ -682,4 +763,4 @@ def summarize_owd(owd_df: pd.DataFrame) -> dict:
             "max_ms": float(ms.max()),
             "p99_ms": float(np.percentile(ms, 99)),
         }
-    return {"packets": len(owd_df), "lost": int(lost.sum()), **stats}
+    return {"packets": len(lost), "lost": int(lost.sum()), **stats}
