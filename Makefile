@@ -58,7 +58,7 @@ lint: setup  ## ruff, ansible-lint, and a syntax check of every playbook
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/ansible-lint --offline -q playbooks roles
 
-bench: setup  ## analysis of a generated trial against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark")
+bench: setup  ## analysis of a generated trial (fresh process cold/warm, in-process, DataFrame API) against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark")
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
 
 # BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the
