@@ -148,7 +148,7 @@ def read_columns(
     with open(name, "rb") as f:
         fmt = _read_global_header(f, name)
     ip_offset, ethertype_offset = _LINKTYPES[fmt.linktype]
-    cols, stop, code, caplen = pcapscan.scan(
+    cols, stop, code, caplen, size = pcapscan.scan(
         name,
         list(columns),
         {**COLUMNS, **KEY_HASH},
@@ -165,7 +165,7 @@ def read_columns(
             f"(caplen {caplen} > {MAX_CAPLEN}; file damaged or not written sequentially)"
         )
     if code == 1:
-        warnings.warn(_truncated(name, stop, os.path.getsize(name) - stop, caplen), stacklevel=3)
+        warnings.warn(_truncated(name, stop, size - stop, caplen), stacklevel=3)
     return cols
 
 

@@ -3,10 +3,10 @@
 ``scan`` walks the records of a file in order (each header's caplen gives the next offset)
 and writes the requested columns of ``analysis.pcap.COLUMNS`` (plus ``key_hash``, the
 packet key of ``analysis.match.key_hash``) into preallocated arrays, in a numba-compiled
-loop. The file is read in blocks into one reused buffer (a memory map would
-make every page of the file resident in this process: more RSS than the file's size).
-Compiled code is cached on disk (``cache=True``): the first run in a fresh checkout compiles
-for a few seconds, later processes load it.
+loop. The file is read in blocks into one reused buffer (a memory map would make every page
+of the file resident in this process: more RSS than the file's size), up to the size it had
+when reading began. Compiled code is cached on disk (``cache=True``): the first run in a
+fresh checkout compiles for about 10 s, later processes load it.
 """
 
 from __future__ import annotations
@@ -209,13 +209,14 @@ def scan(
     ethertype_offset: int | None,
     vlan: bool,
     block_bytes: int = BLOCK_BYTES,
-) -> tuple[dict[str, np.ndarray], int, int, int]:
+) -> tuple[dict[str, np.ndarray], int, int, int, int]:
     """The ``columns`` (names and dtypes as in ``dtypes``; any of ``_ORDER``) of every IPv4
     packet of the classic pcap file ``path`` (global header already checked), in file order.
 
-    Returns (columns, stop, code, caplen): ``stop`` is the file offset where reading ended;
-    code 0: the file ended on a record boundary; 1: the record at ``stop`` is incomplete;
-    2: its caplen (``caplen``) is above libpcap's maximum.
+    Returns (columns, stop, code, caplen, size): ``stop`` is the file offset where reading
+    ended; code 0: the file ended on a record boundary; 1: the record at ``stop`` is
+    incomplete; 2: its caplen (``caplen``) is above libpcap's maximum; ``size``: the file's
+    size when reading began (the bytes read).
     """
     size = os.path.getsize(path)
     cap = max((size - _GLOBAL_HDR) // _REC_HDR, 0) + 1  # at most one packet per 16 bytes
@@ -225,10 +226,12 @@ def scan(
     buf = np.empty(block_bytes + _MAX_CAPLEN + _REC_HDR, dtype=np.uint8)
     view = memoryview(buf)
     n, carry, base = 0, 0, _GLOBAL_HDR  # base: file offset of buf[0]
+    left = size - _GLOBAL_HDR  # a capture still being written: only the bytes cap counted
     with open(path, "rb") as f:
         f.seek(_GLOBAL_HDR)
         while True:
-            got = f.readinto(view[carry : carry + block_bytes])
+            got = f.readinto(view[carry : carry + min(block_bytes, max(left, 0))])
+            left -= got
             end = carry + got
             pos, n, code = _scan(buf, 0, end, end, *args, n, *cols)
             if code == 2 or not got:
@@ -237,4 +240,4 @@ def scan(
             buf[:carry] = buf[pos:end]
             base += pos
     caplen = int.from_bytes(buf[pos + 8 : pos + 12].tobytes(), "little" if little else "big")
-    return {c: out[c][:n] for c in columns}, base + pos, code, caplen
+    return {c: out[c][:n] for c in columns}, base + pos, code, caplen, size

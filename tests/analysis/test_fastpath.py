@@ -84,3 +84,33 @@ def test_flow_counters_are_the_frame_metrics(pair: tuple[Path, Path]) -> None:
     pd.testing.assert_frame_equal(c[retx.columns], retx)
     assert c.bytes.tolist() == good.bytes.tolist()
     assert (c.span_ns / 1e9).tolist() == good.seconds.tolist()
+
+
+def test_a_growing_capture_is_read_up_to_its_size_at_the_start(
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tcpdump may still be writing: bytes appended while reading are not read (the columns
+    were sized for the file as it was)."""
+    from analysis import pcapscan
+
+    data = pair[0].read_bytes()
+    path = pair[0].parent / "growing.pcap"
+    path.write_bytes(data[: len(data) // 2])
+    real = pcapscan.os.path.getsize
+
+    grown = []
+
+    def size_then_grow(p):  # the file is completed right after its size was taken
+        size = real(p)
+        if not grown:
+            with open(p, "ab") as f:
+                f.write(data[len(data) // 2 :])
+            grown.append(size)
+        return size
+
+    monkeypatch.setattr(pcapscan.os.path, "getsize", size_then_grow)
+    with pytest.warns(UserWarning, match="truncated"):
+        half = read_columns(path, ["ts_ns"])["ts_ns"]
+    monkeypatch.undo()
+    whole = read_columns(path, ["ts_ns"])["ts_ns"]
+    assert 0 < len(half) < len(whole) and np.array_equal(half, whole[: len(half)])
