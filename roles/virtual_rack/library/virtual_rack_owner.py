@@ -47,6 +47,9 @@ options:
   namespaces: {description: The rack's namespaces., type: list, elements: str}
   bridges: {description: The rack's bridges., type: list, elements: str}
   management: {description: The rack's management addresses., type: list, elements: str}
+  kind: {description: namespaces (on this machine) or vm (inside a qemu VM)., type: str,
+         default: namespaces}
+  vm_pidfile: {description: A VM rack's qemu pid file (the rack is live while it runs)., type: path}
 """
 
 
@@ -93,7 +96,14 @@ class Owner:
         return self.dir / f"{prefix}rack.json"
 
     def live(self, rec: dict, prefix: str) -> list[str]:
-        """The record's namespaces that still exist."""
+        """The record's namespaces that still exist (a VM rack's: its qemu, while it runs)."""
+        if rec.get("vm_pidfile"):
+            try:
+                pid = int(Path(rec["vm_pidfile"]).read_text().strip())
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                return []
+            return [f"qemu pid {pid}"] if rec["vm_pidfile"].encode() in cmdline else []
         names = rec.get("namespaces")
         if not isinstance(names, list):
             return sorted(n for n in self.netns if n.startswith(prefix))
@@ -206,6 +216,8 @@ class Owner:
                     reasons.append("its topology changed")
             if previous.get("state_dir") != p["state_dir"]:
                 reasons.append(f"its state is in {previous.get('state_dir')}")
+            if previous.get("kind", "namespaces") != p["kind"]:
+                reasons.append(f"it is a {previous.get('kind', 'namespaces')} rack")
             if previous.get("topology") != p["name"] or reasons:
                 result["switch"] = True
                 result["message"] = (
@@ -229,7 +241,10 @@ class Owner:
             "namespaces": p["namespaces"] or [],
             "bridges": p["bridges"] or [],
             "management": p["management"] or [],
+            "kind": p["kind"],
         }
+        if p["vm_pidfile"]:
+            record["vm_pidfile"] = p["vm_pidfile"]
         same = all(old.get(k) == record[k] for k in ("project_dir", "state_dir", "topology"))
         record["since"] = (
             old["since"]
@@ -274,6 +289,8 @@ def main() -> None:
             "namespaces": {"type": "list", "elements": "str"},
             "bridges": {"type": "list", "elements": "str"},
             "management": {"type": "list", "elements": "str"},
+            "kind": {"type": "str", "default": "namespaces", "choices": ["namespaces", "vm"]},
+            "vm_pidfile": {"type": "path"},
         },
         required_if=[
             ("state", "check", ["project_dir"]),
