@@ -5,6 +5,11 @@ ANSIBLE_PLAYBOOK := $(VENV)/bin/ansible-playbook
 PYTHON := $(VENV)/bin/python
 EXPERIMENT ?= experiments/smoke.yml
 TOPOLOGY ?= dumbbell
+# Where the rack's hosts live: namespaces (on this machine), vm (the same namespaces inside a
+# qemu VM with Debian's stock kernel: netem, H-TCP, RED/GRED, fq_codel, pie, cake), or auto
+# (trial: namespaces when this machine's kernel has what the experiment needs, else vm;
+# rack-up: namespaces).
+RACK ?= auto
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: setup rack-up rack-down trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
@@ -12,14 +17,15 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
 
-rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPOLOGY).yml (a rack of another topology goes first) and write inventory/virtual/hosts.yml
-	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_topology_name=$(TOPOLOGY)
+rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPOLOGY).yml (RACK=vm: inside the VM; a rack of another topology or kind goes first) and write inventory/virtual/hosts.yml
+	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_topology_name=$(TOPOLOGY) \
+	  -e virtual_rack_kind=$(if $(filter vm,$(RACK)),vm,namespaces)
 
-rack-down: setup  ## remove the virtual rack that is up, whatever its topology: every namespace, link, bridge and process
+rack-down: setup  ## remove the virtual rack that is up, whatever its topology or kind: every namespace, link, bridge and process (the VM: qemu, its tap and files)
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent
 
-trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:), run it, print its results
-	@$(PYTHON) -m trials run $(EXPERIMENT)
+trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results
+	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK)
 
 # BATCH=results/NAME resumes that batch (or starts it there); RACKS="inv/a inv/b" shares the
 # plan between racks (one worker each); RETRIES: runs after a failed attempt.
@@ -27,7 +33,7 @@ BATCH ?=
 RACKS ?=
 RETRIES ?= 2
 batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable (BATCH=), several racks (RACKS=)
-	@$(PYTHON) -m trials batch $(EXPERIMENT) $(if $(BATCH),--batch $(BATCH)) \
+	@$(PYTHON) -m trials batch $(EXPERIMENT) --rack-kind $(RACK) $(if $(BATCH),--batch $(BATCH)) \
 	  $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES) $(if $(SET),$(foreach s,$(SET),--set $(s))) \
 	  $(if $(ONLY),$(foreach o,$(ONLY),--only '$(o)'))
 

@@ -10,6 +10,7 @@ report results/<batch>                        analyse again and print
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from rich.table import Table
 from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
-from trials import nightly
+from trials import nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
 from trials.batch import (
     Batch,
@@ -43,20 +44,28 @@ console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 OVERHEAD_S = 40
 
 
-def ensure_virtual_rack(topology: str) -> None:
-    """Bring up the virtual rack the experiment needs, replacing a rack of another topology."""
+def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
+    """Bring up the virtual rack the experiment needs (namespaces on this machine, or inside
+    the VM), replacing a rack of another topology or kind."""
     running = None
     if DEFAULT_INVENTORY.exists():
         data = yaml.safe_load(DEFAULT_INVENTORY.read_text()) or {}
         running = (data.get("all", {}).get("vars") or {}).get("trialbed_topology")
-    if running == topology:
+    running_kind = rack_kind.running_kind(DEFAULT_INVENTORY)
+    if running == topology and running_kind == kind:
         return
+    what = f"{topology} rack{' in the VM' if kind == 'vm' else ''}"
     if running:
-        console.print(f"taking down the {running} rack to bring up {topology}")
+        console.print(f"taking down the {running} {running_kind} rack to bring up the {what}")
     else:
-        console.print(f"bringing up the {topology} rack")
+        console.print(f"bringing up the {what}")
     log = PROJECT_DIR / ".state" / "rack-up.log"
-    run_playbook("rack.yml", [], log, ("-e", f"virtual_rack_topology_name={topology}"))
+    run_playbook(
+        "rack.yml",
+        [],
+        log,
+        ("-e", f"virtual_rack_topology_name={topology}", "-e", f"virtual_rack_kind={kind}"),
+    )
 
 
 def plan_table(plan: Plan, trials: list[Trial], status: dict[str, str] | None = None) -> Table:
@@ -123,6 +132,16 @@ def main(argv: list[str] | None = None) -> int:
         help="a rack's inventory; give --rack once per rack to share the plan between them",
     )
     batch.add_argument("--retries", type=int, default=2, help="runs after a failed attempt")
+    for p in (run, batch):
+        p.add_argument(
+            "--rack-kind",
+            choices=rack_kind.KINDS,
+            default=os.environ.get("RACK", "auto"),
+            help="the virtual rack to run on when no rack is given: namespaces on this "
+            "machine, vm (the same inside a qemu VM with Debian's stock kernel), or auto "
+            "(namespaces when this machine's kernel has what the experiment needs; default, "
+            "or $RACK)",
+        )
     worker = sub.add_parser("worker", help="(internal) run a batch's trials on one rack")
     worker.add_argument("batch", type=Path)
     worker.add_argument("-i", "--inventory", type=Path, action="append", required=True)
@@ -164,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             Console(width=None if sys.stdout.isatty() else 160).print(plan_table(plan, trials))
             return 0
         if not args.inventory:
-            ensure_virtual_rack(plan.base.topology)
+            kind, why = rack_kind.choose(trials, args.rack_kind)
+            console.print(f"rack: {why}", highlight=False)
+            ensure_virtual_rack(plan.base.topology, kind)
         rack = Rack.load(args.inventory)
         try:
             batch_dir, _ = run_plan(
@@ -212,7 +233,9 @@ def run_batch(args: argparse.Namespace) -> int:
     if args.racks:
         racks = [[Path(p) for p in r.split(",")] for r in args.racks]
     else:
-        ensure_virtual_rack(plan.base.topology)
+        kind, why = rack_kind.choose(trials, args.rack_kind)
+        console.print(f"rack: {why}", highlight=False)
+        ensure_virtual_rack(plan.base.topology, kind)
         racks = [[DEFAULT_INVENTORY]]
     labels = rack_labels(racks)
     status = {t.name: batch.status(t.name) for t in trials}

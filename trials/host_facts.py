@@ -67,6 +67,33 @@ def ipv4_routes():
     return routes
 
 
+# Queue disciplines an experiment may name (and the shaping's own).
+QDISCS = ["netem", "htb", "tbf", "red", "gred", "fq", "fq_codel", "pie", "cake", "sfq"]
+TRACEPOINTS = ["tcp/tcp_probe"]
+
+
+def qdiscs_available(release):
+    """The qdiscs of QDISCS this kernel has: loaded, built in, or a module to load."""
+    builtin = read(f"/lib/modules/{release}/modules.builtin") or ""
+    have = []
+    for q in QDISCS:
+        if (
+            os.path.isdir(f"/sys/module/sch_{q}")
+            or f"/sch_{q}.ko" in builtin
+            or glob.glob(f"/lib/modules/{release}/**/sch_{q}.ko*", recursive=True)
+        ):
+            have.append(q)
+    return have
+
+
+def tracepoints_available():
+    """Which of TRACEPOINTS exist (tracefs where it is mounted; None when it is not)."""
+    for root in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+        if os.path.isdir(f"{root}/events"):
+            return [t.replace("/", ":") for t in TRACEPOINTS if os.path.isdir(f"{root}/events/{t}")]
+    return None
+
+
 def mtu(interface):
     value = read(f"/sys/class/net/{interface}/mtu")
     return int(value) if value else None
@@ -107,6 +134,8 @@ def main(workdir, interfaces):
                 ).split(),
                 "cc_modules": modules,
                 "cc_params": cc_params,
+                "qdiscs": qdiscs_available(release),
+                "tracepoints": tracepoints_available(),
                 "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
                 "tools": {name: first_line(cmd) for name, cmd in TOOLS.items()},
                 "offloads": offloads,

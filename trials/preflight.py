@@ -31,6 +31,21 @@ def host_facts(rack: Rack, names: list[str]) -> dict[str, dict[str, Any]]:
     return {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
 
 
+def available(facts: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per host: what its kernel offers (congestion controls, queue disciplines,
+    tracepoints)."""
+    lines = []
+    for name, f in sorted(facts.items()):
+        ccs = sorted(set(f["cc_loaded"]) | set(f["cc_modules"]))
+        trace = f.get("tracepoints")
+        lines.append(
+            f"{name} (kernel {f['kernel']}): cc {' '.join(ccs)}; "
+            f"qdiscs {' '.join(f.get('qdiscs') or []) or '?'}; "
+            f"tracepoints {' '.join(trace) if trace else ('none' if trace == [] else '?')}"
+        )
+    return lines
+
+
 def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str, set[str]]:
     """Which of the named qdiscs each host's kernel has (loaded, built in, or loadable)."""
     if not names or not hosts:
@@ -153,7 +168,8 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                 f"{MIN_FREE_DISK / 1e6:.0f} MB"
             )
     if problems:
-        raise SpecError("\n".join(dict.fromkeys(problems)))
+        have = "\n".join(f"  {line}" for line in available(facts))
+        raise SpecError("\n".join(dict.fromkeys(problems)) + f"\nWhat the hosts have:\n{have}")
     return facts
 
 

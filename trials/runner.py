@@ -29,7 +29,8 @@ from trials.generators import GENERATOR_TYPES, TrafficGenerator
 from trials.generators.base import TrialContext
 from trials.network import ResolvedNetwork, host_settings, resolve_network
 from trials.plan import Plan, Trial
-from trials.preflight import host_facts, preflight
+from trials.preflight import available, host_facts, preflight
+from trials.rack_kind import vm_record
 from trials.spec import HostSettings, dump_json
 
 START_LEAD_S = 2.0  # between launching the senders and their common start time T0
@@ -305,6 +306,8 @@ class TrialRunner:
             record["delay"] = self.delay_backends(net)
             nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
             record["hosts"] = host_facts(self.rack, hosts)
+            if (vm := vm_record(self.rack)) is not None:
+                record["vm"] = vm  # the VM rack: its VM, calibration, clock offset now
 
             self.log(f"[{trial.name}] arm: captures, receivers")
             self.rack.run_parallel({h: f"mkdir -p {shlex.quote(d)}" for h, d in remote.items()})
@@ -500,7 +503,8 @@ def run_plan(
     batch dir and the trial records. The network is restored on every exit path."""
     from trials.batch import RackLock
 
-    preflight(trials, rack, str(plan.source))
+    for line in available(preflight(trials, rack, str(plan.source))):
+        log(f"preflight: {line}")
     batch_dir = new_batch_dir(results, plan.source)
     (batch_dir / "experiment.yml").write_text(plan.source.read_text())
     runner = TrialRunner(plan, rack, batch_dir, log=log)

@@ -38,7 +38,7 @@ from trials.generators import GENERATOR_TYPES, Generator
 
 # Queue disciplines of a link direction. droptail is bfifo (byte buffer) or pfifo (packet
 # buffer); the AQMs are accepted here and checked against the router's kernel by preflight.
-QDISCS = ("droptail", "red", "gred", "fq_codel", "pie")
+QDISCS = ("droptail", "red", "gred", "fq_codel", "pie", "cake")
 
 
 class SpecError(ValueError):

@@ -1,7 +1,7 @@
 #!/bin/sh
-# PID 1 of the VM rack, exec'd by /sbin/trialbed-init from the boot's seed: no init system, only what
-# the rack needs. Reads its per-boot seed (a tar on the second disk: config.sh, the controller's
-# authorized key, the VM's host key), joins the management bridge, loads the qdisc and TCP
+# PID 1 of the VM rack, exec'd by the image's /sbin/trialbed-init from the boot's seed: no init
+# system, only what the rack needs. Reads the rest of the seed (/run/seed: config.sh, the
+# controller's authorized key, the VM's host key), joins the management bridge, loads the qdisc and TCP
 # congestion-control modules, starts the VM's sshd, then reaps orphans (a daemon whose parent
 # exited must not stay a zombie: `kill -0` would say it still runs).
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -11,6 +11,7 @@ mnt proc /proc
 mnt sysfs /sys
 mnt devtmpfs /dev
 mnt tmpfs /tmp
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts 2>/dev/null
 mount -t tmpfs tmpfs /dev/shm 2>/dev/null

@@ -1,0 +1,119 @@
+"""Which rack runs an experiment (RACK=auto: the namespace rack when this machine's kernel has
+everything the trials need, else the VM rack with Debian's stock kernel), and what a VM rack
+adds to a trial's metadata (the VM, its clock offset now, its calibration)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from core.rack import PROJECT_DIR, Rack
+from trials import host_facts
+from trials.plan import Trial
+
+KINDS = ("auto", "namespaces", "vm")
+VM_CLOCK = PROJECT_DIR / "roles/virtual_rack/files/vm/vm-clock.py"
+
+
+def needs(trials: list[Trial]) -> dict[str, set[str]]:
+    """What the trials ask of the kernel: congestion controls and queue disciplines."""
+    cc: set[str] = set()
+    qdiscs: set[str] = set()
+    for trial in trials:
+        exp = trial.experiment
+        for gen in exp.traffic:
+            if getattr(gen, "cc", None):
+                cc.add(gen.cc)
+        for s in exp.hosts.values():
+            if s.cc:
+                cc.add(s.cc)
+            cc.update(s.cc_params)
+            if s.pacing:
+                qdiscs.add("fq")
+        for link in exp.network.links:
+            directions = ["forward"] + ([] if link.one_way else ["reverse"])
+            for which in directions:
+                q = link.direction(which).qdisc
+                if q != "droptail":
+                    qdiscs.add(q)
+    return {"cc": cc, "qdiscs": qdiscs}
+
+
+def local_offers() -> dict[str, set[str]]:
+    """What this machine's kernel has (the namespace rack's hosts share it)."""
+    release = platform.release()
+    loaded = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    modules = {
+        Path(p).name.split(".")[0][4:]
+        for p in Path(f"/lib/modules/{release}").rglob("tcp_*.ko*")
+        if Path(f"/lib/modules/{release}").is_dir()
+    }
+    return {"cc": set(loaded) | modules, "qdiscs": set(host_facts.qdiscs_available(release))}
+
+
+def choose(trials: list[Trial], asked: str) -> tuple[str, str]:
+    """(kind, why) for RACK=asked; auto picks the namespace rack when it has everything."""
+    if asked != "auto":
+        return asked, f"RACK={asked}"
+    need, have = needs(trials), local_offers()
+    missing = sorted(need["cc"] - have["cc"]) + [
+        f"sch_{q}" for q in sorted(need["qdiscs"] - have["qdiscs"])
+    ]
+    if not missing:
+        return "namespaces", (
+            f"namespace rack: this machine's kernel ({platform.release()}) has everything "
+            "the experiment needs"
+        )
+    return "vm", (
+        f"VM rack (Debian's stock kernel under qemu): this machine's kernel "
+        f"({platform.release()}) lacks {', '.join(missing)}"
+    )
+
+
+def running_kind(inventory: Path) -> str | None:
+    import yaml
+
+    if not inventory.exists():
+        return None
+    data = yaml.safe_load(inventory.read_text()) or {}
+    kind = (data.get("all", {}).get("vars") or {}).get("trialbed_rack_kind")
+    return {"virtual": "namespaces", "vm": "vm"}.get(kind)
+
+
+def vm_record(rack: Rack) -> dict[str, Any] | None:
+    """For a VM rack: the VM as rack-up recorded it, its calibration, and its clock's offset
+    from the controller's measured now (None on another rack)."""
+    vm = rack.vars.get("trialbed_vm")
+    if rack.vars.get("trialbed_rack_kind") != "vm" or not vm:
+        return None
+    record: dict[str, Any] = {}
+    try:
+        record = json.loads(Path(vm["record"]).read_text())
+    except (OSError, ValueError, KeyError) as exc:
+        record = {"error": f"no VM record: {exc}"}
+    calibration = Path(vm["record"]).with_name("calibration.json")
+    if calibration.exists():
+        record["calibration"] = json.loads(calibration.read_text())
+    done = subprocess.run(
+        [
+            str(PROJECT_DIR / ".venv/bin/python"),
+            str(VM_CLOCK),
+            vm["address"],
+            rack.vars["ansible_ssh_private_key_file"],
+            vm["known_hosts"],
+            "--check",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ},
+        timeout=60,
+    )
+    record["clock_at_trial"] = (
+        json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-300:]}
+    )
+    return record
