@@ -5,13 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: traffic tools, capture, SSH for the rack hosts, tc/nftables/iptables,
-# and the headers NetfilterQueue builds against.
+# the headers NetfilterQueue builds against, and qemu + debootstrap for the VM rack (RACK=vm).
 apt_packages=(
   iperf3 tcpreplay tcpdump openssh-server openssh-client nftables iptables iproute2
   ethtool kmod util-linux procps python3 python3-venv python3-dev build-essential
   libnetfilter-queue-dev libnetfilter-queue1 git make
   tcptrace tshark  # make bench compares the analysis with them
   chromium  # the report test opens the HTML page headless (no console errors, a screenshot)
+  qemu-system-x86 qemu-utils debootstrap e2fsprogs  # the VM rack (RACK=vm)
 )
 missing=()
 for p in "${apt_packages[@]}"; do

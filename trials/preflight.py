@@ -13,6 +13,7 @@ from core.rack import Rack, RackError
 from core.units import format_rate, parse_rate
 from trials.network import host_settings, resolve_network
 from trials.plan import Trial
+from trials.rack_kind import vm_max_rate
 from trials.spec import SpecError
 
 _FACTS_SOURCE = (Path(__file__).with_name("host_facts.py")).read_text()
@@ -66,6 +67,10 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
     needs_tools: dict[str, dict[str, str]] = {}  # host -> tool -> why
     needs_qdisc: dict[str, dict[str, str]] = {}  # host -> qdisc -> link
     max_rate = rack.vars.get("trialbed_max_rate")
+    limit_from = f"trialbed_max_rate {max_rate}, measured"
+    if measured := vm_max_rate(rack):  # the VM rack: its own calibration's number
+        max_rate = measured
+        limit_from = f"{measured}, measured by the VM rack's calibration at rack-up"
     for trial in trials:
         exp = trial.experiment
         try:
@@ -100,7 +105,7 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                 problems.append(
                     f"{source}: link {e.link} ({e.direction}, {e.node}:{e.iface}): "
                     f"{format_rate(e.shaping.rate)} is beyond what this rack carries faithfully "
-                    f"(trialbed_max_rate {max_rate}, measured); scale the experiment's rates "
+                    f"({limit_from}); scale the experiment's rates "
                     "down and say so in its description, or use a faster rack"
                 )
         for node, s in settings.items():

@@ -84,6 +84,23 @@ def running_kind(inventory: Path) -> str | None:
     return {"virtual": "namespaces", "vm": "vm"}.get(kind)
 
 
+def vm_calibration(rack: Rack) -> dict[str, Any] | None:
+    """The VM rack's calibration (None on another rack, or before one was made)."""
+    vm = rack.vars.get("trialbed_vm")
+    if rack.vars.get("trialbed_rack_kind") != "vm" or not vm:
+        return None
+    path = Path(vm["record"]).with_name("calibration.json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def vm_max_rate(rack: Rack) -> str | None:
+    """The highest rate the VM rack carried faithfully at its calibration."""
+    return (vm_calibration(rack) or {}).get("max_faithful_rate")
+
+
 def vm_record(rack: Rack) -> dict[str, Any] | None:
     """For a VM rack: the VM as rack-up recorded it, its calibration, and its clock's offset
     from the controller's measured now (None on another rack)."""
@@ -95,9 +112,7 @@ def vm_record(rack: Rack) -> dict[str, Any] | None:
         record = json.loads(Path(vm["record"]).read_text())
     except (OSError, ValueError, KeyError) as exc:
         record = {"error": f"no VM record: {exc}"}
-    calibration = Path(vm["record"]).with_name("calibration.json")
-    if calibration.exists():
-        record["calibration"] = json.loads(calibration.read_text())
+    record["calibration"] = vm_calibration(rack)
     done = subprocess.run(
         [
             str(PROJECT_DIR / ".venv/bin/python"),

@@ -1,0 +1,264 @@
+"""The VM rack: the seed-000 dumbbell's namespaces inside a qemu VM running Debian's stock
+kernel (prefix tv-, management 198.19.3.0/24), where netem, H-TCP and the AQMs exist.
+
+One rack-up (the image built once, or found in the cache), a second rack-up that must not
+rebuild it, one run of two short seed-000 trials with H-TCP (drop-tail, then fq_codel at the
+bottleneck), judged from their captures, and a rack-down that must leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.pcap import ip_to_int, read_pcap
+from collect.fetch import verify_manifest
+from tests.e2e.conftest import (
+    PROJECT,
+    TestRack,
+    own_topology,
+    processes_mentioning,
+    rack_leftovers,
+    state_dir,
+)
+
+pytestmark = pytest.mark.rack
+
+PREFIX = "tv-"
+SUBNET = 3
+ETHERNET_HEADER = 14
+EXPERIMENT = """\
+experiment: collateral_damage
+description: end-to-end test on the VM rack (H-TCP, netem delay; drop-tail vs fq_codel)
+network:
+  links:
+    - {name: downstream, from: R, to: C, rate: 1mbit, buffer: 60000B, delay: 25ms}
+    - {name: upstream, from: R, to: A, rate: 1mbit, buffer: 60000B, delay: 25ms}
+traffic:
+  - {type: bulk_tcp, name: tcp, from: A, to: C, flows: 1}
+  - {type: cbr_udp, name: voip, from: B, to: D, packet_bytes: 186, interval: 20ms, dscp: ef}
+capture:
+  points:
+    - {name: bottleneck_in, link: upstream, at: R}
+    - {name: bottleneck_out, link: downstream, at: R}
+hosts:
+  all:
+    cc: htcp
+    cc_params:
+      htcp: {use_bandwidth_switch: 0, use_rtt_scaling: 1}
+duration: 30s
+warmup: 5s
+factors:
+  network.links[*].qdisc: [droptail, fq_codel]
+"""
+
+
+@pytest.fixture(scope="module")
+def vm_rack(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the VM rack needs root (tap, bridge, qemu)")
+    for tool in ("qemu-system-x86_64", "qemu-img", "debootstrap"):
+        if not shutil.which(tool):
+            pytest.fail(f"{tool} is missing: make setup installs it")
+    base = tmp_path_factory.mktemp("vm-rack") / "inventory"
+    rack = TestRack(
+        topology=own_topology("dumbbell", PREFIX, SUBNET, base),
+        inventory=base / "hosts.yml",
+        state_dir=state_dir("vm"),
+        prefix=PREFIX,
+    )
+    start = time.monotonic()
+    up = rack.rack("present", "-e", "virtual_rack_kind=vm")
+    if up.returncode != 0:
+        rack.rack("absent")
+    assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-2000:]
+    rack.first_up = up
+    print(f"rack-up {time.monotonic() - start:.0f} s")
+    for line in up.stdout.splitlines():
+        if "VM image" in line or "booted in" in line or "TCG" in line or "KVM" in line:
+            print(line.strip())
+    yield rack
+    down = rack.rack("absent")
+    assert down.returncode == 0, down.stdout[-3000:]
+    # Nothing of the rack is left: no qemu (its command line names the state directory), no
+    # tap or bridge, no owner file, no files, no mounts.
+    assert rack_leftovers(PREFIX) == []
+    assert processes_mentioning(str(rack.state_dir)) == []
+    assert not rack.state_dir.exists()
+    assert str(rack.state_dir) not in Path("/proc/mounts").read_text()
+
+
+def vm_info(rack: TestRack) -> dict:
+    return json.loads((rack.state_dir / "vm" / "rack_vm.json").read_text())
+
+
+def test_vm_rack_is_up_with_debian_kernel(vm_rack):
+    info = vm_info(vm_rack)
+    assert info["accel"] in ("kvm", "tcg") and info["accel_reason"]
+    assert info["kernel"].endswith("-amd64")  # Debian's stock kernel, not this machine's
+    assert abs(info["clock"]["offset_after_ms"]) < 5
+    inventory = yaml.safe_load(vm_rack.inventory.read_text())
+    assert inventory["all"]["vars"]["trialbed_rack_kind"] == "vm"
+    assert inventory["all"]["vars"]["trialbed_clock_domain"] == "vm"
+    key = vm_rack.state_dir / "id_ed25519"
+    known = vm_rack.state_dir / "known_hosts"
+    for host, mgmt in (("A", f"198.19.{SUBNET}.11"), ("R", f"198.19.{SUBNET}.2")):
+        out = subprocess.run(
+            ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={known}",
+             "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", f"root@{mgmt}",
+             "hostname; uname -r; cat /proc/sys/net/ipv4/tcp_allowed_congestion_control"],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.split("\n")  # fmt: skip
+        assert out[0] == host
+        assert out[1] == info["kernel"]
+        assert "htcp" in out[2].split()
+    # Not this machine's kernel: the namespaces are inside the VM.
+    assert not [n for n in json.loads(
+        subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
+        or "[]") if n["name"].startswith(PREFIX)]  # fmt: skip
+
+
+def test_second_rack_up_reuses_the_image_and_the_vm(vm_rack):
+    before = vm_info(vm_rack)
+    done_file = Path(before["image"]) / "done"
+    stamp = done_file.stat().st_mtime_ns
+    again = vm_rack.rack("present", "-e", "virtual_rack_kind=vm")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "(cached)" in again.stdout
+    assert done_file.stat().st_mtime_ns == stamp
+    after = vm_info(vm_rack)
+    assert after["pid"] == before["pid"]  # the same VM, not a reboot
+
+
+@pytest.fixture(scope="module")
+def trials(vm_rack, tmp_path_factory):
+    base = tmp_path_factory.mktemp("vm-trials")
+    exp_file = base / "seed000_vm.yml"
+    exp_file.write_text(EXPERIMENT)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(vm_rack.inventory),
+         "--results", str(base / "results")],
+        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    print(f"two trials on the VM rack: {time.monotonic() - start:.0f} s")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (batch,) = (base / "results").iterdir()
+    out = {"stdout": done.stdout, "stderr": done.stderr}
+    for trial_dir in (batch / "trials").iterdir():
+        record = json.loads((trial_dir / "trial.json").read_text())
+        qdisc = record["parameters"]["network"]["links"][0]["qdisc"]
+        out[qdisc] = {
+            "dir": trial_dir,
+            "record": record,
+            "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
+        }
+    return out
+
+
+def test_preflight_reports_what_the_vm_kernel_offers(trials):
+    assert re.search(r"preflight: R \(kernel 6\.1\.\S+-amd64\): cc .*htcp", trials["stderr"])
+    assert re.search(r"qdiscs netem .*fq_codel", trials["stderr"])
+
+
+def test_htcp_droptail_trial_on_the_vm_rack(trials):
+    t = trials["droptail"]
+    record, s, trial_dir = t["record"], t["summary"], t["dir"]
+    assert record["status"] == "complete", record["errors"]
+    assert verify_manifest(trial_dir) == []
+    assert record["delay"]["R"]["backend"] == "netem"
+    # netem at the root, HTB its child, the drop-tail queue HTB's leaf.
+    tc = (trial_dir / "R" / "tc_before.txt").read_text()
+    assert re.search(r"qdisc netem 1: root.*\n.*qdisc htb 2: parent 1:1.*\n.*qdisc bfifo 10:", tc)
+    for host in ("A", "C"):
+        facts = record["hosts"][host]
+        assert facts["sysctls"]["net.ipv4.tcp_congestion_control"] == "htcp"
+        assert facts["cc_params"]["htcp"]["use_bandwidth_switch"] == "0"
+        assert facts["cc_params"]["htcp"]["use_rtt_scaling"] == "1"
+    assert record["vm"]["accel"] in ("kvm", "tcg")
+    assert abs(record["vm"]["clock_at_trial"]["offset_before_ms"]) < 5
+    for point, counts in record["capture"].items():
+        assert counts["dropped_by_kernel"] == 0, point
+
+    # Goodput: what the link leaves TCP after the UDP stream, in payload (from packets).
+    before = read_pcap(trial_dir / "R" / "bottleneck_in.pcap")
+    addresses = record["network"]["addresses"]
+    udp = before[(before.proto == 17) & (before.src == ip_to_int(addresses["B"]))]
+    tcp = before[(before.proto == 6) & (before.src == ip_to_int(addresses["A"]))]
+    tcp = tcp[tcp.payload_len > 0]
+    udp_bps = (
+        (udp.ip_len.astype(int) + ETHERNET_HEADER).sum()
+        * 8
+        / ((udp.ts_ns.iloc[-1] - udp.ts_ns.iloc[0]) / 1e9)
+    )
+    full = tcp[tcp.payload_len == tcp.payload_len.max()].iloc[0]
+    fraction = int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
+    expected_kBps = (1e6 - udp_bps) * fraction / 8000
+    print(
+        f"H-TCP goodput {s['goodput_kBps']:.2f} KB/s (link leaves {expected_kBps:.2f}); "
+        f"UDP OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
+        f"max {s['owd_max_ms']:.2f} ms, lost {s['udp_lost']}/{s['udp_packets']}"
+    )
+    assert abs(s["goodput_kBps"] - expected_kBps) / expected_kBps < 0.05
+    # OWD: the netem delay, plus up to a full 60000-byte queue at 1 Mbit/s (480 ms) and one
+    # frame's serialization; the queue must have filled.
+    frame_ms = (186 + ETHERNET_HEADER) * 8 / 1e6 * 1000
+    assert abs(s["owd_min_ms"] - 25) <= 3
+    assert s["owd_max_ms"] >= 25 + 400
+    assert s["owd_max_ms"] <= 25 + 480 + frame_ms + 5
+    assert s["udp_packets"] >= 0.9 * 30 / 0.020
+    assert s["retransmitted_packets"] > 0
+
+
+def test_fq_codel_keeps_the_udp_delay_far_below_droptail(trials):
+    t, droptail = trials["fq_codel"], trials["droptail"]["summary"]
+    record, s = t["record"], t["summary"]
+    assert record["status"] == "complete", record["errors"]
+    tc = (t["dir"] / "R" / "tc_before.txt").read_text()
+    assert re.search(
+        r"qdisc netem 1: root.*\n.*qdisc htb 2: parent 1:1.*\n.*qdisc fq_codel 10:", tc
+    )
+    print(
+        f"fq_codel: UDP OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
+        f"max {s['owd_max_ms']:.2f} ms (drop-tail max {droptail['owd_max_ms']:.2f} ms); "
+        f"TCP goodput {s['goodput_kBps']:.2f} KB/s"
+    )
+    assert abs(s["owd_min_ms"] - 25) <= 3
+    # The UDP stream is its own flow in fq_codel: it waits behind at most a frame or two,
+    # never behind TCP's standing queue.
+    assert s["owd_max_ms"] < 0.25 * droptail["owd_max_ms"]
+    assert s["owd_median_ms"] < 25 + 30
+    # TCP still fills the link.
+    assert s["goodput_kBps"] > 0.9 * droptail["goodput_kBps"]
+
+
+def test_calibration_is_recorded_and_bounds_the_rates(vm_rack, trials, tmp_path):
+    calibration = json.loads((vm_rack.state_dir / "vm" / "calibration.json").read_text())
+    print(f"calibration: {calibration['summary']}")
+    assert calibration["base_rtt_ms"]["avg"] < 5
+    assert abs(calibration["delay_error_ms"]["avg"]) < 2
+    one = next(r for r in calibration["rates"] if r["rate_mbit"] == 1)
+    assert abs(one["error"]) <= calibration["tolerance"]
+    assert calibration["max_faithful_rate"]
+    assert trials["droptail"]["record"]["vm"]["calibration"] == calibration
+    # A link faster than the VM carries faithfully is refused with the measured number.
+    exp_file = tmp_path / "fast.yml"
+    exp_file.write_text(EXPERIMENT.replace("rate: 1mbit", "rate: 10gbit"))
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(vm_rack.inventory),
+         "--results", str(tmp_path / "results")],
+        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert f"{calibration['max_faithful_rate']}, measured by the VM rack's calibration" in message
+    assert not (tmp_path / "results").exists()
