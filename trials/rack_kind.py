@@ -103,7 +103,9 @@ def vm_max_rate(rack: Rack) -> str | None:
 
 def vm_record(rack: Rack) -> dict[str, Any] | None:
     """For a VM rack: the VM as rack-up recorded it, its calibration, and its clock's offset
-    from the controller's measured now (None on another rack)."""
+    from the controller's, measured and stepped away before the trial (None on another
+    rack). Every capture point is in the VM, so OWD needs no correction; T0 and the start
+    times come from the controller's clock."""
     vm = rack.vars.get("trialbed_vm")
     if rack.vars.get("trialbed_rack_kind") != "vm" or not vm:
         return None
@@ -120,7 +122,6 @@ def vm_record(rack: Rack) -> dict[str, Any] | None:
             vm["address"],
             rack.vars["ansible_ssh_private_key_file"],
             vm["known_hosts"],
-            "--check",
         ],
         capture_output=True,
         text=True,

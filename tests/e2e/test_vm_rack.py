@@ -185,7 +185,7 @@ def test_htcp_droptail_trial_on_the_vm_rack(trials):
         assert facts["cc_params"]["htcp"]["use_bandwidth_switch"] == "0"
         assert facts["cc_params"]["htcp"]["use_rtt_scaling"] == "1"
     assert record["vm"]["accel"] in ("kvm", "tcg")
-    assert abs(record["vm"]["clock_at_trial"]["offset_before_ms"]) < 5
+    assert abs(record["vm"]["clock_at_trial"]["offset_after_ms"]) < 2
     for point, counts in record["capture"].items():
         assert counts["dropped_by_kernel"] == 0, point
 
@@ -245,7 +245,7 @@ def test_calibration_is_recorded_and_bounds_the_rates(vm_rack, trials, tmp_path)
     calibration = json.loads((vm_rack.state_dir / "vm" / "calibration.json").read_text())
     print(f"calibration: {calibration['summary']}")
     assert calibration["base_rtt_ms"]["avg"] < 5
-    assert abs(calibration["delay_error_ms"]["avg"]) < 2
+    assert abs(calibration["delay_error_ms"]["avg"]) < 3
     one = next(r for r in calibration["rates"] if r["rate_mbit"] == 1)
     assert abs(one["error"]) <= calibration["tolerance"]
     assert calibration["max_faithful_rate"]

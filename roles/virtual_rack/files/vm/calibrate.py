@@ -23,7 +23,7 @@ import sys
 import time
 
 DELAY_MS = 25
-RATES_MBIT = [1, 10, 50, 100, 200]
+RATES_MBIT = [1, 5, 10, 20, 30, 50, 100]
 SECONDS = 4
 TOLERANCE = 0.05
 PAYLOAD_FRACTION = 1448 / 1514
@@ -34,7 +34,7 @@ def ns(name, *cmd, check=True):
         ["ip", "netns", "exec", name, *cmd], capture_output=True, text=True, check=False
     )
     if check and done.returncode != 0:
-        raise SystemExit(f"{name}: {' '.join(cmd)}: {done.stderr.strip()}")
+        raise SystemExit(f"{name}: {' '.join(cmd)}: {(done.stderr or done.stdout).strip()}")
     return done.stdout
 
 
@@ -109,6 +109,8 @@ def main():
     ifaces = [to_receiver, to_sender]
     clear(router, ifaces)
     started = time.monotonic()
+    forwarding = ns(router, "sysctl", "-n", "net.ipv4.ip_forward").strip()
+    ns(router, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
     try:
         base = ping(sender, address)
         for itf in ifaces:
@@ -130,6 +132,7 @@ def main():
             )
     finally:
         clear(router, ifaces)
+        ns(router, "sysctl", "-q", "-w", f"net.ipv4.ip_forward={forwarding}")
     faithful = [r["rate_mbit"] for r in rates if abs(r["error"]) <= TOLERANCE]
     highest = 0
     for r in rates:  # the highest rate up to which every rate is faithful
