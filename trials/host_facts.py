@@ -87,11 +87,18 @@ def qdiscs_available(release):
 
 
 def tracepoints_available():
-    """Which of TRACEPOINTS exist (tracefs where it is mounted; None when it is not)."""
+    """Which of TRACEPOINTS exist: from tracefs where it is mounted, else from the kernel's
+    symbols (`ip netns exec` gives a namespace a /sys without tracefs); None if neither."""
     for root in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
         if os.path.isdir(f"{root}/events"):
             return [t.replace("/", ":") for t in TRACEPOINTS if os.path.isdir(f"{root}/events/{t}")]
-    return None
+    wanted = {"__tracepoint_" + t.split("/")[1]: t.replace("/", ":") for t in TRACEPOINTS}
+    try:
+        with open("/proc/kallsyms") as f:
+            found = {line.rsplit(None, 1)[-1] for line in f if "__tracepoint_" in line}
+    except OSError:
+        return None
+    return [name for symbol, name in wanted.items() if symbol in found]
 
 
 def mtu(interface):
