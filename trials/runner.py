@@ -243,7 +243,8 @@ class TrialRunner:
         during the trial: `tc -s` of every bottleneck every 10 ms, and the tcp_probe
         tracepoint (cwnd, ssthresh, srtt) on every TCP sender."""
         for host, ifaces in self.bottlenecks(net, generators).items():
-            yield host, "tc_sampler", tc_sampler_command(ifaces), None
+            interval = float(self.rack.vars.get("trialbed_tc_sample_ms", 10))
+            yield host, "tc_sampler", tc_sampler_command(ifaces, interval_ms=interval), None
         for host, addrs in self.tcp_senders(generators).items():
             command = tcp_probe_command(addrs, tag=trial.name)
             yield host, "tcp_probe", command, "recording tcp_probe"
