@@ -93,7 +93,7 @@ def test_a_sigkilled_batch_resumes_with_every_trial_run_once(test_rack, experime
         for h, d in remote.items()
     }
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.communicate()  # reaps it and closes its pipes
     assert sum(len(p) for p in pids.values()) >= 2, pids  # daemons were running when killed
 
     again = run(cmd)
