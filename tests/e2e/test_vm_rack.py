@@ -30,6 +30,7 @@ from tests.e2e.conftest import (
     rack_leftovers,
     state_dir,
 )
+from tests.e2e.test_collateral_damage import EXPERIMENT as DUMBBELL_EXPERIMENT
 
 pytestmark = pytest.mark.rack
 
@@ -38,30 +39,23 @@ SUBNET = 3
 ETHERNET_HEADER = 14
 # netem at the root, HTB its child, the link's queue HTB's leaf (`tc -s qdisc show` order).
 NETEM_HTB = r"qdisc netem 1: root[^#]*qdisc htb 2: parent 1:1[^#]*qdisc "
-EXPERIMENT = """\
-experiment: collateral_damage
-description: end-to-end test on the VM rack (H-TCP, netem delay; drop-tail vs fq_codel)
-network:
-  links:
-    - {name: downstream, from: R, to: C, rate: 1mbit, buffer: 60000B, delay: 25ms}
-    - {name: upstream, from: R, to: A, rate: 1mbit, buffer: 60000B, delay: 25ms}
-traffic:
-  - {type: bulk_tcp, name: tcp, from: A, to: C, flows: 1}
-  - {type: cbr_udp, name: voip, from: B, to: D, packet_bytes: 186, interval: 20ms, dscp: ef}
-capture:
-  points:
-    - {name: bottleneck_in, link: upstream, at: R}
-    - {name: bottleneck_out, link: downstream, at: R}
-hosts:
-  all:
-    cc: htcp
-    cc_params:
-      htcp: {use_bandwidth_switch: 0, use_rtt_scaling: 1}
-duration: 30s
-warmup: 5s
-factors:
-  network.links[*].qdisc: [droptail, fq_codel]
-"""
+# The foundation's dumbbell experiment, with H-TCP and drop-tail vs fq_codel as a factor.
+EXPERIMENT = yaml.safe_dump(
+    {
+        **yaml.safe_load(DUMBBELL_EXPERIMENT),
+        "description": "end-to-end test on the VM rack (H-TCP, netem delay; drop-tail vs fq_codel)",
+        "hosts": {
+            "all": {
+                "cc": "htcp",
+                "cc_params": {"htcp": {"use_bandwidth_switch": 0, "use_rtt_scaling": 1}},
+            }
+        },
+        "duration": "30s",
+        "warmup": "5s",
+        "factors": {"network.links[*].qdisc": ["droptail", "fq_codel"]},
+    },
+    sort_keys=False,
+)
 
 
 @pytest.fixture(scope="module")
