@@ -22,14 +22,24 @@ class Daemons:
         words = [helper, action, name, *args, "--dir", where]
         return " ".join(shlex.quote(w) for w in words)
 
-    def spawn(self, host: str, name: str, command: str, start_at: float | None = None) -> None:
+    def spawn(
+        self,
+        host: str,
+        name: str,
+        command: str,
+        start_at: float | None = None,
+        ready: str | None = None,
+    ) -> None:
         """Start the shell command `command` detached in the host's trial directory; with
         `start_at`, it first sleeps until that absolute time (one clock on the virtual rack;
-        NTP/PTP-disciplined clocks on a physical one)."""
+        NTP/PTP-disciplined clocks on a physical one); with `ready`, return only once its log
+        shows that text (one round trip instead of a start and a wait_for_log)."""
         at = ("--at", repr(start_at)) if start_at is not None else ()
+        wait = ("--ready", ready) if ready else ()
         self.rack.run(
             host,
-            self._helper(host, "start", name, *at) + f" -- sh -c {shlex.quote('exec ' + command)}",
+            self._helper(host, "start", name, *at, *wait)
+            + f" -- sh -c {shlex.quote('exec ' + command)}",
         )
 
     def running(self, host: str, name: str) -> bool:
@@ -51,6 +61,12 @@ class Daemons:
         """Send `sig`; with `wait_file`, that file is removed first and waited for."""
         wait = ("--wait-file", wait_file) if wait_file else ()
         self.rack.run(host, self._helper(host, "signal", name, sig, *wait, directory=directory))
+
+    def stop_all(self, host: str, names: list[str]) -> None:
+        """Stop several daemons of a host at once: each NAME or NAME:SIG is signalled before
+        any is waited for (up to 5 s, then killed)."""
+        if names:
+            self.rack.run(host, self._helper(host, "stop", *names), check=False)
 
     def stop(self, host: str, name: str, sig: str = "TERM") -> None:
         """Signal the daemon, wait up to 5 s for it to end, then kill it."""

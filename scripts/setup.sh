@@ -40,6 +40,11 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "$want" > "$stamp"
 fi
 
+# ansible.cfg names the mitogen strategy by this stable path (the package sits under the
+# venv's python version).
+strategy=$(.venv/bin/python -c 'import ansible_mitogen, os; print(os.path.dirname(ansible_mitogen.__file__))')/plugins/strategy
+[ "$(readlink .venv/ansible-strategy 2>/dev/null)" = "$strategy" ] || ln -sfn "$strategy" .venv/ansible-strategy
+
 # Ansible collections: the pinned `ansible` package ships them; install from Galaxy only
 # when a required version is missing (a lab controller with Galaxy access).
 .venv/bin/python -m trials.collections requirements.yml || \

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,6 +21,37 @@ _RECAP = re.compile(
 
 class PlaybookError(RuntimeError):
     """A playbook failed; the message carries the failing part of its output."""
+
+
+# The tag of playbooks/configure.yml that applies each trial variable: when only these changed
+# on a host since the runner applied it, only their tags run there.
+CONFIGURE_TAGS = {
+    "testbed_host_cc": "cc",
+    "testbed_host_cc_params": "cc",
+    "trialbed_flow_cc": "cc",
+    "testbed_host_sysctls": "sysctls",
+    "testbed_host_mtu": "mtu",
+    "testbed_host_route_metrics": "routes",
+    "testbed_host_pacing_interfaces": "pacing",
+    "linux_router_forwarding": "shaping",
+    "linux_router_links": "shaping",
+    "capture_points": "captures",
+}
+
+
+def configure_tags(applied: dict[str, Any] | None, wanted: dict[str, Any]) -> set[str] | None:
+    """The configure.yml tags that take a host from `applied` to `wanted` (its variables);
+    None when the whole playbook must run (nothing known to be applied, or a variable
+    without a tag changed)."""
+    if applied is None:
+        return None
+    tags = set()
+    for key in applied.keys() | wanted.keys():
+        if applied.get(key) != wanted.get(key):
+            if key not in CONFIGURE_TAGS:
+                return None
+            tags.add(CONFIGURE_TAGS[key])
+    return tags
 
 
 def write_host_vars(path: Path, host_vars: dict[str, dict]) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,17 @@ SHAPING_TOOLS = ["tc"]
 CAPTURE_TOOLS = ["tcpdump"]
 
 
-def host_facts(rack: Rack, names: list[str]) -> dict[str, dict[str, Any]]:
-    """Facts of each host (host_facts.py run there), gathered in parallel."""
+def host_facts(
+    rack: Rack, names: list[str], before: Callable[[str], str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Facts of each host (host_facts.py run there), gathered in parallel; `before(host)`:
+    a command run first on that host in the same round trip (it must succeed)."""
     commands = {}
     for name in names:
         host = rack.host(name)
         args = " ".join(shlex.quote(a) for a in [host.workdir, *host.interfaces])
-        commands[name] = f"python3 -c {shlex.quote(_FACTS_SOURCE)} {args}"
+        first = f"{before(name)} && " if before else ""
+        commands[name] = f"{first}python3 -c {shlex.quote(_FACTS_SOURCE)} {args}"
     return {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
 
 

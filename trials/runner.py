@@ -13,7 +13,8 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,7 @@ from collect.remote import tc_sampler_command, tcp_probe_command
 from core.daemons import Daemons
 from core.rack import PROJECT_DIR, Rack
 from core.units import format_duration, format_rate
-from trials.ansible import run_playbook, write_host_vars
+from trials.ansible import configure_tags, run_playbook, write_host_vars
 from trials.generators import GENERATOR_TYPES, TrafficGenerator
 from trials.generators.base import TrialContext
 from trials.network import ResolvedNetwork, host_settings, resolve_network
@@ -33,7 +34,9 @@ from trials.preflight import available, host_facts, preflight
 from trials.rack_kind import vm_record
 from trials.spec import HostSettings, dump_json
 
-START_LEAD_S = 2.0  # between launching the senders and their common start time T0
+# Between launching the senders and their common start time T0: the launches (one SSH
+# round trip per sending host, all hosts at once) must be done by then.
+START_LEAD_S = 1.5
 FINISH_GRACE_S = 60.0  # how long past its end a sender may take before it is stopped
 # Kernel defaults of the TCP buffer limits: a trial that sets none gets these back.
 TCP_RMEM = (4096, 131072, 6291456)
@@ -68,6 +71,38 @@ def ignore_signals():
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+Step = tuple[str, str, Callable[[], None]]  # (host, what, action)
+
+
+def per_host(steps: Sequence[Step]) -> list[str]:
+    """Run the steps, every host's in their order, the hosts at once (a trial's SSH round
+    trips are its overhead: five hosts cost one round trip, not five). Every step is tried;
+    returns the failures as 'what: error'."""
+    hosts: dict[str, list[tuple[str, Callable[[], None]]]] = {}
+    for host, what, action in steps:
+        hosts.setdefault(host, []).append((what, action))
+
+    def run(todo: list[tuple[str, Callable[[], None]]]) -> list[str]:
+        failed = []
+        for what, action in todo:
+            try:
+                action()
+            except Exception as exc:
+                failed.append(f"{what}: {type(exc).__name__}: {exc}")
+        return failed
+
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        return [f for failed in pool.map(run, hosts.values()) for f in failed]
+
+
+def must(failures: list[str]) -> None:
+    """Before T0 a failed step fails the trial (the first failure is the cause)."""
+    if failures:
+        raise RuntimeError("; ".join(failures))
 
 
 def git_state() -> dict[str, Any]:
@@ -165,27 +200,41 @@ class TrialRunner:
         self, trial_dir: Path, variables: dict[str, dict[str, Any]], trial: str = ""
     ) -> dict[str, Any]:
         """configure.yml for the hosts whose variables differ from what this runner applied
-        last; nothing at all when no host's differ (a repetition right after its twin). The
-        record says which hosts were configured and which trial's configuration was kept."""
+        last, and of it only the tags of the variables that differ (all of it on a host it
+        has not configured yet); nothing at all when no host's differ (a repetition right
+        after its twin). The record says which hosts and tags ran, or which trial's
+        configuration was kept."""
         overlay = write_host_vars(trial_dir / "ansible" / "trial_vars.yml", variables)
         self.last_vars = {**(self.last_vars or {}), **variables}
         changed = sorted(h for h in variables if self.applied.get(h) != variables[h])
         if not changed:
             return {"overlay": overlay.name, "skipped": True, "same_as": self.applied_by}
+        needed = [configure_tags(self.applied.get(h), variables[h]) for h in changed]
+        tags = None if None in needed else sorted(set().union(*needed))
         # Only the trial's hosts (and the controller, for the virtual rack): a rack of 18
         # hosts where a trial uses 6 would otherwise spend most of its configure time idle.
+        args = ["--limit", ",".join(["localhost", *changed])]
+        if tags is not None:
+            args += ["--tags", ",".join(tags)]
         recap = run_playbook(
             "configure.yml",
             [*self.rack.inventory, overlay],
             trial_dir / "ansible" / "configure.log",
-            ("--limit", ",".join(["localhost", *changed])),
+            tuple(args),
         )
         self.applied.update({h: variables[h] for h in changed})
         self.applied_by = trial
-        return {"overlay": overlay.name, "recap": recap, "hosts": changed}
+        return {"overlay": overlay.name, "recap": recap, "hosts": changed, "tags": tags or "all"}
 
     def shaping_snapshot(self, net: ResolvedNetwork, daemons: Daemons, tag: str) -> None:
         """`tc -s` of every shaped interface and the NFQUEUE counters, per host."""
+        commands = self.snapshot_commands(net, daemons, tag)
+        if commands:
+            self.rack.run_parallel(commands)
+
+    @staticmethod
+    def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
+        """Per shaping host: the command that writes its snapshot into the trial directory."""
         commands = {}
         for host in sorted({e.host for e in net.egress}):
             ifaces = [e.iface for e in net.egress if e.host == host]
@@ -197,8 +246,7 @@ class TrialRunner:
                 f"{{ {show}; }} > {d}/tc_{tag}.txt; "
                 f"cat /proc/net/netfilter/nfnetlink_queue > {d}/nfqueue_{tag}.txt 2>/dev/null; true"
             )
-        if commands:
-            self.rack.run_parallel(commands)
+        return commands
 
     def delay_backends(self, net: ResolvedNetwork) -> dict[str, Any]:
         out = {}
@@ -297,45 +345,19 @@ class TrialRunner:
             "errors": [],
         }
         (trial_dir / "trial.json").write_text(dump_json(record))
-        delayed = sorted({e.host for e in net.egress if e.shaping.delay})
         nfqueue: list[str] = []
         try:
             self.log(f"[{trial.name}] configure (ansible-playbook configure.yml)")
             record["configure"] = self.configure(
                 trial_dir, host_vars(trial, net, settings), trial.name
             )
-            record["delay"] = self.delay_backends(net)
-            nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
-            record["hosts"] = host_facts(self.rack, hosts)
-            if (vm := vm_record(self.rack)) is not None:
-                record["vm"] = vm  # the VM rack: its VM, calibration, clock offset now
+            record["times"]["configured"] = now_iso()
 
-            self.log(f"[{trial.name}] arm: captures, receivers")
-            self.rack.run_parallel({h: f"mkdir -p {shlex.quote(d)}" for h, d in remote.items()})
-            for g in generators:
-                g.prepare()
-            self.shaping_snapshot(net, daemons, "before")
-            for host in nfqueue:
-                self.delayline_stats(
-                    daemons, host
-                )  # resets the delay line's counters for this trial
-            for c in net.captures:
-                daemons.spawn(
-                    c.host,
-                    f"{c.name}.tcpdump",
-                    f"tcpdump -i {c.iface} -n -s {exp.capture.snaplen} -B 16384 "
-                    f"--time-stamp-precision=nano -Z root -w {c.name}.pcap ip",
-                )
-            for c in net.captures:
-                daemons.wait_for_log(c.host, f"{c.name}.tcpdump", "listening on")
-            for host, name, command, ready in self.recorders(trial, net, generators):
-                daemons.spawn(host, name, command)
-                if ready:
-                    daemons.wait_for_log(host, name, ready)
-            for g in generators:
-                g.arm()
-            time.sleep(0.5)  # servers must listen before clients connect
+            self.log(f"[{trial.name}] arm: captures, recorders, receivers")
+            nfqueue = self.arm(trial, net, daemons, generators, remote, record)
+            record["times"]["armed"] = now_iso()
 
+            # Receivers are up (armed); senders wait on their host until T0.
             t0 = time.time() + START_LEAD_S
             record["times"]["t0"] = t0
             record["times"]["t0_ns"] = int(t0 * 1e9)
@@ -346,9 +368,17 @@ class TrialRunner:
                     for g in generators
                 )
             )
-            for g in generators:
-                g.launch(t0)
+            must(
+                per_host(
+                    [(g.sender, f"launch {g.name}", lambda g=g: g.launch(t0)) for g in generators]
+                )
+            )
             record["times"]["launched"] = now_iso()
+            if time.time() > t0:
+                self.log(
+                    f"[{trial.name}] warning: the senders were launched {time.time() - t0:.2f} s "
+                    f"after T0 (START_LEAD_S {START_LEAD_S:g} s was too short on this rack)"
+                )
             end = t0 + max(g.spec.start + g.duration_ns for g in generators) / 1e9
             time.sleep(max(0.0, end - time.time()))
             senders = [p for g in generators for p in g.senders()]
@@ -375,6 +405,69 @@ class TrialRunner:
             self.applied = {}  # the next trial configures everything again
         return record
 
+    def arm(
+        self,
+        trial: Trial,
+        net: ResolvedNetwork,
+        daemons: Daemons,
+        generators: list[TrafficGenerator],
+        remote: dict[str, str],
+        record: dict[str, Any],
+    ) -> list[str]:
+        """Read the hosts' facts and delay backends, then start everything that records or
+        receives, listening before T0: per host its captures, then its recorders, then its
+        receivers, the hosts at once. Returns the hosts whose delay line runs in user space."""
+        exp = trial.experiment
+        hosts = sorted(remote)
+        delayed = sorted({e.host for e in net.egress if e.shaping.delay})
+        record["hosts"] = host_facts(
+            self.rack, hosts, before=lambda h: f"mkdir -p {shlex.quote(remote[h])}"
+        )
+        record["delay"] = self.delay_backends(net) if delayed else {}
+        if (vm := vm_record(self.rack)) is not None:
+            record["vm"] = vm  # the VM rack: its VM, calibration, clock offset now
+        nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
+        must(per_host([(g.sender, f"prepare {g.name}", g.prepare) for g in generators]))
+
+        steps: list[Step] = [
+            (host, f"snapshot shaping on {host}", lambda h=host, c=command: self.rack.run(h, c))
+            for host, command in self.snapshot_commands(net, daemons, "before").items()
+        ]
+        steps += [
+            # Resets the delay line's counters for this trial.
+            (
+                host,
+                f"reset delay line stats on {host}",
+                lambda h=host: self.delayline_stats(daemons, h),
+            )
+            for host in nfqueue
+        ]
+        for c in net.captures:
+            command = (
+                f"tcpdump -i {c.iface} -n -s {exp.capture.snaplen} -B 16384 "
+                f"--time-stamp-precision=nano -Z root -w {c.name}.pcap ip"
+            )
+            steps.append(
+                (
+                    c.host,
+                    f"start capture {c.name}",
+                    lambda c=c, cmd=command: daemons.spawn(
+                        c.host, f"{c.name}.tcpdump", cmd, ready="listening on"
+                    ),
+                )
+            )
+        for host, name, command, ready in self.recorders(trial, net, generators):
+            steps.append(
+                (
+                    host,
+                    f"start {name} on {host}",
+                    lambda h=host, n=name, cmd=command, r=ready: daemons.spawn(h, n, cmd, ready=r),
+                )
+            )
+        must(per_host(steps))
+        must(per_host([(g.receiver, f"arm {g.name}", g.arm) for g in generators]))
+        return nfqueue
+
     def stop_and_collect(
         self,
         trial_dir: Path,
@@ -387,47 +480,58 @@ class TrialRunner:
         """Stop everything of the trial, bring the files back, write trial.json and the manifest.
         Runs on every exit path; each step is attempted even when an earlier one fails."""
         with ignore_signals():
-            steps: list[tuple[str, Callable[[], None]]] = []
+            # Traffic first (every host at once), then what recorded it: a capture stops only
+            # after every sender and receiver has.
+            # One call per host and stage stops all of that host's daemons of the stage.
+            traffic: dict[str, list[str]] = {}
             for g in generators:
                 for host, name in g.daemon_names():
-                    steps.append(
-                        (f"stop {name} on {host}", lambda h=host, n=name: daemons.stop(h, n))
-                    )
+                    traffic.setdefault(host, []).append(name)
+            recording: dict[str, list[str]] = {}
             for host, name in self.recorder_names(net, generators):
-                steps.append((f"stop {name} on {host}", lambda h=host, n=name: daemons.stop(h, n)))
-            for c in net.captures:
-                steps.append(
+                recording.setdefault(host, []).append(name)
+            for c in net.captures:  # tcpdump flushes its buffer on SIGINT
+                recording.setdefault(c.host, []).append(f"{c.name}.tcpdump:INT")
+            stages = [
+                [
                     (
-                        f"stop capture {c.name}",
-                        lambda c=c: daemons.stop(c.host, f"{c.name}.tcpdump", "INT"),
+                        h,
+                        f"stop {', '.join(names)} on {h}",
+                        lambda h=h, n=names: daemons.stop_all(h, n),
                     )
-                )
-            steps.append(("snapshot shaping", lambda: self.shaping_snapshot(net, daemons, "after")))
+                    for h, names in stage.items()
+                ]
+                for stage in (traffic, recording)
+            ]
+            # One after the other (the snapshot itself reaches every host at once).
+            counters: list[Step] = [
+                ("", "snapshot shaping", lambda: self.shaping_snapshot(net, daemons, "after"))
+            ]
             if "t0" in record["times"]:
-                for host in nfqueue:
-                    out = f"{daemons.remote[host]}/delayline_stats.json"
-                    steps.append(
-                        (
-                            f"delay line stats {host}",
-                            lambda h=host, o=out: self.delayline_stats(daemons, h, o),
-                        )
+                counters += [
+                    (
+                        "",
+                        f"delay line stats {host}",
+                        lambda h=host: self.delayline_stats(
+                            daemons, h, f"{daemons.remote[h]}/delayline_stats.json"
+                        ),
                     )
-            for what, step in steps:
-                try:
-                    step()
-                except Exception as exc:
-                    record["errors"].append(f"{what}: {type(exc).__name__}: {exc}")
+                    for host in nfqueue
+                ]
+            for steps in (*stages, counters):
+                record["errors"].extend(per_host(steps))
             record["times"]["stopped"] = now_iso()
+
+            def pull(host: str) -> None:
+                record["files"][host] = pull_host(
+                    self.rack, host, daemons.remote[host], trial_dir / host
+                )
+
             record["files"] = {}
-            for host in daemons.remote:
-                try:
-                    record["files"][host] = pull_host(
-                        self.rack, host, daemons.remote[host], trial_dir / host
-                    )
-                except Exception as exc:
-                    record["errors"].append(f"collect {host}: {type(exc).__name__}: {exc}")
-                    if record["status"] == "complete":
-                        record["status"] = "failed"
+            failed = per_host([(h, f"collect {h}", lambda h=h: pull(h)) for h in daemons.remote])
+            record["errors"].extend(failed)
+            if failed and record["status"] == "complete":
+                record["status"] = "failed"
             for host in nfqueue:
                 stats = trial_dir / host / "delayline_stats.json"
                 if stats.exists() and host in record.get("delay", {}):
@@ -440,8 +544,36 @@ class TrialRunner:
             record["capture"] = capture_stats(trial_dir, net)
             record["times"]["collected"] = now_iso()
             record["overhead_s"] = overhead_s(record["times"])
+            record["overhead_phases_s"] = overhead_phases(record["times"])
             (trial_dir / "trial.json").write_text(dump_json(record))
             write_manifest(trial_dir)
+
+
+# Where the overhead goes: (phase, from, to) over the times a trial records.
+OVERHEAD_PHASES = (
+    ("configure", "started", "configured"),
+    ("arm", "configured", "armed"),
+    ("lead", "armed", "t0"),
+    ("stop", "traffic_done", "stopped"),
+    ("collect", "stopped", "collected"),
+)
+
+
+def _epoch(value: Any) -> float:
+    return (
+        float(value)
+        if isinstance(value, int | float)
+        else datetime.fromisoformat(value).timestamp()
+    )
+
+
+def overhead_phases(times: dict[str, Any]) -> dict[str, float]:
+    """Seconds per phase of the overhead, for the phases the trial went through."""
+    return {
+        phase: round(_epoch(times[b]) - _epoch(times[a]), 2)
+        for phase, a, b in OVERHEAD_PHASES
+        if a in times and b in times
+    }
 
 
 def overhead_s(times: dict[str, Any]) -> float | None:

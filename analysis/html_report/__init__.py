@@ -224,6 +224,8 @@ def timing(page: Page, batch_dir: Path) -> None:
                 "traffic_s": traffic,
                 "outside_traffic_s": wall - traffic if wall is not None and traffic else None,
                 "overhead_s": r.get("overhead_s"),
+                # configure, arm, lead, stop, collect (runs from this session on)
+                **{f"{k}_s": v for k, v in (r.get("overhead_phases_s") or {}).items()},
             }
         )
     table = pd.DataFrame(rows)
@@ -241,6 +243,11 @@ def timing(page: Page, batch_dir: Path) -> None:
             f"Overhead recorded by the runner (outside traffic and queue drain): median "
             f"{overhead.median():.1f} s, at most {overhead.max():.1f} s per trial over "
             f"{len(overhead)} trial(s); the target is at most 9 s (5 % of a 3-minute trial)."
+            + "".join(
+                f" {phase}: median {table[f'{phase}_s'].median():.1f} s."
+                for phase in ("configure", "arm", "lead", "stop", "collect")
+                if f"{phase}_s" in table
+            )
         )
     else:
         table = table.drop(columns="overhead_s")
@@ -249,5 +256,11 @@ def timing(page: Page, batch_dir: Path) -> None:
         "Time per trial (s): wall clock from start to stop, outside the traffic, and the "
         "runner's overhead",
         csv="trial_times.csv",
-        digits={"wall_s": 1, "traffic_s": 0, "outside_traffic_s": 1, "overhead_s": 1},
+        digits={
+            "wall_s": 1,
+            "traffic_s": 0,
+            "outside_traffic_s": 1,
+            "overhead_s": 1,
+            **{f"{p}_s": 1 for p in ("configure", "arm", "lead", "stop", "collect")},
+        },
     )

@@ -170,6 +170,42 @@ def test_reapplying_the_configuration_changes_nothing(trial, test_rack):
     assert down.returncode == 0, down.stdout[-3000:]
 
 
+def test_a_tagged_configure_leaves_the_hosts_as_a_full_one_would(trial, test_rack, tmp_path):
+    """The runner re-runs only the tags of the variables that changed (trials.ansible
+    .configure_tags); a full configure.yml afterwards must find nothing to change."""
+    import yaml
+
+    from trials.ansible import configure_tags
+
+    first = trial["dir"] / "ansible" / "trial_vars.yml"
+    before = yaml.safe_load(first.read_text())["all"]["hosts"]
+    after = json.loads(json.dumps(before))  # the next trial: another CC, another delay
+    for host in after.values():
+        if "testbed_host_cc" in host:
+            host["testbed_host_cc"] = "reno"
+        for link in host.get("linux_router_links", []):
+            link["delay_ms"] = link["delay_ms"] * 2
+    second = tmp_path / "next_trial_vars.yml"
+    second.write_text(yaml.safe_dump({"all": {"hosts": after}}))
+    tags = set().union(*(configure_tags(before[h], after[h]) for h in after))
+    assert tags == {"cc", "shaping"}
+
+    inventory = ("-i", str(test_rack.inventory))
+    full = test_rack.playbook("configure.yml", *inventory, "-i", str(first))
+    assert full.returncode == 0, full.stdout[-3000:]
+    tagged = test_rack.playbook(
+        "configure.yml", *inventory, "-i", str(second), "--tags", ",".join(sorted(tags))
+    )
+    assert tagged.returncode == 0, tagged.stdout[-3000:]
+    assert all(c["changed"] > 0 for c in recap(tagged.stdout).values() if c["ok"] > 4)
+    check = test_rack.playbook("configure.yml", *inventory, "-i", str(second))
+    assert check.returncode == 0, check.stdout[-3000:]
+    changed = {host: counts["changed"] for host, counts in recap(check.stdout).items()}
+    assert changed and all(v == 0 for v in changed.values()), changed
+    down = test_rack.playbook("teardown.yml", *inventory, "-i", str(second))
+    assert down.returncode == 0, down.stdout[-3000:]
+
+
 def test_unavailable_cc_is_refused_before_any_host_is_touched(test_rack, tmp_path):
     exp_file = tmp_path / "vegas.yml"
     exp_file.write_text(EXPERIMENT.replace("all: {cc: cubic}", "all: {cc: vegas}"))

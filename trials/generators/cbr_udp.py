@@ -72,9 +72,15 @@ class CbrUdp(TrafficGenerator):
     def prepare(self) -> None:
         """Build the stream's pcap for the rack and put it on the sender."""
         rack, s = self.ctx.rack, self.spec
-        route = json.loads(rack.run(self.sender, f"ip -j route get {self.dst}"))[0]
+        # The route and the interfaces' addresses in one round trip (two JSON lines).
+        route_json, links_json = rack.run(
+            self.sender, f"ip -j route get {self.dst} && ip -j link show"
+        ).splitlines()[:2]
+        route = json.loads(route_json)[0]
         gateway, self.iface = route.get("gateway", str(self.dst)), route["dev"]
-        src_mac = rack.run(self.sender, f"cat /sys/class/net/{self.iface}/address").strip()
+        src_mac = {link["ifname"]: link.get("address") for link in json.loads(links_json)}[
+            self.iface
+        ]
         found = rack.interface_with_address(gateway)
         if found is None:
             raise RuntimeError(f"no inventory host owns {self.sender}'s next hop {gateway}")

@@ -8,10 +8,13 @@ Each daemon NAME lives in a directory DIR: DIR/NAME.pid holds its pid and kernel
 
   trialbed-daemon start NAME [--dir DIR] [--at EPOCH] [--ready TEXT] [--if-stopped] -- CMD...
   trialbed-daemon restart NAME [--dir DIR] [--ready TEXT] -- CMD...
-  trialbed-daemon stop NAME [--dir DIR] [--signal SIG] [--timeout S]
+  trialbed-daemon stop NAME[:SIG]... [--dir DIR] [--signal SIG] [--timeout S]
   trialbed-daemon status NAME [--dir DIR]
   trialbed-daemon signal NAME SIG [--dir DIR] [--wait-file FILE]
   trialbed-daemon wait-log NAME TEXT [--dir DIR] [--timeout S]
+
+`stop` with several names signals them all (each NAME:SIG with its own signal, else --signal)
+before it waits for any: a host's daemons end in one round trip and one wait.
 
 Prints one word (started, running, restarted, stopped-now, stopped) so that Ansible can tell
 a change from none; exits non-zero with the log's last lines when a daemon does not come up.
@@ -154,20 +157,29 @@ class Daemon:
 
     def stop(self, sig: int, timeout: float) -> bool:
         """Signal the daemon, wait for it to end, then kill it. True if it was running."""
-        pid = self.pid()
-        if pid is None:
-            remove(self.pidfile)
-            return False
-        os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while self.pid() is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.pid() is not None:
+        return stop_all([(self, sig)], timeout)[0]
+
+
+def stop_all(daemons: list[tuple[Daemon, int]], timeout: float) -> list[bool]:
+    """Signal every daemon, then wait for them together; kill those still alive after
+    `timeout`. Per daemon: True if it was running."""
+    pids = []
+    for daemon, sig in daemons:
+        pid = daemon.pid()
+        if pid is not None:
+            os.kill(pid, sig)
+        pids.append(pid)
+    deadline = time.monotonic() + timeout
+    while any(d.pid() is not None for d, _ in daemons) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for i, (daemon, _) in enumerate(daemons):
+        pid = pids[i]
+        if pid is not None and daemon.pid() is not None:
             os.kill(pid, signal.SIGKILL)
-            while self.pid() is not None:
+            while daemon.pid() is not None:
                 time.sleep(0.02)
-        remove(self.pidfile)
-        return True
+        remove(daemon.pidfile)
+    return [pid is not None for pid in pids]
 
 
 def state(pid: int) -> str:
@@ -202,7 +214,7 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     for action in ("start", "restart", "stop", "status", "signal", "wait-log"):
         p = sub.add_parser(action)
-        p.add_argument("name")
+        p.add_argument("name", nargs="+" if action == "stop" else None)
         if action == "signal":
             p.add_argument("sig")
         if action == "wait-log":
@@ -220,6 +232,14 @@ def main(argv: list[str]) -> int:
         if action == "signal":
             p.add_argument("--wait-file", help="removed first, then waited for (non-empty)")
     args = parser.parse_args(argv)
+    if args.action == "stop":
+        targets = []
+        for word in args.name:
+            name, _, sig = word.partition(":")
+            targets.append((Daemon(name, args.dir), signal_number(sig or args.signal)))
+        for was_running in stop_all(targets, args.timeout):
+            print("stopped-now" if was_running else "stopped")
+        return 0
     daemon = Daemon(args.name, args.dir)
 
     if args.action in ("start", "restart"):
@@ -238,8 +258,6 @@ def main(argv: list[str]) -> int:
             until_start = max(0.0, (args.at or 0) - time.time())
             daemon.wait_log(args.ready, args.timeout + until_start, offset)
         print(word)
-    elif args.action == "stop":
-        print("stopped-now" if daemon.stop(signal_number(args.signal), args.timeout) else "stopped")
     elif args.action == "status":
         pid = daemon.pid()
         print("running" if pid is not None else "stopped")

@@ -1,0 +1,58 @@
+"""What the runner re-applies between trials, and how it accounts for its overhead."""
+
+from __future__ import annotations
+
+from trials.ansible import configure_tags
+from trials.runner import overhead_phases, overhead_s
+
+BASE = {
+    "testbed_host_cc": "cubic",
+    "testbed_host_sysctls": {"net.ipv4.tcp_no_metrics_save": 1},
+    "linux_router_links": [{"iface": "right", "rate": "1mbit", "delay_ms": 25.0}],
+    "capture_points": [],
+}
+
+
+def test_nothing_known_applied_means_the_whole_playbook():
+    assert configure_tags(None, BASE) is None
+
+
+def test_only_the_tags_of_the_changed_variables():
+    assert configure_tags(BASE, dict(BASE)) == set()
+    other = {**BASE, "testbed_host_cc": "reno"}
+    assert configure_tags(BASE, other) == {"cc"}
+    other["linux_router_links"] = [{"iface": "right", "rate": "1mbit", "delay_ms": 50.0}]
+    assert configure_tags(BASE, other) == {"cc", "shaping"}
+
+
+def test_a_variable_appearing_or_vanishing_counts_as_a_change():
+    assert configure_tags(BASE, {**BASE, "testbed_host_cc_params": {"beta": 1}}) == {"cc"}
+    less = {k: v for k, v in BASE.items() if k != "testbed_host_cc"}
+    assert configure_tags(BASE, less) == {"cc"}
+
+
+def test_a_variable_without_a_tag_runs_everything():
+    assert configure_tags(BASE, {**BASE, "testbed_host_offloads_off": False}) is None
+
+
+TIMES = {
+    "started": "2026-11-22T10:00:00.000+00:00",
+    "configured": "2026-11-22T10:00:04.500+00:00",
+    "armed": "2026-11-22T10:00:06.000+00:00",
+    "t0": 1795341607.5,  # 10:00:07.5 UTC, as the runner records it (epoch seconds)
+    "traffic_done": "2026-11-22T10:03:09.500+00:00",  # 180 s of traffic + 2 s drain
+    "stopped": "2026-11-22T10:03:10.700+00:00",
+    "collected": "2026-11-22T10:03:12.000+00:00",
+}
+
+
+def test_overhead_is_split_into_its_phases_and_they_add_up():
+    phases = overhead_phases(TIMES)
+    assert phases == {"configure": 4.5, "arm": 1.5, "lead": 1.5, "stop": 1.2, "collect": 1.3}
+    assert overhead_s(TIMES) == round(sum(phases.values()), 2) == 10.0
+
+
+def test_a_trial_that_never_started_has_no_overhead_figure_but_its_phases():
+    times = {k: TIMES[k] for k in ("started", "configured")}
+    assert overhead_s(times) is None
+    assert overhead_phases(times) == {"configure": 4.5}

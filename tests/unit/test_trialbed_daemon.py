@@ -1,0 +1,74 @@
+"""The rack hosts' daemon helper (roles/remote_daemons/files/trialbed_daemon.py), run here on
+real processes: several daemons of a host stop in one call, each with its own signal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HELPER = Path(__file__).resolve().parents[2] / "roles/remote_daemons/files/trialbed_daemon.py"
+
+
+def helper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(HELPER), *args, "--dir", str(tmp_path)] if "--" not in args else
+        [sys.executable, str(HELPER), *args[: args.index("--")], "--dir", str(tmp_path),
+         *args[args.index("--"):]],
+        capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+
+
+# Ends only on SIGINT or SIGKILL (SIGTERM ignored), after printing "up".
+IGNORES_TERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('up', flush=True); time.sleep(60)"
+)
+
+
+def pid_of(tmp_path: Path, name: str) -> int:
+    return int((tmp_path / f"{name}.pid").read_text().split()[0])
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_one_call_stops_several_daemons_each_with_its_signal(tmp_path):
+    # "int_only" ends only on SIGINT (like tcpdump flushing); "term" on SIGTERM.
+    script = IGNORES_TERM
+    started = helper(
+        tmp_path, "start", "int_only", "--ready", "up", "--", sys.executable, "-c", script
+    )
+    assert started.returncode == 0, started.stderr
+    assert helper(tmp_path, "start", "term", "--", "sleep", "60").returncode == 0
+    pids = {name: pid_of(tmp_path, name) for name in ("int_only", "term")}
+    t = time.monotonic()
+    stopped = helper(tmp_path, "stop", "term", "int_only:INT", "never_started", "--timeout", "5")
+    took = time.monotonic() - t
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.split() == ["stopped-now", "stopped-now", "stopped"]
+    assert not any(alive(p) for p in pids.values())
+    assert took < 4, f"INT should have ended int_only at once, took {took:.1f} s (it was killed?)"
+    assert not list(tmp_path.glob("*.pid"))
+
+
+def test_a_daemon_that_ignores_its_signal_is_killed_after_the_timeout(tmp_path):
+    script = IGNORES_TERM
+    assert (
+        helper(
+            tmp_path, "start", "stubborn", "--ready", "up", "--", sys.executable, "-c", script
+        ).returncode
+        == 0
+    )
+    pid = pid_of(tmp_path, "stubborn")
+    t = time.monotonic()
+    stopped = helper(tmp_path, "stop", "stubborn", "--timeout", "1")
+    assert stopped.stdout.split() == ["stopped-now"]
+    assert 1 <= time.monotonic() - t < 10
+    assert not alive(pid)
