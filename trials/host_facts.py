@@ -106,12 +106,13 @@ def mtu(interface):
     return int(value) if value else None
 
 
-def main(workdir, interfaces):
+# What does not change while the kernel and the packages stay: `--changing` leaves these out
+# (a runner reads them once per host and keeps them for its later trials).
+STATIC = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools")
+
+
+def main(workdir, interfaces, changing_only=False):
     release = platform.release()
-    modules = sorted(
-        os.path.basename(p).split(".")[0][4:]
-        for p in glob.glob(f"/lib/modules/{release}/**/tcp_*.ko*", recursive=True)
-    )
     offloads = {}
     for itf in interfaces:
         out = subprocess.run(["ethtool", "-k", itf], capture_output=True, text=True).stdout
@@ -131,28 +132,32 @@ def main(workdir, interfaces):
         cc_params.setdefault(module[4:], {})[name] = read(path)
     os.makedirs(workdir, exist_ok=True)
     usage = shutil.disk_usage(workdir)
-    print(
-        json.dumps(
-            {
-                "hostname": platform.node(),
-                "kernel": release,
-                "cc_loaded": (
-                    read("/proc/sys/net/ipv4/tcp_available_congestion_control") or ""
-                ).split(),
-                "cc_modules": modules,
-                "cc_params": cc_params,
-                "qdiscs": qdiscs_available(release),
-                "tracepoints": tracepoints_available(),
-                "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
-                "tools": {name: first_line(cmd) for name, cmd in TOOLS.items()},
-                "offloads": offloads,
-                "mtu": {itf: mtu(itf) for itf in interfaces},
-                "routes": ipv4_routes(),
-                "free_disk_bytes": usage.free,
-            }
+    facts = {
+        "cc_loaded": (read("/proc/sys/net/ipv4/tcp_available_congestion_control") or "").split(),
+        "cc_params": cc_params,
+        "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
+        "offloads": offloads,
+        "mtu": {itf: mtu(itf) for itf in interfaces},
+        "routes": ipv4_routes(),
+        "free_disk_bytes": usage.free,
+    }
+    if not changing_only:
+        facts.update(
+            hostname=platform.node(),
+            kernel=release,
+            cc_modules=sorted(
+                os.path.basename(p).split(".")[0][4:]
+                for p in glob.glob(f"/lib/modules/{release}/**/tcp_*.ko*", recursive=True)
+            ),
+            qdiscs=qdiscs_available(release),
+            tracepoints=tracepoints_available(),
+            tools={name: first_line(cmd) for name, cmd in TOOLS.items()},
         )
-    )
+    print(json.dumps(facts))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    args = sys.argv[1:]
+    changing = "--changing" in args
+    args = [a for a in args if a != "--changing"]
+    main(args[0], args[1:], changing_only=changing)

@@ -18,23 +18,38 @@ from trials.rack_kind import vm_max_rate
 from trials.spec import SpecError
 
 _FACTS_SOURCE = (Path(__file__).with_name("host_facts.py")).read_text()
+# host_facts.STATIC (that module runs on the hosts and is not imported here).
+STATIC_FACTS = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools")
 MIN_FREE_DISK = 200 * 10**6
 SHAPING_TOOLS = ["tc"]
 CAPTURE_TOOLS = ["tcpdump"]
 
 
 def host_facts(
-    rack: Rack, names: list[str], before: Callable[[str], str] | None = None
+    rack: Rack,
+    names: list[str],
+    before: Callable[[str], str] | None = None,
+    static: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Facts of each host (host_facts.py run there), gathered in parallel; `before(host)`:
-    a command run first on that host in the same round trip (it must succeed)."""
+    a command run first on that host in the same round trip (it must succeed). With
+    `static` (a cache the caller keeps), a host's unchanging facts (kernel, modules, tool
+    versions) are read on its first call only and taken from the cache after."""
     commands = {}
     for name in names:
         host = rack.host(name)
-        args = " ".join(shlex.quote(a) for a in [host.workdir, *host.interfaces])
+        words = [host.workdir, *host.interfaces]
+        if static is not None and name in static:
+            words.append("--changing")
+        args = " ".join(shlex.quote(a) for a in words)
         first = f"{before(name)} && " if before else ""
         commands[name] = f"{first}python3 -c {shlex.quote(_FACTS_SOURCE)} {args}"
-    return {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
+    facts = {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
+    if static is not None:
+        for name, f in facts.items():
+            known = static.setdefault(name, {k: f[k] for k in STATIC_FACTS if k in f})
+            facts[name] = {**known, **f}
+    return facts
 
 
 def available(facts: dict[str, dict[str, Any]]) -> list[str]:

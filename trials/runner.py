@@ -193,6 +193,7 @@ class TrialRunner:
         # touched the rack (emptied when a trial fails or is interrupted).
         self.applied: dict[str, dict[str, Any]] = {}
         self.applied_by = ""
+        self.static_facts: dict[str, dict[str, Any]] = {}  # per host, read on its first trial
 
     # -- steps on the rack ----------------------------------------------------------------------
 
@@ -421,7 +422,10 @@ class TrialRunner:
         hosts = sorted(remote)
         delayed = sorted({e.host for e in net.egress if e.shaping.delay})
         record["hosts"] = host_facts(
-            self.rack, hosts, before=lambda h: f"mkdir -p {shlex.quote(remote[h])}"
+            self.rack,
+            hosts,
+            before=lambda h: f"mkdir -p {shlex.quote(remote[h])}",
+            static=self.static_facts,
         )
         record["delay"] = self.delay_backends(net) if delayed else {}
         if (vm := vm_record(self.rack)) is not None:

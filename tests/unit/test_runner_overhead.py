@@ -56,3 +56,9 @@ def test_a_trial_that_never_started_has_no_overhead_figure_but_its_phases():
     times = {k: TIMES[k] for k in ("started", "configured")}
     assert overhead_s(times) is None
     assert overhead_phases(times) == {"configure": 4.5}
+
+
+def test_the_facts_a_runner_caches_are_the_ones_the_host_script_leaves_out():
+    from trials import host_facts, preflight
+
+    assert preflight.STATIC_FACTS == host_facts.STATIC
