@@ -12,7 +12,7 @@ TOPOLOGY ?= dumbbell
 RACK ?= auto
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup rack-up rack-down trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
+.PHONY: setup rack-up rack-down status trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
 
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
@@ -55,6 +55,9 @@ nightly-status: setup  ## the installed schedules and the last nightly batches
 nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
 	@$(PYTHON) -m trials nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
 	  $(foreach r,$(RACKS),--rack $(r)) $(if $(SET),$(foreach s,$(SET),--set $(s)))
+
+status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
+	@$(PYTHON) -m trials status
 
 test: setup  ## unit tests, then end-to-end tests on a virtual rack the tests build and remove
 	@$(PYTHON) -m pytest

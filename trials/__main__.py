@@ -5,6 +5,7 @@ batch EXPERIMENT [--set ...] [--only ...] [--batch DIR] [--rack INV[,INV]]... [-
                                               unattended, resumable; one worker per rack
 check EXPERIMENT [--set ...] [--only ...]     the plan; no host is touched
 report results/<batch>                        analyse again and print
+status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
 """
 
 from __future__ import annotations
@@ -161,11 +162,19 @@ def main(argv: list[str] | None = None) -> int:
     night.add_argument("--only", action="append", metavar="NAME")
     night.add_argument("--rack", dest="racks", action="append")
     night.add_argument("--retries", type=int, default=2)
+    status = sub.add_parser("status", help="what every rack host is doing now (changes nothing)")
+    status.add_argument("-i", "--inventory", type=Path, action="append")
+    status.add_argument("--json", action="store_true", help="print it as JSON")
     report = sub.add_parser("report", help="analyse a results/<batch> directory again and print it")
     report.add_argument("batch", type=Path)
     args = parser.parse_args(argv)
 
     try:
+        if args.command == "status":
+            from trials.status import show
+
+            width = None if sys.stdout.isatty() else 200
+            return show(args.inventory, Console(width=width), as_json=args.json)
         if args.command == "report":
             print_batch(analyse_batch(args.batch))
             return 0

@@ -206,6 +206,37 @@ def test_a_tagged_configure_leaves_the_hosts_as_a_full_one_would(trial, test_rac
     assert down.returncode == 0, down.stdout[-3000:]
 
 
+def status(test_rack, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "status", "-i", str(test_rack.inventory), *args],
+        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def test_status_shows_what_the_rack_is_doing(trial, test_rack):
+    overlay = trial["dir"] / "ansible" / "trial_vars.yml"
+    args = ("-i", str(test_rack.inventory), "-i", str(overlay))
+    assert test_rack.playbook("configure.yml", *args).returncode == 0
+    shaped = json.loads(status(test_rack, "--json").stdout)
+    for iface in ("left", "right"):
+        link = shaped["R"]["interfaces"][iface]
+        assert (link["chain"], link["rate"], link["limit"], link["delay"]) == (
+            "htb → bfifo", "1Mbit", "60000B", "25 ms (delay line)"
+        ), link  # fmt: skip
+    assert shaped["A"]["cc"] == "cubic" and shaped["A"]["running"] == []
+    assert [d["name"] for d in shaped["R"]["running"]] == ["delayline"]
+    assert "25 ms (delay line)" in status(test_rack).stdout  # the table a person reads
+
+    assert test_rack.playbook("teardown.yml", *args).returncode == 0
+    clean = json.loads(status(test_rack, "--json").stdout)
+    for iface in ("left", "right"):
+        link = clean["R"]["interfaces"][iface]
+        assert "htb" not in link["chain"] and link["rate"] == link["delay"] == "-", link
+    assert clean["R"]["running"] == [] and clean["R"]["left_behind"] == []
+
+
 def test_unavailable_cc_is_refused_before_any_host_is_touched(test_rack, tmp_path):
     exp_file = tmp_path / "vegas.yml"
     exp_file.write_text(EXPERIMENT.replace("all: {cc: cubic}", "all: {cc: vegas}"))

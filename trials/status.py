@@ -1,0 +1,149 @@
+"""`python -m trials status` (`make status`): what every rack host is doing now, in one
+screen, read over SSH (nothing is changed): per experiment interface the shaping in force
+(qdiscs, HTB rate, queue limit, netem delay or the delay line's), its counters; per host the
+congestion control and its parameters, offloads, MTU and TCP route metrics; trialbed's
+daemons running there and trial directories left behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from core.rack import Rack
+from trials.preflight import host_facts
+
+_PROBE = Path(__file__).with_name("status_probe.py").read_text()
+OFFLOADS = {
+    "tcp-segmentation-offload": "tso",
+    "generic-segmentation-offload": "gso",
+    "generic-receive-offload": "gro",
+}
+
+
+LINK_COLUMNS = ("host", "iface", "qdiscs", "rate", "queue limit", "delay", "sent pkt", "dropped",
+                "backlog")  # fmt: skip
+HOST_COLUMNS = ("host", "cc", "cc parameters", "offloads", "mtu", "route metrics", "running",
+                "left behind")  # fmt: skip
+
+
+def gather(rack: Rack) -> dict[str, dict[str, Any]]:
+    """Per host: the probe's answer plus its facts (CC, offloads, MTU, routes)."""
+    names = sorted(rack.hosts)
+    commands = {}
+    for name in names:
+        host = rack.host(name)
+        args = " ".join(shlex.quote(a) for a in [host.workdir, *host.interfaces])
+        commands[name] = f"python3 -c {shlex.quote(_PROBE)} {args}"
+    probes = {n: json.loads(out) for n, out in rack.run_parallel(commands).items()}
+    facts = host_facts(rack, names)
+    return {n: {**probes[n], "facts": facts[n]} for n in names}
+
+
+def shaping_of(state: dict[str, Any], iface: str) -> dict[str, Any]:
+    """One interface: its qdisc chain, rate, queue limit, delay (and where it comes from) and
+    the counters of the queue that holds the packets (the leaf; the root if it is alone)."""
+    qdiscs = state["qdiscs"].get(iface) or []
+    chain = " → ".join(q["kind"] for q in qdiscs) or "?"
+    rate = re.search(r"\brate (\S+)", state["classes"].get(iface) or "")
+    leaf = next((q for q in qdiscs if q["kind"] not in ("htb", "netem")), None) or (
+        qdiscs[0] if qdiscs else {}
+    )
+    options = leaf.get("options", {})
+    limit = options.get("limit")
+    unit = "B" if leaf.get("kind") == "bfifo" else ("pkt" if limit is not None else "")
+    delay = "-"
+    netem = next((q for q in qdiscs if q["kind"] == "netem"), None)
+    backend = state.get("delay_backend") or {}
+    if netem is not None:
+        seconds = (netem.get("options", {}).get("delay") or {}).get("delay", 0)
+        delay = f"{seconds * 1000:g} ms (netem)"
+    elif backend.get("backend") == "nfqueue":
+        ms = next((ln["delay_ms"] for ln in backend.get("links", []) if ln["iface"] == iface), 0)
+        running = any(d["name"] == "delayline" for d in state["daemons"])
+        if ms and state["nfqueue_rules"] and running:
+            delay = f"{ms:g} ms (delay line)"
+        elif ms and (state["nfqueue_rules"] or running):  # half in place: packets stall or pass
+            delay = f"{ms:g} ms configured, delay line {'up' if running else 'DOWN'}, " + (
+                f"{state['nfqueue_rules']} NFQUEUE rules"
+            )
+    return {
+        "chain": chain,
+        "rate": rate.group(1) if rate else "-",
+        "limit": f"{limit}{unit}" if limit is not None else "-",
+        "delay": delay,
+        "sent": leaf.get("packets", 0),
+        "dropped": leaf.get("drops", 0),
+        "backlog": f"{leaf.get('backlog', 0)}B/{leaf.get('qlen', 0)}p",
+    }
+
+
+def render(rack: Rack, states: dict[str, dict[str, Any]], console: Console) -> None:
+    links = Table(title="Experiment interfaces (tc)")
+    for col in LINK_COLUMNS:
+        links.add_column(col, justify="right" if col in ("sent pkt", "dropped") else "left")
+    for name, state in states.items():
+        for iface in rack.host(name).interfaces:
+            s = shaping_of(state, iface)
+            links.add_row(name, iface, s["chain"], s["rate"], s["limit"], s["delay"],
+                          str(s["sent"]), str(s["dropped"]), s["backlog"])  # fmt: skip
+    console.print(links)
+
+    hosts = Table(title="Hosts")
+    for col in HOST_COLUMNS:
+        hosts.add_column(col)
+    for name, state in states.items():
+        f = state["facts"]
+        cc = f["sysctls"].get("net.ipv4.tcp_congestion_control") or "?"
+        params = ", ".join(f"{k}={v}" for k, v in (f.get("cc_params") or {}).get(cc, {}).items())
+        offloads = "; ".join(
+            f"{iface} "
+            + " ".join(f"{k} {'on' if on.get(o) else 'off'}" for o, k in OFFLOADS.items())
+            for iface, on in (f.get("offloads") or {}).items()
+        )
+        mtu = ", ".join(f"{i} {m}" for i, m in (f.get("mtu") or {}).items())
+        metrics = "; ".join(
+            f"{r.get('dst')} " + " ".join(f"{k} {v}" for k, v in r["metrics"].items())
+            for r in f.get("routes") or []
+            if r.get("metrics")
+        )
+        running = ", ".join(f"{d['name']} ({d['pid']})" for d in state["daemons"])
+        hosts.add_row(name, cc, params or "-", offloads or "-", mtu or "-", metrics or "-",
+                      running or "-", ", ".join(state["leftover_trials"]) or "-")  # fmt: skip
+    console.print(hosts)
+
+
+def summary(rack: Rack, states: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the tables show, as data (`status --json`)."""
+    out = {}
+    for name, state in states.items():
+        f = state["facts"]
+        cc = f["sysctls"].get("net.ipv4.tcp_congestion_control")
+        out[name] = {
+            "interfaces": {i: shaping_of(state, i) for i in rack.host(name).interfaces},
+            "cc": cc,
+            "cc_params": (f.get("cc_params") or {}).get(cc, {}),
+            "offloads": f.get("offloads"),
+            "mtu": f.get("mtu"),
+            "running": state["daemons"],
+            "left_behind": state["leftover_trials"],
+        }
+    return out
+
+
+def show(inventory: list[Path] | None, console: Console, as_json: bool = False) -> int:
+    rack = Rack.load(inventory)
+    try:
+        states = gather(rack)
+        if as_json:
+            print(json.dumps(summary(rack, states), indent=1))
+        else:
+            render(rack, states, console)
+    finally:
+        rack.close()
+    return 0
