@@ -1,6 +1,20 @@
 """Analysis package: pcap reading, packet matching and metrics; ``load`` and ``load_table``
-give batches as tidy tables (analysis/results.py)."""
+give batches as tidy tables (analysis/results.py, imported on first use: the array fast path
+of analysis/fastpath.py does not import pandas)."""
 
-from analysis.results import load, load_table
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from analysis.results import load, load_table
 
 __all__ = ["load", "load_table"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from analysis import results
+
+        return getattr(results, name)
+    raise AttributeError(f"module 'analysis' has no attribute {name!r}")

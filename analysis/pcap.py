@@ -10,12 +10,14 @@ import ipaddress
 import os
 import warnings
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
-import pandas as pd
 
 from analysis import pcapscan
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: read_columns does not need it
+    import pandas as pd
 
 __all__ = [
     "COLUMNS",
@@ -97,6 +99,8 @@ def ip_strings(values) -> pd.Categorical:
     """Addresses (integers as in the ``src``/``dst`` columns, or dotted quads) -> a
     categorical of dotted-quad strings: the form of addresses in every stored table (parquet
     stores it as dictionary-encoded strings; one conversion per distinct address)."""
+    import pandas as pd
+
     values = np.asarray(values)
     codes, uniq = pd.factorize(values)
     names = [v if isinstance(v, str) else int_to_ip(v) for v in uniq]
@@ -105,6 +109,8 @@ def ip_strings(values) -> pd.Categorical:
 
 def addresses_as_strings(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with its ``src``/``dst`` columns (if any) as :func:`ip_strings` makes them."""
+    import pandas as pd
+
     cols = {
         c: ip_strings(frame[c].to_numpy())
         for c in ("src", "dst")
@@ -115,6 +121,8 @@ def addresses_as_strings(frame: pd.DataFrame) -> pd.DataFrame:
 
 def empty_frame() -> pd.DataFrame:
     """A zero-row frame with the columns and dtypes of :func:`read_pcap`."""
+    import pandas as pd
+
     return pd.DataFrame({k: np.empty(0, dtype=v) for k, v in COLUMNS.items()})
 
 
@@ -135,6 +143,8 @@ def read_pcap(path: str | os.PathLike[str]) -> pd.DataFrame:
     and a PcapTruncatedWarning naming the file and the offset. Raises PcapError for empty,
     pcapng or other non-pcap files, unsupported link types and corrupt record headers.
     """
+    import pandas as pd
+
     return pd.DataFrame(read_columns(path, COLUMNS), copy=False)
 
 
