@@ -10,12 +10,24 @@ pay for importing pandas.
 
 from __future__ import annotations
 
+import os
+import warnings
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
 
+from analysis.pcapscan import _GLOBAL_HDR, _MAX_CAPLEN, _REC_HDR, _alloc, _at, _mix, _u32
+
+_U = np.uint64
+
 __all__ = [
+    "Capture",
+    "flow_counters",
+    "match_rows",
     "match_times",
     "queue_levels",
+    "scan",
     "summarize_owd",
     "tcp_flow_counters",
     "undecided",
@@ -199,41 +211,53 @@ def _counters(
 
 
 @njit(cache=True, nogil=True)
-def _match(hb, tb, ha, ta, delay, order_b, order_a):
+def _match(hb, tb, ha, ta, delay, order_b, order_a, departures):
     """ts_out of each before row (-1: none): analysis.match's greedy FIFO matching, with the
-    after rows of each key chained in time order through a hash table of the keys."""
+    after rows of each key chained in time order through a hash table of the keys; and if
+    ``departures``, the matched before rows in the after rows' time order."""
     na = len(ha)
     size = 1024
     while size < na + na // 2:
         size *= 2
     mask = np.uint64(size - 1)
-    keys = np.empty(size, np.uint64)
-    head = np.full(size, -1, np.int32)
-    nxt = np.empty(na, np.int32)
+    first = np.full(size, -1, np.int32)  # a slot's key: ha[first[slot]] (its earliest row)
+    head = np.empty(size, np.int32)  # the slot's next unused after row (-2: none left)
+    nxt = np.empty(na, np.int32)  # the next after row of the same key; once used: -2 - its match
     for k in range(na - 1, -1, -1):  # backwards, so that each chain runs forwards in time
         j = order_a[k] if len(order_a) else k
         s = ha[j] & mask
-        while head[s] >= 0 and keys[s] != ha[j]:
+        while first[s] >= 0 and ha[first[s]] != ha[j]:
             s = (s + np.uint64(1)) & mask
-        keys[s] = ha[j]
-        nxt[j] = head[s]
-        head[s] = j
+        nxt[j] = first[s]
+        first[s] = head[s] = j
     out = np.full(len(hb), -1, np.int64)
+    matched = 0
     for k in range(len(hb)):
         i = order_b[k] if len(order_b) else k
         s = hb[i] & mask
-        while head[s] != -1 and keys[s] != hb[i]:
+        while first[s] >= 0 and ha[first[s]] != hb[i]:
             s = (s + np.uint64(1)) & mask
-        if head[s] == -1:  # a key never seen after
+        if first[s] < 0:  # a key never seen after
             continue
         p = head[s]
         while p >= 0 and ta[p] < tb[i]:  # too early for this packet: for every later one too
             p = nxt[p]
         if p >= 0 and ta[p] <= tb[i] + delay:
             out[i] = ta[p]
-            p = nxt[p]
+            matched += 1
+            q = nxt[p]
+            nxt[p] = -2 - i  # no chain reaches p any more
+            p = q
         head[s] = p if p >= 0 else -2  # -2: the key's after packets are used up or too early
-    return out
+    rows = np.empty(matched if departures else 0, np.int32)
+    if departures:
+        m = 0
+        for k in range(na):
+            j = order_a[k] if len(order_a) else k
+            if nxt[j] <= -2:
+                rows[m] = -2 - nxt[j]
+                m += 1
+    return out, rows
 
 
 def match_times(
@@ -248,21 +272,32 @@ def match_times(
     packet, in time order, takes the earliest unused after packet of its key inside
     [ts, ts + max_delay_ns]) from key hashes (``key_hash`` of read_columns) and timestamps,
     in one compiled pass per side."""
+    return _match_rows(hash_before, ts_before, hash_after, ts_after, max_delay_ns, False)[0]
 
+
+def match_rows(
+    hash_before: np.ndarray,
+    ts_before: np.ndarray,
+    hash_after: np.ndarray,
+    ts_after: np.ndarray,
+    *,
+    max_delay_ns: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`match_times`, and the matched rows of before in the order the after capture
+    saw them (time order): the departures of :func:`queue_levels`, without a sort."""
+    return _match_rows(hash_before, ts_before, hash_after, ts_after, max_delay_ns, True)
+
+
+def _match_rows(hash_before, ts_before, hash_after, ts_after, max_delay_ns, departures):
     def order(ts: np.ndarray) -> np.ndarray:
         return (
             np.empty(0, np.int64) if not (ts[1:] < ts[:-1]).any() else np.argsort(ts, kind="stable")
         )
 
     return _match(
-        hash_before,
-        ts_before,
-        hash_after,
-        ts_after,
-        int(max_delay_ns),
-        order(ts_before),
-        order(ts_after),
-    )
+        hash_before, ts_before, hash_after, ts_after, int(max_delay_ns), order(ts_before),
+        order(ts_after), departures,
+    )  # fmt: skip
 
 
 def tcp_flow_counters(
@@ -315,23 +350,58 @@ def queue_levels(
     delay_ns: int = 0,
     max_delay_ns: int,
     end_ns: int | None = None,
+    departures: np.ndarray | None = None,
+    header_bytes: int = 0,
 ) -> dict[str, np.ndarray]:
     """The events and occupancy of ``analysis.queue.queue_occupancy`` as arrays (ts_ns,
     event code 0 departure / 1 arrival / 2 drop, frame_bytes, packets, bytes), from the
     packets arriving at the queue (time, ``match_times`` result, frame size): the same
-    numbers without building the per-event table with address strings."""
+    numbers without building the per-event table with address strings. Arrivals in time
+    order (as a capture is written) are merged with the departures in one compiled pass;
+    departures not in arrival order (several FIFOs, or none) are taken in the order of
+    ``departures`` (the rows by departure time, as :func:`match_rows` gives them), else
+    sorted first. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
+    lengths). Sizes and occupancy come in the narrowest integers that hold them."""
     ts = np.asarray(ts_ns, dtype=np.int64)
     out_ts = np.asarray(ts_out_ns, dtype=np.int64)
+    size = np.asarray(frame_bytes)
+    add = int(header_bytes)
+    low, high = (int(size.min()) + add, int(size.max()) + add) if len(size) else (0, 0)
+    if low < -(2**31) or high >= 2**31:
+        raise ValueError("frame sizes beyond 32 bits")
+    if len(ts) >= 2**31:
+        raise ValueError(f"{len(ts)} packets: queue_levels counts occupancy in 32 bits")
+    end_ns, last_fwd, n_fwd, n_cut, arr_sorted, dep_sorted = _queue_plan(
+        ts, out_ts, -1 if end_ns is None else int(end_ns), end_ns is None, int(max_delay_ns)
+    )
+    if arr_sorted:  # arrivals in time order: merge them with the departures
+        order = np.empty(0, np.int32)  # departures in row order
+        if dep_sorted:
+            pass
+        elif departures is not None and _in_departure_order(departures, out_ts, n_fwd):
+            order = departures
+        else:  # out of arrival order (not one FIFO): by time, stably
+            order = np.argsort(out_ts, kind="stable")[len(out_ts) - n_fwd :]
+        n = len(ts) - n_cut + n_fwd
+        total = max(abs(low), abs(high)) * len(size)  # bound of the occupancy in bytes
+        sizes = np.empty(n, np.uint16 if low >= 0 and high < 2**16 else np.int32)
+        nbytes = np.empty(n, np.int32 if total < 2**31 else np.int64)
+        t, code, packets = _queue_merge(
+            ts, out_ts, size, add, int(delay_ns), order, n_fwd, end_ns - int(max_delay_ns),
+            last_fwd, sizes, nbytes,
+        )  # fmt: skip
+        return {
+            "ts_ns": t,
+            "event": code,
+            "frame_bytes": sizes,
+            "packets": packets,
+            "bytes": nbytes,
+        }
     fwd = out_ts >= 0
-    if end_ns is None:
-        end_ns = int(out_ts[fwd].max()) if fwd.any() else int(ts.max(initial=0))
     keep = np.flatnonzero(~undecided(ts, fwd, max_delay_ns=max_delay_ns, end_ns=end_ns))
     ts, fwd, out_ts = ts[keep], fwd[keep], out_ts[keep]
-    size = np.asarray(frame_bytes)[keep].astype(np.int64)
+    size = size[keep].astype(np.int32) + add
     dep = out_ts[fwd]
-    if not ((ts[1:] < ts[:-1]).any() or (dep[1:] < dep[:-1]).any()):
-        t, code, size, packets, nbytes = _queue_merge(ts + delay_ns, fwd, size, dep)
-        return {"ts_ns": t, "event": code, "frame_bytes": size, "packets": packets, "bytes": nbytes}
     n_fwd = len(dep)
     t = np.r_[ts + delay_ns, dep]
     code = np.r_[np.where(fwd, 1, 2), np.zeros(n_fwd, np.int64)].astype(np.int8)
@@ -350,40 +420,102 @@ def queue_levels(
 
 
 @njit(cache=True, nogil=True)
-def _queue_merge(arr, fwd, size, dep):
-    """queue_levels' events for arrival times and departure times each in order: a three-way
-    merge (departures, arrivals, drops; at equal times in that order, then in row order)."""
-    n = len(arr) + len(dep)
+def _queue_plan(ts, out_ts, end_ns, default_end, max_delay_ns):
+    """end_ns (default: the last departure, else the last arrival), the last forwarded
+    packet's arrival, how many were forwarded and how many are undecided (see
+    :func:`undecided`), whether arrivals are in time order, and departures too (in row
+    order)."""
+    last_fwd = np.iinfo(np.int64).min
+    last_ts = last_dep = np.iinfo(np.int64).min
+    n_fwd = 0
+    arr_sorted = dep_sorted = True
+    for i in range(len(ts)):
+        arr_sorted &= ts[i] >= last_ts
+        last_ts = ts[i]
+        if out_ts[i] >= 0:
+            n_fwd += 1
+            dep_sorted &= out_ts[i] >= last_dep
+            last_dep = out_ts[i]
+            last_fwd = max(last_fwd, ts[i])
+    if default_end:
+        end_ns = np.int64(0)
+        for i in range(len(ts)):
+            end_ns = max(end_ns, out_ts[i] if n_fwd else ts[i])
+    n_cut = 0
+    for i in range(len(ts)):
+        n_cut += out_ts[i] < 0 and ts[i] > end_ns - max_delay_ns and ts[i] > last_fwd
+    return end_ns, last_fwd, n_fwd, n_cut, arr_sorted, dep_sorted
+
+
+@njit(cache=True, nogil=True)
+def _in_departure_order(rows, out_ts, n_fwd):
+    """Whether ``rows`` lists every forwarded row once by (departure time, row): n_fwd
+    forwarded rows in strictly increasing order."""
+    if len(rows) != n_fwd:
+        return False
+    for k in range(len(rows)):
+        r = rows[k]
+        if r < 0 or r >= len(out_ts) or out_ts[r] < 0:
+            return False
+        q = rows[k - 1]
+        if k and (out_ts[r] < out_ts[q] or (out_ts[r] == out_ts[q] and r < q)):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_arrival(out_ts, i):
+    while i < len(out_ts) and out_ts[i] < 0:
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_drop(ts, out_ts, i, cut, last_fwd):
+    while i < len(out_ts) and (out_ts[i] >= 0 or (ts[i] > cut and ts[i] > last_fwd)):
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _queue_merge(ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, out_size, nbytes):
+    """queue_levels' events for arrivals in time order: a three-way merge of departures (in
+    ``order``, else in row order), arrivals (forwarded rows) and drops (the others, but the
+    undecided: after ``cut`` and ``last_fwd``); at equal times in that order, then in row
+    order. Frame sizes are size + add; each event's goes to ``out_size``, the occupancy in
+    bytes after it to ``nbytes``."""
+    n = len(nbytes)
     t = np.empty(n, np.int64)
     code = np.empty(n, np.int8)
-    out_size = np.empty(n, np.int64)
-    packets = np.empty(n, np.int64)
-    nbytes = np.empty(n, np.int64)
-    dep_size = size[fwd]
+    packets = np.empty(n, np.int32)  # fewer than 2**31 rows (queue_levels checks)
     big = np.iinfo(np.int64).max
-    i_arr, i_drop, i_dep = 0, 0, 0  # next arrival row, next drop row, next departure
+    rows = len(ts)
+    by_order = len(order) > 0
+    i_arr = _next_arrival(out_ts, 0)
+    i_drop = _next_drop(ts, out_ts, 0, cut, last_fwd)
+    r_dep = _next_arrival(out_ts, 0)
+    i_dep = 0
     level, level_bytes = 0, 0
     for k in range(n):
-        while i_arr < len(arr) and not fwd[i_arr]:
-            i_arr += 1
-        while i_drop < len(arr) and fwd[i_drop]:
-            i_drop += 1
-        ta = arr[i_arr] if i_arr < len(arr) else big
-        tx = arr[i_drop] if i_drop < len(arr) else big
-        td = dep[i_dep] if i_dep < len(dep) else big
-        if i_dep < len(dep) and td <= ta and td <= tx:
-            t[k], code[k], s = td, 0, dep_size[i_dep]
+        ta = ts[i_arr] + delay if i_arr < rows else big
+        tx = ts[i_drop] + delay if i_drop < rows else big
+        r = order[i_dep] if by_order and i_dep < n_fwd else r_dep
+        td = out_ts[r] if i_dep < n_fwd else big
+        if i_dep < n_fwd and td <= ta and td <= tx:
+            t[k], code[k], s = td, 0, size[r] + add
             level, level_bytes = level - 1, level_bytes - s
             i_dep += 1
-        elif i_arr < len(arr) and ta <= tx:
-            t[k], code[k], s = ta, 1, size[i_arr]
+            if not by_order:
+                r_dep = _next_arrival(out_ts, r_dep + 1)
+        elif i_arr < rows and ta <= tx:
+            t[k], code[k], s = ta, 1, size[i_arr] + add
             level, level_bytes = level + 1, level_bytes + s
-            i_arr += 1
+            i_arr = _next_arrival(out_ts, i_arr + 1)
         else:
-            t[k], code[k], s = tx, 2, size[i_drop]
-            i_drop += 1
+            t[k], code[k], s = tx, 2, size[i_drop] + add
+            i_drop = _next_drop(ts, out_ts, i_drop + 1, cut, last_fwd)
         out_size[k], packets[k], nbytes[k] = s, level, level_bytes
-    return t, code, out_size, packets, nbytes
+    return t, code, packets
 
 
 def summarize_owd(owd_df) -> dict:
@@ -411,3 +543,294 @@ def summarize_owd(owd_df) -> dict:
             "p99_ms": float(np.percentile(ms, 99)),
         }
     return {"packets": len(lost), "lost": int(lost.sum()), **stats}
+
+
+# One pass per capture: the records are parsed as analysis/pcapscan.py parses them, each
+# IPv4 packet gets its direction (a row of a table of (src, dst, sport, dport, proto) that
+# the pass builds) and only what a trial's metrics use is kept, in narrow columns.
+_BLOCK = 1 << 20  # bytes read at a time: the buffer stays in the CPU's cache
+_TABLE0 = 1 << 12  # initial slots of the direction table (it doubles when half full)
+_FULL = 3  # _pass stopped before a packet of a new direction: the table must grow first
+
+
+@dataclass
+class Capture:
+    """One pass over a capture (:func:`scan`): per IPv4 packet, in file order, its row in
+    ``directions`` and the columns a trial's metrics need (read_pcap's names and values, but
+    payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags
+    are 0 on packets that are not TCP). ``directions``:
+    src, dst, sport, dport, proto and ``first`` (its first packet) per direction, in order
+    of appearance; ``in_order``: timestamps never go back."""
+
+    path: str
+    direction: np.ndarray
+    ts_ns: np.ndarray
+    key_hash: np.ndarray
+    ip_len: np.ndarray
+    seq: np.ndarray
+    ack: np.ndarray
+    payload_len: np.ndarray
+    tcp_flags: np.ndarray
+    directions: dict[str, np.ndarray]
+    in_order: bool
+
+    def drop_tcp(self) -> None:
+        """Free the TCP columns (seq, ack, payload_len, tcp_flags) once the flow counters are
+        taken: the rest of a trial's analysis does not read them."""
+        for c in ("seq", "ack", "payload_len", "tcp_flags"):
+            setattr(self, c, np.empty(0, getattr(self, c).dtype))
+
+    def rows(self, wanted: np.ndarray, ip_len: bool = True) -> dict[str, np.ndarray]:
+        """ts_ns, key_hash (and ip_len) of the packets whose direction is ``wanted`` (a bool
+        per direction), in file order: one compiled pass."""
+        ts, key, length = _rows(
+            wanted, self.direction, self.ts_ns, self.key_hash, self.ip_len, ip_len
+        )
+        return {"ts_ns": ts, "key_hash": key, **({"ip_len": length} if ip_len else {})}
+
+
+@njit(cache=True, nogil=True)
+def _rows(wanted, direction, ts, key_hash, ip_len, with_len):
+    n = 0
+    for d in direction:
+        n += wanted[d]
+    o_ts = np.empty(n, ts.dtype)
+    o_key = np.empty(n, key_hash.dtype)
+    o_len = np.empty(n if with_len else 0, ip_len.dtype)
+    k = 0
+    for i in range(len(direction)):
+        if wanted[direction[i]]:
+            o_ts[k], o_key[k] = ts[i], key_hash[i]
+            if with_len:
+                o_len[k] = ip_len[i]
+            k += 1
+    return o_ts, o_key, o_len
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _pass(
+    b, limit, size, little, frac_ns, l3_base, et_off, vlan, n, last_ts, in_order,
+    table, keys1, keys2, first, m,
+    o_dir, o_ts, o_hash, o_len, o_seq, o_ack, o_plen, o_flags,
+):  # fmt: skip
+    """Parse the records of b[:size] from 0 while pos < limit (as pcapscan._scan) into the
+    output columns from row n; returns (pos, n, m, last_ts, in_order, code): code 0 when
+    ``limit`` was reached, 1 when the record at pos is incomplete, 2 when its caplen is
+    above libpcap's maximum, _FULL when its direction is new and the table is half full."""
+    pos = 0
+    cap = len(keys1)
+    while pos < limit:
+        if size - pos < _REC_HDR:
+            return pos, n, m, last_ts, in_order, 1
+        caplen = _u32(b, pos + 8, little)
+        if caplen > _MAX_CAPLEN:
+            return pos, n, m, last_ts, in_order, 2
+        frame = pos + _REC_HDR
+        left = frame + caplen
+        if left > size:
+            return pos, n, m, last_ts, in_order, 1
+        rec = pos
+        l3 = l3_base
+        if et_off >= 0:
+            e = frame + et_off
+            et = _at(b, e, left) << 8 | _at(b, e + 1, left)
+            if vlan:
+                for tag in (16, 20):
+                    if et != 0x8100 and et != 0x88A8:
+                        break
+                    et = _at(b, frame + tag, left) << 8 | _at(b, frame + tag + 1, left)
+                    l3 += 4
+            if et != 0x0800:
+                pos = left
+                continue
+        ip = frame + l3
+        if caplen < l3 + 20 or b[ip] >> 4 != 4:
+            pos = left
+            continue
+        ip_hl = (np.int64(b[ip]) & 0x0F) * 4
+        ip_len = np.int64(b[ip + 2]) << 8 | np.int64(b[ip + 3])
+        proto = np.int64(b[ip + 9])
+        first_frag = ((np.int64(b[ip + 6]) << 8 | np.int64(b[ip + 7])) & 0x1FFF) == 0
+        is_tcp = proto == 6 and first_frag and ip_hl >= 20
+        is_udp = proto == 17 and first_frag and ip_hl >= 20
+        l4 = ip + ip_hl
+        sport = dport = seq = ack = flags = np.int64(0)
+        l4_hl = np.int64(0)
+        if (is_tcp or is_udp) and l4 + 20 <= left:  # the usual case: no byte is missing
+            sport = np.int64(b[l4]) << 8 | np.int64(b[l4 + 1])
+            dport = np.int64(b[l4 + 2]) << 8 | np.int64(b[l4 + 3])
+            l4_hl = 8
+            if is_tcp:
+                seq = _u32(b, l4 + 4, False)
+                ack = _u32(b, l4 + 8, False)
+                flags = np.int64(b[l4 + 13])
+                l4_hl = (np.int64(b[l4 + 12]) >> 4) * 4
+        elif is_tcp or is_udp:  # snapped inside the header: missing bytes read as 0
+            sport = _at(b, l4, left) << 8 | _at(b, l4 + 1, left)
+            dport = _at(b, l4 + 2, left) << 8 | _at(b, l4 + 3, left)
+            l4_hl = 8
+            if is_tcp:
+                seq = _at(b, l4 + 4, left) << 24 | _at(b, l4 + 5, left) << 16
+                seq |= _at(b, l4 + 6, left) << 8 | _at(b, l4 + 7, left)
+                ack = _at(b, l4 + 8, left) << 24 | _at(b, l4 + 9, left) << 16
+                ack |= _at(b, l4 + 10, left) << 8 | _at(b, l4 + 11, left)
+                flags = _at(b, l4 + 13, left)
+                l4_hl = (_at(b, l4 + 12, left) >> 4) * 4
+        src = _u32(b, ip + 12, False)
+        dst = _u32(b, ip + 16, False)
+        k1 = _U(src) << _U(32) | _U(dst)
+        k2 = _U(proto) << _U(32) | _U(sport) << _U(16) | _U(dport)
+        s = _find(table, keys1, keys2, k1, k2)
+        d = table[s]
+        if d < 0:
+            if 2 * (m + 1) > len(table) or m >= cap:
+                return rec, n, m, last_ts, in_order, _FULL
+            table[s] = m
+            keys1[m], keys2[m], first[m] = k1, k2, n
+            d = m
+            m += 1
+        pos = left
+        plen = ip_len - ip_hl - l4_hl
+        pl = l4 + l4_hl
+        head_len = max(min(min(left - pl, plen), 8), 0)
+        head = _U(0)
+        for i in range(head_len):
+            head |= _U(b[pl + i]) << _U(56 - 8 * i)
+        ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
+        ts = _u32(b, rec, little) * 1_000_000_000 + _u32(b, rec + 4, little) * frac_ns
+        if ts < last_ts:
+            in_order = False
+        last_ts = ts
+        o_dir[n] = d
+        o_ts[n] = ts
+        o_len[n] = ip_len
+        if proto == 6:  # as read_pcap's columns (a later fragment: ports, seq, flags 0), but
+            o_seq[n], o_ack[n], o_flags[n] = seq, ack, flags
+            o_plen[n] = max(plen, 0)  # payload lengths below 0 (broken headers) count as 0
+        else:
+            o_seq[n], o_ack[n], o_plen[n], o_flags[n] = 0, 0, 0, 0
+        h = _U(0x9E3779B97F4A7C15)  # analysis.match.key_hash, as pcapscan computes it
+        h = _mix(h ^ k1)
+        h = _mix(
+            h
+            ^ (_U(proto) << _U(56) | _U(sport) << _U(40) | _U(dport) << _U(24) | _U(ip_id) << _U(8))
+        )
+        h = _mix(h ^ _U(seq))
+        o_hash[n] = _mix(h ^ head)
+        n += 1
+    return pos, n, m, last_ts, in_order, 0
+
+
+@njit(cache=True, nogil=True)
+def _rehash(table, keys1, keys2, m):
+    for d in range(m):
+        table[_find(table, keys1, keys2, keys1[d], keys2[d])] = d
+
+
+@njit(cache=True, nogil=True)
+def _reverse(table, keys1, keys2, m):
+    """Each direction's reverse (ports and addresses swapped, same protocol), -1 if none."""
+    rev = np.full(m, -1, np.int64)
+    for d in range(m):
+        k1 = keys1[d] << np.uint64(32) | keys1[d] >> np.uint64(32)
+        p = keys2[d]
+        k2 = (
+            (p >> np.uint64(32)) << np.uint64(32)
+            | (p & np.uint64(0xFFFF)) << np.uint64(16)
+            | (p >> np.uint64(16)) & np.uint64(0xFFFF)
+        )
+        rev[d] = table[_find(table, keys1, keys2, k1, k2)]
+    return rev
+
+
+def scan(path: str | os.PathLike[str]) -> Capture:
+    """One compiled pass over the classic pcap file ``path`` (its size when reading began):
+    see :class:`Capture`. Errors and truncation as :func:`analysis.pcap.read_columns`."""
+    from analysis import pcap
+
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        fmt = pcap._read_global_header(f, name)
+    ip_offset, et_offset = pcap._LINKTYPES[fmt.linktype]
+    size = os.path.getsize(name)
+    cap = max((size - _GLOBAL_HDR) // _REC_HDR, 0) + 1  # at most one packet per 16 bytes
+    dtypes = (np.int32, np.int64, np.uint64, np.uint16, np.uint32, np.uint32, np.uint16, np.uint8)
+    cols = [_alloc(cap, t) for t in dtypes]
+    table = np.full(_TABLE0, -1, np.int64)
+    keys1, keys2, first = (np.empty(_TABLE0 // 2, t) for t in (np.uint64, np.uint64, np.int64))
+    args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
+    args = (*args, fmt.linktype == 1)
+    block = _BLOCK
+    buf = np.empty(block + _MAX_CAPLEN + _REC_HDR, dtype=np.uint8)
+    view = memoryview(buf)
+    n, m, last_ts, in_order = 0, 0, np.iinfo(np.int64).min, True
+    carry, base, left = 0, _GLOBAL_HDR, size - _GLOBAL_HDR  # base: file offset of buf[0]
+    with open(name, "rb") as f:
+        f.seek(_GLOBAL_HDR)
+        while True:
+            got = f.readinto(view[carry : carry + min(block, max(left, 0))])
+            left -= got
+            end = carry + got
+            while True:
+                state = (n, last_ts, in_order, table, keys1, keys2, first, m)
+                pos, n, m, last_ts, in_order, code = _pass(
+                    buf[:end], end, end, *args, *state, *cols
+                )
+                if code != _FULL:
+                    break
+                table = np.full(2 * len(table), -1, np.int64)
+                keys1, keys2, first = (np.resize(a, len(table) // 2) for a in (keys1, keys2, first))
+                _rehash(table, keys1, keys2, m)
+                buf[: end - pos] = buf[pos:end]
+                end -= pos
+                base += pos
+            if code == 2 or not got:
+                break
+            carry = end - pos
+            buf[:carry] = buf[pos:end]
+            base += pos
+    if code == 2 or code == 1:
+        caplen = int.from_bytes(buf[pos + 8 : pos + 12].tobytes(), "little" if args[0] else "big")
+        if code == 2:
+            raise pcap.PcapError(
+                f"{name}: corrupt record header at byte {base + pos} "
+                f"(caplen {caplen} > {_MAX_CAPLEN}; file damaged or not written sequentially)"
+            )
+        warnings.warn(pcap._truncated(name, base + pos, size - base - pos, caplen), stacklevel=2)
+    k1, k2 = keys1[:m], keys2[:m]
+    directions = {
+        "src": (k1 >> _U(32)).astype(np.uint32),
+        "dst": (k1 & _U(0xFFFFFFFF)).astype(np.uint32),
+        "sport": (k2 >> _U(16) & _U(0xFFFF)).astype(np.uint16),
+        "dport": (k2 & _U(0xFFFF)).astype(np.uint16),
+        "proto": (k2 >> _U(32)).astype(np.uint8),
+        "first": first[:m].copy(),
+        "reverse": _reverse(table, keys1, keys2, m),
+    }
+    return Capture(name, *(c[:n] for c in cols), directions, bool(in_order))
+
+
+def flow_counters(
+    cap: Capture, *, start_ns: int | None = None, end_ns: int | None = None
+) -> dict[str, np.ndarray]:
+    """:func:`tcp_flow_counters` of a scanned capture (the same numbers, in the same order)."""
+    ids = cap.direction
+    ts = cap.ts_ns
+    order = np.empty(0, np.int64) if cap.in_order else np.argsort(ts, kind="stable")
+    first_data, packets, retx, retx_bytes, nbytes, span = _counters(
+        cap.in_order, order, ids, len(cap.directions["src"]), cap.directions["reverse"], ts,
+        cap.tcp_flags, cap.seq, cap.ack, cap.payload_len, start_ns is not None,
+        0 if start_ns is None else int(start_ns), end_ns is not None,
+        0 if end_ns is None else int(end_ns),
+    )  # fmt: skip
+    flows = np.flatnonzero(first_data >= 0)
+    flows = flows[np.argsort(first_data[flows], kind="stable")]
+    out = {c: cap.directions[c][flows] for c in ("src", "dst", "sport", "dport")}
+    out.update(
+        data_packets=packets[flows],
+        retransmitted_packets=retx[flows],
+        retransmitted_bytes=retx_bytes[flows],
+        bytes=nbytes[flows],
+        span_ns=span[flows],
+    )
+    return out

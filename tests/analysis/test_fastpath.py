@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.fastpath import _in_departure_order, flow_counters, match_rows, scan
 from analysis.match import key_hash, match_packets
 from analysis.metrics import (
     match_times,
@@ -17,10 +18,12 @@ from analysis.metrics import (
     tcp_goodput,
     tcp_retransmissions,
 )
-from analysis.pcap import COLUMNS, read_columns, read_pcap
+from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, read_columns, read_pcap
 from analysis.queue import EVENTS, queue_occupancy
 
+from .pcapgen import write_pcap
 from .tcpgen import generate
+from .test_pcap import random_capture
 
 DELAY = 2 * 10**9
 
@@ -55,25 +58,61 @@ def test_match_times_is_match_packets(pair: tuple[Path, Path], shuffle: bool) ->
         assert (ref >= 0).sum() > (len(b) // 3 if delay == DELAY else 100)
 
 
-@pytest.mark.parametrize("shuffle", [False, True], ids=["merge", "sort"])
-def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], shuffle: bool) -> None:
+@pytest.mark.parametrize("order", ["merge", "departures", "fifo", "sort"])
+@pytest.mark.parametrize("cut", [False, True], ids=["decided", "undecided"])
+def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cut: bool) -> None:
+    """Each path of queue_levels: arrivals in time order merged with departures that are not
+    in arrival order (several flows: sorted first, or in the order match_rows gives) or are
+    (one flow: one FIFO), and the general sort; with every packet decided, or the last
+    ones undecided (the capture after the router ended first)."""
     b, a = read_pcap(pair[0]), read_pcap(pair[1])
     matched = match_packets(b, a, max_delay_ns=DELAY)
-    if shuffle:  # not in time order: the sorting path
+    fwd = matched.ts_out_ns.to_numpy() >= 0
+    if order == "fifo":  # one flow: its departures keep its arrival order
+        one = matched.sport.to_numpy() == matched.sport.to_numpy()[fwd & (matched.proto == 6)][0]
+        matched = matched[one]
+        dep = matched.ts_out_ns.to_numpy()[matched.ts_out_ns.to_numpy() >= 0]
+        assert (np.diff(dep) >= 0).all()
+    elif order in ("merge", "departures"):
+        dep = matched.ts_out_ns.to_numpy()[fwd]
+        assert (np.diff(dep) < 0).any()
+    else:  # not in time order: the sorting path
         matched = matched.sample(frac=1, random_state=3)
+    if cut:  # the capture after the router stopped early: the last packets are undecided
+        late = matched.ts_ns.to_numpy() >= matched.ts_ns.quantile(0.9)
+        matched = matched.assign(
+            ts_out_ns=np.where(late, -1, matched.ts_out_ns), forwarded=~late & matched.forwarded
+        )
+    departures = None
+    if order == "departures":
+        ts_out, departures = match_rows(
+            key_hash(b), b.ts_ns.to_numpy(), key_hash(a), a.ts_ns.to_numpy(), max_delay_ns=DELAY
+        )
+        out = matched.ts_out_ns.to_numpy()
+        assert np.array_equal(ts_out[out >= 0], out[out >= 0])
+        departures = departures[out[departures] >= 0]  # not the cut ones
+        assert _in_departure_order(departures, out, (out >= 0).sum())  # used, not sorted
     ref = queue_occupancy(matched, delay_ns=1000, max_delay_ns=DELAY)
     got = queue_levels(
         matched.ts_ns.to_numpy(),
         matched.ts_out_ns.to_numpy(),
-        matched.ip_len.to_numpy().astype(np.int64) + 14,
+        *(  # frame sizes, or IP lengths and the Ethernet header
+            (matched.ip_len.to_numpy(),)
+            if order in ("merge", "departures")
+            else (matched.ip_len.to_numpy().astype(np.int64) + 14,)
+        ),
         delay_ns=1000,
         max_delay_ns=DELAY,
+        departures=departures,
+        header_bytes=14 if order in ("merge", "departures") else 0,
     )
+    events = 2 * matched.forwarded.sum() + (~matched.forwarded).sum()
+    assert len(ref) < events - 10 if cut else len(ref) == events  # undecided: left out
     for c in ("ts_ns", "frame_bytes", "packets", "bytes"):
         assert np.array_equal(got[c], ref[c].to_numpy()), c
     assert np.array_equal(got["event"], ref.event.cat.codes.to_numpy())
     assert list(EVENTS.categories) == ["departure", "arrival", "drop"]
-    assert (got["event"] == 2).sum() > 10  # drops happened
+    assert (got["event"] == 2).sum() > (0 if order == "fifo" else 10)  # drops happened
 
 
 def test_flow_counters_are_the_frame_metrics(pair: tuple[Path, Path]) -> None:
@@ -114,3 +153,83 @@ def test_a_growing_capture_is_read_up_to_its_size_at_the_start(
     monkeypatch.undo()
     whole = read_columns(path, ["ts_ns"])["ts_ns"]
     assert 0 < len(half) < len(whole) and np.array_equal(half, whole[: len(half)])
+
+
+@pytest.mark.parametrize("snaplen", [65535, 60, 50], ids=["whole", "cut-in-tcp", "cut-in-ports"])
+def test_scan_is_read_columns(tmp_path: Path, snaplen: int) -> None:
+    """scan's columns are read_pcap's (TCP fields on TCP packets, payload lengths below 0 as
+    0); every packet's direction holds its addresses, ports and protocol; thousands of
+    directions (the table grows while scanning); frames cut inside the headers."""
+    path = write_pcap(tmp_path / "r.pcap", random_capture(seed=5, n=6000), snaplen=snaplen)
+    cols = read_columns(path, [*COLUMNS, "key_hash"])
+    cap = scan(path)
+    for c in ("ts_ns", "key_hash", "ip_len"):
+        assert np.array_equal(getattr(cap, c), cols[c]), c
+    tcp = cols["proto"] == 6
+    for c in ("seq", "ack", "tcp_flags"):
+        assert np.array_equal(getattr(cap, c), np.where(tcp, cols[c], 0)), c
+    assert np.array_equal(cap.payload_len, np.where(tcp, np.maximum(cols["payload_len"], 0), 0))
+    d = cap.directions
+    assert len(d["src"]) > 2 * 2048 and cap.in_order
+    for c in ("src", "dst", "sport", "dport", "proto"):
+        assert np.array_equal(d[c][cap.direction], cols[c]), c
+    assert np.array_equal(d["first"], np.unique(cap.direction, return_index=True)[1])
+    has = d["reverse"] >= 0
+    assert has.any() and np.array_equal(d["reverse"][d["reverse"][has]], np.flatnonzero(has))
+    assert np.array_equal(d["src"][d["reverse"][has]], d["dst"][has])
+    assert np.array_equal(d["sport"][d["reverse"][has]], d["dport"][has])
+
+
+def _shuffled(path: Path, out: Path, seed: int) -> Path:
+    """A copy of the capture with some records moved (timestamps out of file order)."""
+    data = path.read_bytes()
+    records, pos = [], 24
+    while pos < len(data):
+        caplen = int.from_bytes(data[pos + 8 : pos + 12], "little")
+        records.append(data[pos : pos + 16 + caplen])
+        pos += 16 + caplen
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(len(records) - 50, size=len(records) // 20, replace=False):
+        j = i + int(rng.integers(1, 50))
+        records[i], records[j] = records[j], records[i]
+    out.write_bytes(data[:24] + b"".join(records))
+    return out
+
+
+@pytest.mark.parametrize("window", [False, True], ids=["whole", "window"])
+def test_flow_counters_of_a_scan(pair: tuple[Path, Path], tmp_path: Path, window: bool) -> None:
+    """flow_counters of a scan are tcp_flow_counters of read_pcap's columns, captures in
+    time order or not, with or without a window."""
+    for path in (pair[0], pair[1], _shuffled(pair[0], tmp_path / "shuffled.pcap", seed=4)):
+        cols = read_columns(path, COLUMNS)
+        bounds = {}
+        if window:
+            t = np.sort(cols["ts_ns"])
+            bounds = {"start_ns": int(t[len(t) // 3]), "end_ns": int(t[2 * len(t) // 3])}
+        ref = tcp_flow_counters(cols, **bounds)
+        cap = scan(path)
+        assert cap.in_order == (path.name != "shuffled.pcap")
+        got = flow_counters(cap, **bounds)
+        assert list(got) == list(ref)
+        for c in ref:
+            assert np.array_equal(got[c], ref[c]), (path.name, c)
+        assert ref["retransmitted_packets"].sum() > 0
+
+
+def test_scan_of_a_truncated_or_corrupt_capture(tmp_path: Path) -> None:
+    """As read_columns: a truncated capture keeps its complete records and warns, naming the
+    file and the offset; a corrupt record header is an error."""
+    data = write_pcap(tmp_path / "v.pcap", random_capture(seed=1, n=20)).read_bytes()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:-10])
+    with pytest.warns(PcapTruncatedWarning, match=r"cut\.pcap: truncated packet record") as w:
+        cut = scan(path)
+    with pytest.warns(PcapTruncatedWarning) as w_ref:
+        ref = read_columns(path, ["ts_ns"])
+    assert str(w[0].message) == str(w_ref[0].message)
+    assert np.array_equal(cut.ts_ns, ref["ts_ns"]) and len(ref["ts_ns"]) > 10
+    bad = bytearray(data)
+    bad[24 + 8 : 24 + 12] = (10**9).to_bytes(4, "little")  # the first record's caplen
+    path.write_bytes(bytes(bad))
+    with pytest.raises(PcapError, match=r"cut\.pcap: corrupt record header at byte 24"):
+        scan(path)

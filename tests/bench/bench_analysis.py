@@ -48,24 +48,21 @@ MAX_DELAY_NS = 2 * 10**9
 FLOWS = ("src", "dst", "sport", "dport")
 
 
-READ = ("ts_ns", "src", "dst", "sport", "dport", "proto", "tcp_flags", "seq", "ack",
-        "payload_len", "ip_len", "key_hash")  # fmt: skip
-
-
 def analyse(before: Path, after: Path) -> dict:
-    """The analysis of one trial, stage by stage, on the array fast path (read_columns and
-    the compiled passes; no per-packet DataFrame): each capture is read, reduced to its flow
+    """The analysis of one trial, stage by stage, on the array fast path (analysis/fastpath.py:
+    one compiled pass per capture, no pandas): each capture is scanned, reduced to its flow
     counters and the packets the queue and the OWD need, and dropped before the next."""
     import numpy as np
 
-    from analysis.metrics import (
+    from analysis.fastpath import (
+        flow_counters,
+        match_rows,
         match_times,
         queue_levels,
+        scan,
         summarize_owd,
-        tcp_flow_counters,
         undecided,
     )
-    from analysis.pcap import read_columns
 
     stages: dict[str, float] = {}
     t = time.perf_counter()
@@ -79,28 +76,26 @@ def analyse(before: Path, after: Path) -> dict:
     def pair_key(cols: dict) -> np.ndarray:
         return cols["src"].astype(np.uint64) << np.uint64(32) | cols["dst"]
 
-    def reduce(cols: dict, pairs: np.ndarray) -> tuple[dict, dict]:
+    def reduce(cap, pairs: np.ndarray) -> tuple[dict, dict]:
         """The packets crossing the bottleneck (queue) and the UDP ones (OWD)."""
-        cross = np.flatnonzero(np.isin(pair_key(cols), pairs))
-        udp = np.flatnonzero(cols["proto"] == 17)
-        return (
-            {k: cols[k][cross] for k in ("ts_ns", "key_hash", "ip_len")},
-            {k: cols[k][udp] for k in ("ts_ns", "key_hash", "src", "dst")},
-        )
+        cross = np.isin(pair_key(cap.directions), pairs)
+        return cap.rows(cross), cap.rows(cap.directions["proto"] == 17, ip_len=False)
 
-    b = read_columns(before, READ)
+    b = scan(before)
     stage("read")
-    sent = tcp_flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
+    sent = flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
+    b.drop_tcp()
     stage("retransmissions")
-    pairs = np.unique(pair_key(sent))
-    first_udp = np.flatnonzero(b["proto"] == 17)[:1]
-    pairs = np.union1d(pairs, pair_key({k: b[k][first_udp] for k in ("src", "dst")}))
+    udp = np.flatnonzero(b.directions["proto"] == 17)
+    first_udp = udp[np.argsort(b.directions["first"][udp])[:1]]  # the first UDP packet's
+    pairs = np.union1d(pair_key(sent), pair_key({k: b.directions[k][first_udp] for k in FLOWS}))
     cross_b, udp_b = reduce(b, pairs)
     del b
     stage("queue")
-    a = read_columns(after, READ)
+    a = scan(after)
     stage("read")
-    goodput = tcp_flow_counters(a)
+    goodput = flow_counters(a)
+    a.drop_tcp()
     stage("goodput")
     cross_a, udp_a = reduce(a, pairs)
     del a
@@ -115,12 +110,15 @@ def analyse(before: Path, after: Path) -> dict:
     owd = np.where(fwd, ts_out - udp_b["ts_ns"], -1)[~cut]
     owd = summarize_owd({"lost": ~fwd[~cut], "owd_ns": owd})
     stage("owd")
-    ts_out = match_times(
+    ts_out, departures = match_rows(
         cross_b["key_hash"], cross_b["ts_ns"], cross_a["key_hash"], cross_a["ts_ns"],
         max_delay_ns=MAX_DELAY_NS,
     )  # fmt: skip
-    frame = cross_b["ip_len"].astype(np.int64) + 14
-    queue = queue_levels(cross_b["ts_ns"], ts_out, frame, max_delay_ns=MAX_DELAY_NS)
+    del cross_a, cross_b["key_hash"]  # the queue needs arrivals, departures and sizes only
+    queue = queue_levels(
+        cross_b["ts_ns"], ts_out, cross_b["ip_len"], max_delay_ns=MAX_DELAY_NS,
+        departures=departures, header_bytes=14,
+    )  # fmt: skip
     stage("queue")
     flows = [
         {k: int(sent[k][i]) for k in (*FLOWS, "data_packets", "retransmitted_packets",
@@ -180,11 +178,10 @@ def analyse_twice(before: Path, after: Path) -> dict:
     assert {k: v for k, v in first.items() if k != "stages"} == {
         k: v for k, v in second.items() if k != "stages"
     }
-    from analysis.metrics import tcp_flow_counters
-    from analysis.pcap import read_columns
+    from analysis.fastpath import flow_counters, scan
 
     t = time.perf_counter()  # tcptrace's job alone: one capture read, its flows counted
-    tcp_flow_counters(read_columns(before, READ[:10]))
+    flow_counters(scan(before))
     alone = time.perf_counter() - t
     return {**second, "first_call_s": first_s, "second_call_s": second_s, "tcptrace_job_s": alone}
 
