@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -220,24 +220,25 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, departures):
     while size < na + na // 2:
         size *= 2
     mask = np.uint64(size - 1)
-    first = np.full(size, -1, np.int32)  # a slot's key: ha[first[slot]] (its earliest row)
-    head = np.empty(size, np.int32)  # the slot's next unused after row (-2: none left)
+    keys = np.empty(size, np.uint64)
+    head = np.full(size, -1, np.int32)  # the slot's next unused after row (-2: none left)
     nxt = np.empty(na, np.int32)  # the next after row of the same key; once used: -2 - its match
     for k in range(na - 1, -1, -1):  # backwards, so that each chain runs forwards in time
         j = order_a[k] if len(order_a) else k
         s = ha[j] & mask
-        while first[s] >= 0 and ha[first[s]] != ha[j]:
+        while head[s] >= 0 and keys[s] != ha[j]:
             s = (s + np.uint64(1)) & mask
-        nxt[j] = first[s]
-        first[s] = head[s] = j
+        keys[s] = ha[j]
+        nxt[j] = head[s]
+        head[s] = j
     out = np.full(len(hb), -1, np.int64)
     matched = 0
     for k in range(len(hb)):
         i = order_b[k] if len(order_b) else k
         s = hb[i] & mask
-        while first[s] >= 0 and ha[first[s]] != hb[i]:
+        while head[s] != -1 and keys[s] != hb[i]:
             s = (s + np.uint64(1)) & mask
-        if first[s] < 0:  # a key never seen after
+        if head[s] == -1:  # a key never seen after
             continue
         p = head[s]
         while p >= 0 and ta[p] < tb[i]:  # too early for this packet: for every later one too
@@ -549,6 +550,8 @@ def summarize_owd(owd_df) -> dict:
 # IPv4 packet gets its direction (a row of a table of (src, dst, sport, dport, proto) that
 # the pass builds) and only what a trial's metrics use is kept, in narrow columns.
 _BLOCK = 1 << 20  # bytes read at a time: the buffer stays in the CPU's cache
+_COLUMNS = ("direction", "ts_ns", "key_hash", "ip_len", "seq", "ack", "payload_len", "tcp_flags")
+_DTYPES = (np.int32, np.int64, np.uint64, np.uint16, np.uint32, np.uint32, np.uint16, np.uint8)
 _TABLE0 = 1 << 12  # initial slots of the direction table (it doubles when half full)
 _FULL = 3  # _pass stopped before a packet of a new direction: the table must grow first
 
@@ -573,12 +576,14 @@ class Capture:
     tcp_flags: np.ndarray
     directions: dict[str, np.ndarray]
     in_order: bool
+    buffers: list = field(default_factory=list, repr=False)  # the columns' whole allocations
 
     def drop_tcp(self) -> None:
         """Free the TCP columns (seq, ack, payload_len, tcp_flags) once the flow counters are
         taken: the rest of a trial's analysis does not read them."""
         for c in ("seq", "ack", "payload_len", "tcp_flags"):
             setattr(self, c, np.empty(0, getattr(self, c).dtype))
+            self.buffers[_COLUMNS.index(c)] = None
 
     def rows(self, wanted: np.ndarray, ip_len: bool = True) -> dict[str, np.ndarray]:
         """ts_ns, key_hash (and ip_len) of the packets whose direction is ``wanted`` (a bool
@@ -743,9 +748,11 @@ def _reverse(table, keys1, keys2, m):
     return rev
 
 
-def scan(path: str | os.PathLike[str]) -> Capture:
+def scan(path: str | os.PathLike[str], *, reuse: Capture | None = None) -> Capture:
     """One compiled pass over the classic pcap file ``path`` (its size when reading began):
-    see :class:`Capture`. Errors and truncation as :func:`analysis.pcap.read_columns`."""
+    see :class:`Capture`. Errors and truncation as :func:`analysis.pcap.read_columns`.
+    ``reuse``: a capture no longer needed, whose column memory this scan writes over (its
+    pages are resident already: no page faults)."""
     from analysis import pcap
 
     name = os.fspath(path)
@@ -754,8 +761,11 @@ def scan(path: str | os.PathLike[str]) -> Capture:
     ip_offset, et_offset = pcap._LINKTYPES[fmt.linktype]
     size = os.path.getsize(name)
     cap = max((size - _GLOBAL_HDR) // _REC_HDR, 0) + 1  # at most one packet per 16 bytes
-    dtypes = (np.int32, np.int64, np.uint64, np.uint16, np.uint32, np.uint32, np.uint16, np.uint8)
-    cols = [_alloc(cap, t) for t in dtypes]
+    old = reuse.buffers if reuse is not None else [None] * len(_COLUMNS)
+    cols = [
+        b if b is not None and len(b) >= cap else _alloc(cap, t)
+        for b, t in zip(old, _DTYPES, strict=True)
+    ]
     table = np.full(_TABLE0, -1, np.int64)
     keys1, keys2, first = (np.empty(_TABLE0 // 2, t) for t in (np.uint64, np.uint64, np.int64))
     args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
@@ -807,7 +817,7 @@ def scan(path: str | os.PathLike[str]) -> Capture:
         "first": first[:m].copy(),
         "reverse": _reverse(table, keys1, keys2, m),
     }
-    return Capture(name, *(c[:n] for c in cols), directions, bool(in_order))
+    return Capture(name, *(c[:n] for c in cols), directions, bool(in_order), cols)
 
 
 def flow_counters(
