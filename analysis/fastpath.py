@@ -1,8 +1,14 @@
 """The whole-trial analysis on arrays, without pandas: compiled passes (numba, cached on
-disk) for the per-flow TCP counters of tcp_goodput and tcp_retransmissions, the packet
-matching of match_packets, the queue events of queue_occupancy and the one-way delay
-summary, each giving the DataFrame API's numbers (analysis/metrics.py, analysis/match.py,
-analysis/queue.py re-export or call them; tests/analysis/test_fastpath.py checks).
+disk) giving the DataFrame API's numbers (tests/analysis/test_fastpath.py checks; metrics.py
+re-exports the array functions).
+
+``scan`` reads a capture once and keeps, per packet, only what a trial's metrics read, with
+each packet's direction found while reading (no flow table rebuilt per metric);
+``flow_counters`` gives tcp_goodput's and tcp_retransmissions' numbers from it (or
+``tcp_flow_counters`` from read_columns' columns); ``match_times`` / ``match_rows`` pair
+packets before and after a router as match_packets does; ``queue_levels`` gives
+queue_occupancy's events and occupancy; ``undecided`` and ``summarize_owd`` finish the
+one-way delay. A trial's analysis keeps one capture's columns in memory at a time.
 
 This module imports numpy and numba only: a process that analyses a trial on arrays does not
 pay for importing pandas.

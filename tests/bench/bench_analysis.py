@@ -8,16 +8,18 @@ For each size, tests/analysis/tcpgen.py writes a capture before a bottleneck rou
 after it (8 bulk TCP flows with handshake, delayed ACKs, losses, fast retransmissions and
 sequence wraparound, plus a UDP stream). Every contender runs as its own process; wall time
 is the best of --repeat runs (tshark: one run), with that run's CPU time and the process's
-peak RSS (from /usr/bin/time). The project's analysis of the trial: read both captures,
-goodput (after), retransmissions (before), one-way delay of the UDP stream, the bottleneck
-queue (match before/after + occupancy over time), on the array fast path (read_columns and
-the compiled passes of analysis/metrics.py). It is timed three ways, each labelled: a fresh
-process as a user pays it (interpreter, imports, numba's compiled code loaded from its disk
-cache: "warm"; or compiled because there is no cache yet: "cold", the first run of a
-checkout), and in-process (a second analysis in the same process: what each further trial
-of a batch costs). The same analysis through the DataFrame API (read_pcap, tcp_goodput, ...,
-what analysis/trial.py calls) runs once, as a process, and must give the same numbers. The
-tools read only the capture before the router: the project does more work than they do. The
+peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes). The project's analysis of
+the trial: read both captures, goodput (after), retransmissions (before), one-way delay of
+the UDP stream, the bottleneck queue (match before/after + occupancy over time), on the
+array fast path of analysis/fastpath.py (one compiled pass per capture, then compiled passes
+over the packets kept; numpy and numba, no pandas). It is timed three ways, each labelled: a
+fresh process as a user pays it (interpreter, imports, numba's compiled code loaded from its
+disk cache: "warm"; or compiled because there is no cache yet: "cold", the first run of a
+checkout), with its time split into interpreter start/exit, imports and analysis; and in-
+process (a second analysis in the same process: what each further trial of a batch costs).
+The same analysis through the DataFrame API (read_pcap, tcp_goodput, ..., what
+analysis/trial.py calls) runs once, as a process, and must give the same numbers. The tools
+read only the capture before the router: the project does more work than they do. The
 project's bytes and retransmissions are checked against tcptrace's on the same file.
 
 Targets (issue 6): >= 5x faster than tcptrace, >= 50x faster than tshark on 3 M packets,
@@ -279,8 +281,17 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
         f"compiled code), 2nd call {inside:.2f} s: "
         + ", ".join(f"{k} {v:.2f}" for k, v in result["stages"].items())
     )
+    fresh = json.loads(warm[3])
     print(
-        "fresh process = what `python script` pays: interpreter, numpy/pandas/numba imports, "
+        f"project fresh process, warm {warm[0]:.2f} s: interpreter start and exit "
+        f"{warm[0] - fresh['imports_s'] - fresh['analysis_s']:.2f}, imports (numpy, numba, "
+        f"analysis.fastpath; no pandas) {fresh['imports_s']:.2f}, analysis "
+        f"{fresh['analysis_s']:.2f} (in-process, 2nd call: {inside:.2f}; the difference is "
+        "loading numba's cached code and first use of memory): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in fresh["stages"].items())
+    )
+    print(
+        "fresh process = what `python script` pays: interpreter, numpy/numba imports, "
         "loading numba's on-disk cache (warm) or compiling (cold, first run of a checkout), "
         "then the analysis; in-process = the analysis alone, in a process that already ran it"
     )
@@ -324,8 +335,19 @@ def main() -> None:
     ap.add_argument("--frames", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--twice", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.analyse and not (args.frames or args.twice):  # a fresh process: where its time goes
+        t = time.perf_counter()
+        import numpy  # noqa: F401
+
+        from analysis import fastpath  # noqa: F401
+
+        imports = time.perf_counter() - t
+        t = time.perf_counter()
+        out = analyse(*args.analyse)
+        print(json.dumps({**out, "imports_s": imports, "analysis_s": time.perf_counter() - t}))
+        return
     if args.analyse:
-        how = analyse_frames if args.frames else analyse_twice if args.twice else analyse
+        how = analyse_frames if args.frames else analyse_twice
         print(json.dumps(how(*args.analyse)))
         return
     workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
