@@ -567,9 +567,9 @@ class Capture:
     """One pass over a capture (:func:`scan`): per IPv4 packet, in file order, its row in
     ``directions`` and the columns a trial's metrics need (read_pcap's names and values, but
     payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags
-    are 0 on packets that are not TCP). ``directions``:
-    src, dst, sport, dport, proto and ``first`` (its first packet) per direction, in order
-    of appearance; ``in_order``: timestamps never go back."""
+    are 0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto,
+    ``first`` (its first packet) and ``reverse`` (the opposite direction's row, -1 if none)
+    per direction, in order of appearance; ``in_order``: timestamps never go back."""
 
     path: str
     direction: np.ndarray
