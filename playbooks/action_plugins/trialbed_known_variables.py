@@ -26,19 +26,34 @@ MAGIC = {
 }  # fmt: skip
 
 
-def role_variables(roles_dir: Path) -> set[str]:
+def role_variables(roles_dir: Path) -> tuple[set[str], dict[str, list[str]]]:
+    """The variables the roles read, and which of them hold a given key in their entries
+    (`rate` -> [`linux_router_links`])."""
     names: set[str] = set()
+    keys_of: dict[str, list[str]] = {}
     for role in sorted(p for p in roles_dir.iterdir() if p.is_dir()):
         specs = role / "meta" / "argument_specs.yml"
         if specs.exists():
-            for entry in (
-                (yaml.safe_load(specs.read_text()) or {}).get("argument_specs", {}).values()
-            ):
-                names.update((entry or {}).get("options", {}))
+            entries = (yaml.safe_load(specs.read_text()) or {}).get("argument_specs", {})
+            for entry in entries.values():
+                for name, option in (entry or {}).get("options", {}).items():
+                    names.add(name)
+                    for key in (option or {}).get("options", {}):
+                        keys_of.setdefault(key, []).append(name)
         defaults = role / "defaults" / "main.yml"
         if defaults.exists():
             names.update(yaml.safe_load(defaults.read_text()) or {})
-    return names
+    return names, keys_of
+
+
+def hint(name: str, ours: list[str], keys_of: dict[str, list[str]]) -> str:
+    if name in keys_of:
+        return f"a key of each entry of {' or '.join(sorted(set(keys_of[name])))}"
+    near = [k for k in ours if name in k][:3]
+    near = near or difflib.get_close_matches(name, ours, n=3, cutoff=0.6)
+    if not near and (keys := difflib.get_close_matches(name, sorted(keys_of), n=1, cutoff=0.6)):
+        return f"nearest known: {keys[0]}, {hint(keys[0], ours, keys_of)}"
+    return f"nearest known: {', '.join(near) if near else 'none'}"
 
 
 class ActionModule(ActionBase):
@@ -49,24 +64,20 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         roles_dir = Path(task_vars["playbook_dir"]).parent / "roles"
-        ours = sorted(role_variables(roles_dir))
+        names, keys_of = role_variables(roles_dir)
+        ours = sorted(names)
         known = set(ours) | MAGIC | set(get_reserved_names())
         unknown = sorted(
             name for name in task_vars if name not in known and not name.startswith(PREFIXES)
         )
         if not unknown:
             return {**result, "changed": False, "msg": f"none unknown ({len(ours)} known)"}
-        hints = []
-        for name in unknown:
-            near = [k for k in ours if name in k][:3]
-            near = near or difflib.get_close_matches(name, ours, n=3, cutoff=0.6)
-            hints.append(f"{name} (nearest known: {', '.join(near) if near else 'none'})")
+        hints = [f"{name} ({hint(name, ours, keys_of)})" for name in unknown]
         return {
             **result,
             "failed": True,
             "changed": False,
             "msg": f"variables no role of this project reads, given to "
             f"{task_vars.get('inventory_hostname')}: {'; '.join(hints)}. Every role's variables "
-            f"are in {roles_dir}/<role>/meta/argument_specs.yml (a link's rate, buffer and "
-            "delay are keys of one entry of linux_router_links).",
+            f"are in {roles_dir}/<role>/meta/argument_specs.yml.",
         }

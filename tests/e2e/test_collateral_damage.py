@@ -237,6 +237,21 @@ def test_status_shows_what_the_rack_is_doing(trial, test_rack):
     assert clean["R"]["running"] == [] and clean["R"]["left_behind"] == []
 
 
+def test_a_variable_no_role_reads_is_refused_naming_the_nearest(test_rack, tmp_path):
+    before = json.loads(status(test_rack, "--json").stdout)
+    done = test_rack.playbook(
+        "configure.yml", "-i", str(test_rack.inventory),
+        "-e", "rate=2mbit", "-e", "linux_router_link=[]",
+    )  # fmt: skip
+    assert done.returncode != 0
+    said = " ".join(done.stdout.split())  # the callback wraps long messages
+    assert "variables no role of this project reads" in said
+    assert "linux_router_link (nearest known: linux_router_links)" in said
+    assert "rate (a key of each entry of linux_router_links)" in said
+    assert "TASK [testbed_host" not in said  # refused before any role ran
+    assert json.loads(status(test_rack, "--json").stdout) == before
+
+
 def test_unavailable_cc_is_refused_before_any_host_is_touched(test_rack, tmp_path):
     exp_file = tmp_path / "vegas.yml"
     exp_file.write_text(EXPERIMENT.replace("all: {cc: cubic}", "all: {cc: vegas}"))
