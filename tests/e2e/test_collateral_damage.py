@@ -237,6 +237,23 @@ def test_status_shows_what_the_rack_is_doing(trial, test_rack):
     assert clean["R"]["running"] == [] and clean["R"]["left_behind"] == []
 
 
+def test_teardown_without_variables_removes_what_was_applied(trial, test_rack):
+    clean = json.loads(status(test_rack, "--json").stdout)
+    overlay = trial["dir"] / "ansible" / "trial_vars.yml"
+    inventory = ("-i", str(test_rack.inventory))
+    assert test_rack.playbook("configure.yml", *inventory, "-i", str(overlay)).returncode == 0
+    assert json.loads(status(test_rack, "--json").stdout)["R"]["running"]  # the delay line
+
+    first = test_rack.playbook("teardown.yml", *inventory)  # no trial variables
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert recap(first.stdout)["R"]["changed"] > 0
+    assert json.loads(status(test_rack, "--json").stdout) == clean
+    second = test_rack.playbook("teardown.yml", *inventory)
+    assert second.returncode == 0, second.stdout[-3000:]
+    changed = {host: counts["changed"] for host, counts in recap(second.stdout).items()}
+    assert changed and all(v == 0 for v in changed.values()), changed
+
+
 def test_a_variable_no_role_reads_is_refused_naming_the_nearest(test_rack, tmp_path):
     before = json.loads(status(test_rack, "--json").stdout)
     done = test_rack.playbook(
