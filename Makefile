@@ -12,7 +12,7 @@ TOPOLOGY ?= dumbbell
 RACK ?= auto
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup rack-up rack-down status trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
+.PHONY: setup rack-up rack-down configure teardown status trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
 
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
@@ -55,6 +55,17 @@ nightly-status: setup  ## the installed schedules and the last nightly batches
 nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
 	@$(PYTHON) -m trials nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
 	  $(foreach r,$(RACKS),--rack $(r)) $(if $(SET),$(foreach s,$(SET),--set $(s)))
+
+# By hand: VARS=an inventory overlay with the hosts' variables (playbooks/examples/), CHECK=1
+# shows what would change (--check --diff) and changes nothing.
+VARS ?=
+CHECK ?=
+configure: setup  ## apply $(VARS) (an inventory overlay, e.g. playbooks/examples/dumbbell_bottleneck.yml) to the rack; CHECK=1: only show the diff
+	@test -n "$(VARS)" || { echo "usage: make configure VARS=playbooks/examples/<file>.yml [CHECK=1]"; exit 2; }
+	@$(ANSIBLE_PLAYBOOK) playbooks/configure.yml -i inventory/virtual/hosts.yml -i $(VARS) $(if $(CHECK),--check --diff)
+
+teardown: setup  ## remove from every rack host what configure applied there (no variables needed); CHECK=1: only show
+	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i inventory/virtual/hosts.yml $(if $(CHECK),--check --diff)
 
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
 	@$(PYTHON) -m trials status

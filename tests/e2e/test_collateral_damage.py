@@ -254,6 +254,25 @@ def test_teardown_without_variables_removes_what_was_applied(trial, test_rack):
     assert changed and all(v == 0 for v in changed.values()), changed
 
 
+def test_by_hand_check_mode_shows_the_change_and_applies_nothing(test_rack):
+    """make configure VARS=playbooks/examples/dumbbell_bottleneck.yml CHECK=1, on this rack."""
+    example = PROJECT / "playbooks" / "examples" / "dumbbell_bottleneck.yml"
+    inventory = ("-i", str(test_rack.inventory), "-i", str(example))
+    assert test_rack.playbook("teardown.yml", "-i", str(test_rack.inventory)).returncode == 0
+    clean = json.loads(status(test_rack, "--json").stdout)
+    check = test_rack.playbook("configure.yml", *inventory, "--check", "--diff")
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert recap(check.stdout)["R"]["changed"] > 0
+    assert "rate 1mbit" in check.stdout  # the diff of the rendered shaping
+    assert json.loads(status(test_rack, "--json").stdout) == clean
+
+    applied = test_rack.playbook("configure.yml", *inventory)
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    link = json.loads(status(test_rack, "--json").stdout)["R"]["interfaces"]["right"]
+    assert (link["rate"], link["limit"], link["delay"]) == ("1Mbit", "60000B", "25 ms (delay line)")
+    assert test_rack.playbook("teardown.yml", "-i", str(test_rack.inventory)).returncode == 0
+
+
 def test_a_variable_no_role_reads_is_refused_naming_the_nearest(test_rack, tmp_path):
     before = json.loads(status(test_rack, "--json").stdout)
     done = test_rack.playbook(
