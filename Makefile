@@ -10,6 +10,14 @@ TOPOLOGY ?= dumbbell
 # (trial: namespaces when this machine's kernel has what the experiment needs, else vm;
 # rack-up: namespaces).
 RACK ?= auto
+# A rack beside another checkout's: its own namespace prefix (default tb-) and management subnet
+# 198.19.RACK_SUBNET.0/24 (its bridges become <prefix><segment>). trial and batch use them too.
+RACK_PREFIX ?=
+RACK_SUBNET ?=
+export TRIALBED_RACK_PREFIX := $(RACK_PREFIX)
+export TRIALBED_RACK_SUBNET := $(RACK_SUBNET)
+RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX)) \
+  $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: setup rack-up rack-down configure teardown status trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
@@ -19,10 +27,10 @@ setup:  ## install Debian packages, the pinned Python environment and Ansible co
 
 rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPOLOGY).yml (RACK=vm: inside the VM; a rack of another topology or kind goes first) and write inventory/virtual/hosts.yml
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_topology_name=$(TOPOLOGY) \
-	  -e virtual_rack_kind=$(if $(filter vm,$(RACK)),vm,namespaces)
+	  -e virtual_rack_kind=$(if $(filter vm,$(RACK)),vm,namespaces) $(RACK_VARS)
 
 rack-down: setup  ## remove the virtual rack that is up, whatever its topology or kind: every namespace, link, bridge and process (the VM: qemu, its tap and files)
-	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent
+	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent $(RACK_VARS)
 
 trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results
 	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK)

@@ -61,12 +61,16 @@ def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
     else:
         console.print(f"bringing up the {what}")
     log = PROJECT_DIR / ".state" / "rack-up.log"
-    run_playbook(
-        "rack.yml",
-        [],
-        log,
-        ("-e", f"virtual_rack_topology_name={topology}", "-e", f"virtual_rack_kind={kind}"),
-    )
+    extra = ["-e", f"virtual_rack_topology_name={topology}", "-e", f"virtual_rack_kind={kind}"]
+    # make RACK_PREFIX=/RACK_SUBNET=: a rack beside another checkout's (its own prefix, bridges
+    # and management subnet).
+    for env, var in (
+        ("TRIALBED_RACK_PREFIX", "virtual_rack_namespace_prefix"),
+        ("TRIALBED_RACK_SUBNET", "virtual_rack_management_subnet"),
+    ):
+        if os.environ.get(env):
+            extra += ["-e", f"{var}={os.environ[env]}"]
+    run_playbook("rack.yml", [], log, tuple(extra))
 
 
 def plan_table(plan: Plan, trials: list[Trial], status: dict[str, str] | None = None) -> Table:
