@@ -14,10 +14,7 @@ from ansible.errors import AnsibleFilterError
 def virtual_rack_relocate(topology: dict, prefix: str, subnet: object = "") -> dict:
     if subnet in ("", None):
         return topology
-    try:
-        third = int(subnet)
-    except (TypeError, ValueError):
-        raise AnsibleFilterError(f"management subnet {subnet!r}: give the third octet (0-255)")
+    third = int(subnet) if str(subnet).isdigit() else -1
     if not 0 <= third <= 255:
         raise AnsibleFilterError(f"management subnet {subnet!r}: give the third octet (0-255)")
     out = copy.deepcopy(topology)
