@@ -40,6 +40,9 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--json", action="store_true", help="print the totals as JSON only")
     parser.add_argument(
+        "--gaps-json", action="store_true", help="print [departure ns, gap ms] of gaps > 20 ms"
+    )
+    parser.add_argument(
         "--pcaps",
         nargs=2,
         type=Path,
@@ -121,6 +124,10 @@ def main() -> int:
         "service_lost_total_ms": round(float(busy[busy > 0].sum() / 1e6), 1),
         "busy_departures": int(waiting.sum()),
     }
+    if args.gaps_json:
+        big = np.flatnonzero(busy > 20e6)
+        print(json.dumps([[int(d[i]), round(float(busy[i]) / 1e6, 1)] for i in big]))
+        return 0
     if args.json:
         print(json.dumps(totals))
         return 0
