@@ -3,7 +3,8 @@ kernel (prefix tv-, management 198.19.3.0/24), where netem, H-TCP and the AQMs e
 
 One rack-up (the image built once, or found in the cache), a second rack-up that must not
 rebuild it, one run of two short seed-000 trials with H-TCP (drop-tail, then fq_codel at the
-bottleneck), judged from their captures, and a rack-down that must leave nothing behind.
+bottleneck), judged from their captures, a short trial with fq pacing on the sender (sch_fq,
+which this machine's kernel lacks), and a rack-down that must leave nothing behind.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -102,6 +104,11 @@ def test_vm_rack_is_up_with_debian_kernel(vm_rack):
     assert info["accel"] in ("kvm", "tcg") and info["accel_reason"]
     assert info["kernel"].endswith("-amd64")  # Debian's stock kernel, not this machine's
     assert abs(info["clock"]["offset_after_ms"]) < 5
+    # qemu has host priority (its autogroup's nice: a TCG vCPU waiting for a host CPU stalls
+    # the guest's shaper).
+    assert info["priority"]["nice"] == -10
+    if Path("/proc/sys/kernel/sched_autogroup_enabled").exists():
+        assert info["priority"]["autogroup"].endswith("nice -10")
     inventory = yaml.safe_load(vm_rack.inventory.read_text())
     assert inventory["all"]["vars"]["trialbed_rack_kind"] == "vm"
     assert inventory["all"]["vars"]["trialbed_clock_domain"] == "vm"
@@ -171,8 +178,15 @@ def test_preflight_reports_what_the_vm_kernel_offers(trials):
 @pytest.mark.xfail(
     strict=False,
     reason="known defect (issue 7): under TCG the drop-tail UDP OWD p99 exceeds the link "
-    "model's bound in some runs (measured p99 506, 524.7, 583, 586, 586 ms against 520.7); "
-    "the cause (emulated-CPU stalls of the router) is not found yet",
+    "model's bound in some runs (p99 506-634 ms against 520.7). Measured "
+    "(scripts/owd_excess.py, scripts/vm_owd_probe.py): the excess is all lost service - HTB "
+    "sending nothing for 20-300 ms while packets wait (the queue term stays <= the 60000-byte "
+    "buffer's 492 ms, so netem's delay stage is never late) - and every such gap is a whole-"
+    "guest stall (a guest timer wakes as late). Most stalls were qemu's vCPU threads waiting "
+    "runnable for a host CPU (30 % of their time on this busy 2-core machine at nice 0); qemu "
+    "now runs at autogroup nice -10 (8 %), which cut the gaps > 20 ms from 7-20 to 2 per 40 s, "
+    "but 100-140 ms stalls remain with the vCPUs not short of a host CPU (one vCPU busy, the "
+    "other asleep: TCG-internal), and the tc sampler made no difference",
 )
 def test_htcp_droptail_trial_on_the_vm_rack(trials):
     t = trials["droptail"]
@@ -232,6 +246,21 @@ def test_htcp_droptail_trial_on_the_vm_rack(trials):
     assert s["retransmitted_packets"] > 0
 
 
+def test_tcp_probe_records_the_cwnd_on_the_vm(trials):
+    """The tcp:tcp_probe tracepoint (Fig. 2a) works in the VM's kernel: the H-TCP flow's cwnd
+    over the trial, with losses (the cwnd falls) and growth."""
+    cwnd = pd.read_parquet(trials["droptail"]["dir"] / "analysis" / "cwnd.parquet")
+    sender = trials["droptail"]["record"]["network"]["addresses"]["A"]
+    mine = cwnd[cwnd.src.astype(str) == sender]
+    flow = mine[mine.sport == mine.sport.mode()[0]]  # the data connection (iperf3's busiest)
+    print(f"tcp_probe: {len(flow)} samples, cwnd {flow.snd_cwnd.min()}-{flow.snd_cwnd.max()}")
+    assert len(flow) > 100
+    assert flow.ts_ns.is_monotonic_increasing
+    steps = flow.snd_cwnd.astype("int64").diff().dropna()
+    assert (steps > 0).any() and (steps < 0).any()
+    assert flow.snd_cwnd.max() > 20  # a 60 000-byte queue and 50 ms: ~ 46 segments in flight
+
+
 def test_fq_codel_keeps_the_udp_delay_far_below_droptail(trials):
     t, droptail = trials["fq_codel"], trials["droptail"]["summary"]
     record, s = t["record"], t["summary"]
@@ -277,3 +306,48 @@ def test_calibration_is_recorded_and_bounds_the_rates(vm_rack, trials, tmp_path)
     message = " ".join(done.stderr.split())
     assert f"{calibration['max_faithful_rate']}, measured by the VM rack's calibration" in message
     assert not (tmp_path / "results").exists()
+
+
+def test_host_pacing_puts_fq_on_the_sender(vm_rack, trials, tmp_path):
+    """hosts.<sel>.pacing: true (testbed_host's fq branch) on a kernel that has sch_fq: the
+    sender's experiment interface gets fq at its root, every data packet of the trial goes
+    through it, and TCP still fills the link. (After the other trials: fq stays on A until
+    the next configure.)"""
+    exp = yaml.safe_load(DUMBBELL_EXPERIMENT)
+    exp.update(
+        description="end-to-end test on the VM rack: fq pacing on the sender",
+        hosts={"all": {"cc": "reno"}, "senders": {"pacing": True}},
+        duration="15s",
+        warmup="3s",
+    )
+    exp_file = tmp_path / "pacing.yml"
+    exp_file.write_text(yaml.safe_dump(exp, sort_keys=False))
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(vm_rack.inventory),
+         "--results", str(tmp_path / "results")],
+        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ((trial_dir,),) = [list((b / "trials").iterdir()) for b in (tmp_path / "results").iterdir()]
+    record = json.loads((trial_dir / "trial.json").read_text())
+    summary = json.loads((trial_dir / "analysis" / "summary.json").read_text())
+    assert record["status"] == "complete", record["errors"]
+    key, known = vm_rack.state_dir / "id_ed25519", vm_rack.state_dir / "known_hosts"
+    out = subprocess.run(
+        ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={known}",
+         "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
+         f"root@198.19.{SUBNET}.11", "tc -s -j qdisc show dev left root"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    (root,) = json.loads(out)
+    before = read_pcap(trial_dir / "R" / "bottleneck_in.pcap")
+    sent = before[
+        (before.proto == 6) & (before.src == ip_to_int(record["network"]["addresses"]["A"]))
+    ]
+    print(
+        f"pacing: A's root qdisc {root['kind']}, {root['packets']} packets through it; "
+        f"{len(sent)} TCP packets from A at the router; goodput {summary['goodput_kBps']:.1f} KB/s"
+    )
+    assert root["kind"] == "fq"
+    assert root["packets"] >= len(sent)
+    assert summary["goodput_kBps"] > 95
