@@ -43,6 +43,15 @@ console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 # Per trial beyond its traffic: configure, arm, start lead, drain, collect (measured on the
 # 2-core virtual rack: 35-50 s; less when configure is skipped for an unchanged host).
 OVERHEAD_S = 40
+# The same on the VM rack under TCG (configure runs every Ansible task in the emulated CPU):
+# 217-332 s measured per seed-000 trial on the 2-core machine.
+OVERHEAD_S_VM = 240
+
+
+def overhead_s(racks: list[list[Path]]) -> int:
+    """Per-trial overhead of the slowest of the racks (by the kind its inventory says)."""
+    kinds = {rack_kind.running_kind(inv) for rack in racks for inv in rack}
+    return OVERHEAD_S_VM if "vm" in kinds else OVERHEAD_S
 
 
 def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
@@ -73,7 +82,12 @@ def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
     run_playbook("rack.yml", [], log, tuple(extra))
 
 
-def plan_table(plan: Plan, trials: list[Trial], status: dict[str, str] | None = None) -> Table:
+def plan_table(
+    plan: Plan,
+    trials: list[Trial],
+    status: dict[str, str] | None = None,
+    overhead: int = OVERHEAD_S,
+) -> Table:
     table = Table(title=f"{plan.source}: {len(trials)} of {len(plan.trials)} trial(s)")
     cols = ["#", "trial", "id", "varies", "duration", *(["status"] if status else [])]
     for col in cols:
@@ -83,10 +97,10 @@ def plan_table(plan: Plan, trials: list[Trial], status: dict[str, str] | None = 
         row = [str(i), t.name, t.id, escape(varies), f"{t.experiment.duration / 1e9:g} s"]
         table.add_row(*row, *([status[t.name]] if status else []))
     left = [t for t in trials if not status or status[t.name] != "complete"]
-    total = sum(t.experiment.duration / 1e9 + OVERHEAD_S for t in left)
+    total = sum(t.experiment.duration / 1e9 + overhead for t in left)
     table.caption = (
         f"estimated {total / 60:.0f} min on one rack for {len(left)} trial(s) "
-        f"(traffic + ~{OVERHEAD_S} s each)"
+        f"(traffic + ~{overhead} s each)"
     )
     return table
 
@@ -253,7 +267,7 @@ def run_batch(args: argparse.Namespace) -> int:
     labels = rack_labels(racks)
     status = {t.name: batch.status(t.name) for t in trials}
     out = Console(width=None if sys.stdout.isatty() else 200)
-    out.print(plan_table(plan, trials, status))
+    out.print(plan_table(plan, trials, status, overhead_s(racks)))
     out.print(f"batch: {batch.path}" + (" (resumed)" if resumed else ""))
     todo = [t for t in trials if not batch.done(t.name)]
     for inventory, label in zip(racks, labels, strict=True):
@@ -265,7 +279,7 @@ def run_batch(args: argparse.Namespace) -> int:
         finally:
             rack.close()
     workers = spawn_workers(batch, racks, labels, args.retries)
-    code = watch(batch, workers, len(trials), args.retries, out)
+    code = watch(batch, workers, len(trials), args.retries, out, overhead_s(racks))
     table = analyse_batch(batch.path)
     print_batch(table)
     final = progress(batch, args.retries)
@@ -325,7 +339,14 @@ def run_nightly(args: argparse.Namespace) -> int:
     return code
 
 
-def watch(batch: Batch, workers: list, total: int, retries: int, out: Console) -> int:
+def watch(
+    batch: Batch,
+    workers: list,
+    total: int,
+    retries: int,
+    out: Console,
+    overhead: int = OVERHEAD_S,
+) -> int:
     """Follow events.jsonl until every worker has ended; Ctrl-C or SIGTERM stops the workers
     cleanly (they restore the network). Returns 0, or the first worker's error code."""
     import signal as sig
@@ -336,7 +357,7 @@ def watch(batch: Batch, workers: list, total: int, retries: int, out: Console) -
 
     seen = sum(1 for _ in batch.events())
     durations: list[float] = []
-    estimate = {t["name"]: t["duration_s"] + OVERHEAD_S for t in batch.meta["trials"]}
+    estimate = {t["name"]: t["duration_s"] + overhead for t in batch.meta["trials"]}
 
     def stop_workers(signum, _frame):
         for _, proc in workers:
