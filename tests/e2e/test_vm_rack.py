@@ -182,11 +182,12 @@ def test_preflight_reports_what_the_vm_kernel_offers(trials):
     "(scripts/owd_excess.py, scripts/vm_owd_probe.py): the excess is all lost service - HTB "
     "sending nothing for 20-300 ms while packets wait (the queue term stays <= the 60000-byte "
     "buffer's 492 ms, so netem's delay stage is never late) - and every such gap is a whole-"
-    "guest stall (a guest timer wakes as late). Most stalls were qemu's vCPU threads waiting "
-    "runnable for a host CPU (30 % of their time on this busy 2-core machine at nice 0); qemu "
-    "now runs at autogroup nice -10 (8 %), which cut the gaps > 20 ms from 7-20 to 2 per 40 s, "
-    "but 100-140 ms stalls remain with the vCPUs not short of a host CPU (one vCPU busy, the "
-    "other asleep: TCG-internal), and the tc sampler made no difference",
+    "guest stall (a guest timer wakes as late). At nice 0 most stalls were qemu's vCPU threads "
+    "waiting runnable for a host CPU (30 % of their time on this busy 2-core machine); qemu "
+    "now runs at autogroup nice -10 (8 %), which cut the gaps > 20 ms per 60 s trial from "
+    "7-50 to 1-5 and the service lost from 3.7-7.4 s to 1.4-2.8 s, but 1-5 stalls of 100-260 "
+    "ms remain with the vCPUs not short of a host CPU (one vCPU running, the other asleep: "
+    "inside qemu/TCG), and the tc sampler made no difference",
 )
 def test_htcp_droptail_trial_on_the_vm_rack(trials):
     t = trials["droptail"]
