@@ -219,9 +219,12 @@ def test_a_forced_outage_shows_as_retransmission_timeouts(chain_rack, tmp_path):
         # fires and backs off: at least two timeouts there, idle times at least doubling.
         # (Recovery after it may time out again; those are real and counted too.)
         during = timeouts[(timeouts.ts_ns >= start) & (timeouts.ts_ns <= end + 4 * 10**9)]
-        assert len(during) >= 2
+        # The backoff chain is the run of timeouts up to the longest silence; timeouts after
+        # it (recovery, within the 4 s) start again from the base RTO.
         idle = during.idle_ns.to_numpy()
-        assert np.all(idle[1:] >= 1.8 * idle[:-1])
+        chain = idle[: int(np.argmax(idle)) + 1] if len(idle) else idle
+        assert len(chain) >= 2, idle
+        assert np.all(chain[1:] >= 1.8 * chain[:-1]), idle
         # A silence as long as the outage happens only there.
         long = timeouts[timeouts.idle_ns >= 10**9]
         assert len(long) and np.all((long.ts_ns >= start) & (long.ts_ns <= end + 4 * 10**9))
