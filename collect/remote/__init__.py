@@ -9,10 +9,10 @@ directory, so the relative output names land there and are collected with the re
     # every router with a shaped egress, after the captures listen, before traffic:
     daemons.spawn(host, "tc_sampler", tc_sampler_command(ifaces))   # -> tc_samples.jsonl
     # every Linux TCP sender, with the addresses of its flows' two ends:
-    daemons.spawn(host, "tcp_probe", tcp_probe_command(addrs, tag=trial_name))
-    daemons.wait_for_log(host, "tcp_probe", "recording tcp_probe")  # -> tcp_probe.txt
+    daemons.spawn(host, "tcp_probe", tcp_probe_command(addrs, tag=trial_name),
+                  ready="recording tcp_probe")                       # -> tcp_probe.txt
     ...  # traffic, drain
-    daemons.stop(host, "tc_sampler", "TERM"); daemons.stop(host, "tcp_probe", "TERM")
+    daemons.stop_all(host, ["tc_sampler", "tcp_probe"])  # one round trip per host
 
 The analysis reads <trial>/<router host>/tc_samples.jsonl (analysis.trial.TC_SAMPLES) and
 <trial>/<sender host>/tcp_probe.txt (analysis.traffic.bulk_tcp.TCP_PROBE).
