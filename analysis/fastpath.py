@@ -324,18 +324,28 @@ def tcp_flow_counters(
         cols["payload_len"], start_ns is not None, 0 if start_ns is None else int(start_ns),
         end_ns is not None, 0 if end_ns is None else int(end_ns),
     )  # fmt: skip
-    flows = np.flatnonzero(first_data >= 0)
-    flows = flows[np.argsort(first_data[flows], kind="stable")]
+    flows = _in_first_data_order(first_data)
     rows = first_data[flows]
-    out = {c: cols[c][rows] for c in ("src", "dst", "sport", "dport")}
-    out.update(
-        data_packets=packets[flows],
-        retransmitted_packets=retx[flows],
-        retransmitted_bytes=retx_bytes[flows],
-        bytes=nbytes[flows],
-        span_ns=span[flows],
-    )
-    return out
+    ends = {c: cols[c][rows] for c in ("src", "dst", "sport", "dport")}
+    return _flow_table(ends, flows, packets, retx, retx_bytes, nbytes, span)
+
+
+def _in_first_data_order(first_data: np.ndarray) -> np.ndarray:
+    """The directions that carried data, in the order of their first data packet."""
+    flows = np.flatnonzero(first_data >= 0)
+    return flows[np.argsort(first_data[flows], kind="stable")]
+
+
+def _flow_table(ends, flows, packets, retx, retx_bytes, nbytes, span) -> dict[str, np.ndarray]:
+    """One row per data-carrying flow: its four ends, then the _counters of it."""
+    return {
+        **ends,
+        "data_packets": packets[flows],
+        "retransmitted_packets": retx[flows],
+        "retransmitted_bytes": retx_bytes[flows],
+        "bytes": nbytes[flows],
+        "span_ns": span[flows],
+    }
 
 
 def undecided(ts_ns: np.ndarray, forwarded: np.ndarray, *, max_delay_ns: int, end_ns: int):
@@ -839,14 +849,6 @@ def flow_counters(
         0 if start_ns is None else int(start_ns), end_ns is not None,
         0 if end_ns is None else int(end_ns),
     )  # fmt: skip
-    flows = np.flatnonzero(first_data >= 0)
-    flows = flows[np.argsort(first_data[flows], kind="stable")]
-    out = {c: cap.directions[c][flows] for c in ("src", "dst", "sport", "dport")}
-    out.update(
-        data_packets=packets[flows],
-        retransmitted_packets=retx[flows],
-        retransmitted_bytes=retx_bytes[flows],
-        bytes=nbytes[flows],
-        span_ns=span[flows],
-    )
-    return out
+    flows = _in_first_data_order(first_data)
+    ends = {c: cap.directions[c][flows] for c in ("src", "dst", "sport", "dport")}
+    return _flow_table(ends, flows, packets, retx, retx_bytes, nbytes, span)
