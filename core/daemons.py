@@ -70,4 +70,4 @@ class Daemons:
 
     def stop(self, host: str, name: str, sig: str = "TERM") -> None:
         """Signal the daemon, wait up to 5 s for it to end, then kill it."""
-        self.rack.run(host, self._helper(host, "stop", name, "--signal", sig), check=False)
+        self.stop_all(host, [f"{name}:{sig}"])
