@@ -120,8 +120,8 @@ def tuned(configure, rack):
         assert second.returncode == 0, second.stdout[-3000:]
         yield {"first": recap(first.stdout), "second": recap(second.stdout)}
     finally:
-        # testbed_host sets the sysctls it is given and leaves the others as they are: put the
-        # receiver's back so that the next test starts from the rack's state.
+        # The next configure would give the receiver's tcp_rmem back (the host's record); put it
+        # back now, so that a test run alone after this module starts from the rack's state.
         rack.run(RECEIVER, f"sysctl -qw net.ipv4.tcp_rmem={shlex.quote(rmem_before)}")
 
 

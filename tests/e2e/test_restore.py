@@ -1,0 +1,127 @@
+"""Teardown restores what was applied, read from the hosts' own records: after a runner that
+was SIGKILLed mid-trial (so it restored nothing), `teardown.yml` with no variables leaves every
+host as it was before the trial, stops what still ran there, keeps the trial's files; a
+second teardown changes nothing. A sysctl one configure set and the next does not is given
+back by that next configure."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+
+import pytest
+import yaml
+
+from core.rack import Rack
+from tests.e2e.conftest import recap, start_trials, wait_for_daemon
+from tests.e2e.test_interrupt import namespace_commands
+
+pytestmark = pytest.mark.rack
+
+EXPERIMENT = """\
+experiment: collateral_damage
+network:
+  links:
+    - {name: downstream, from: R, to: C, rate: 1mbit, buffer: 60000B, delay: 20ms}
+    - {name: upstream, from: R, to: A, rate: 1mbit, buffer: 60000B, delay: 20ms}
+traffic:
+  - {type: bulk_tcp, name: tcp, from: A, to: C, flows: 1}
+  - {type: cbr_udp, name: voip, from: B, to: D}
+capture:
+  points:
+    - {name: bottleneck_in, link: upstream, at: R}
+hosts:
+  all: {cc: reno}
+  A: {initcwnd: 3, rto_min: 1s}
+  C: {rcvbuf: 1000000B, tcp_no_metrics_save: 0}
+duration: 60s
+warmup: 5s
+"""
+# What a host's state is read from: everything configure.yml may change there.
+STATE = r"""
+sysctl -n net.ipv4.tcp_congestion_control net.ipv4.tcp_no_metrics_save net.ipv4.tcp_rmem \
+  net.ipv4.tcp_wmem
+for i in $(ls /sys/class/net); do
+  echo "$i mtu $(cat /sys/class/net/$i/mtu)"
+  ethtool -k $i | grep -E '^(tcp|generic)-(segmentation|receive)-offload:' || true
+  tc qdisc show dev $i
+done
+ip -4 -d route show table all
+iptables -t mangle -S
+"""
+
+
+def host_states(rack: Rack) -> dict[str, str]:
+    return {h: rack.run(h, f"bash -c {shlex.quote(STATE)}") for h in rack.hosts}
+
+
+def changed(done) -> dict[str, int]:
+    counts = {host: c["changed"] for host, c in recap(done.stdout).items()}
+    assert counts, done.stdout[-3000:]
+    return counts
+
+
+def test_teardown_after_a_sigkilled_runner_leaves_the_rack_as_before(test_rack, tmp_path):
+    inventory = ("-i", str(test_rack.inventory))
+    rack = Rack.load([test_rack.inventory])
+    try:
+        assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+        before = host_states(rack)
+
+        exp_file = tmp_path / "killed.yml"
+        exp_file.write_text(EXPERIMENT)
+        proc = start_trials(str(exp_file), inventory=test_rack.inventory, results=tmp_path / "r")
+        wait_for_daemon(proc, test_rack, "A", "tcp_client")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        during = host_states(rack)
+        assert "htb" in during["R"] and "NFQUEUE" in during["R"]
+        assert "reno" in during["A"] and "initcwnd 3" in during["A"]
+        assert "1000000" in during["C"]
+        assert "iperf3" in namespace_commands("A") and "tcpdump" in namespace_commands("R")
+
+        first = test_rack.playbook("teardown.yml", *inventory)  # none of the trial's variables
+        assert first.returncode == 0, first.stdout[-3000:]
+        assert all(changed(first)[h] > 0 for h in "ACR"), changed(first)
+        assert host_states(rack) == before
+        for host in "ABCDR":
+            assert namespace_commands(host) <= {"sshd"}, host
+        # What the trial captured stays on the host, flushed (tcpdump ended on SIGINT).
+        (capture,) = (test_rack.state_dir / "hosts/R/work/trials").glob("*/*/bottleneck_in.pcap")
+        assert capture.stat().st_size > 10_000
+
+        second = test_rack.playbook("teardown.yml", *inventory)
+        assert second.returncode == 0, second.stdout[-3000:]
+        assert set(changed(second).values()) == {0}, changed(second)
+        assert host_states(rack) == before
+    finally:
+        rack.close()
+
+
+def test_a_sysctl_set_by_one_configure_is_given_back_by_the_next(test_rack, tmp_path):
+    inventory = ("-i", str(test_rack.inventory))
+    rack = Rack.load([test_rack.inventory])
+    try:
+        assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+        own = rack.run("C", "sysctl -n net.ipv4.tcp_rmem").split()
+        tuned = tmp_path / "tuned.yml"
+        sysctls = {"net.ipv4.tcp_no_metrics_save": 1, "net.ipv4.tcp_rmem": "4096 131072 777777"}
+        tuned.write_text(
+            yaml.safe_dump({"all": {"hosts": {"C": {"testbed_host_sysctls": sysctls}}}})
+        )
+        done = test_rack.playbook("configure.yml", *inventory, "-i", str(tuned))
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert rack.run("C", "sysctl -n net.ipv4.tcp_rmem").split()[2] == "777777"
+
+        plain = test_rack.playbook("configure.yml", *inventory)  # the next trial: no tcp_rmem
+        assert plain.returncode == 0, plain.stdout[-3000:]
+        assert changed(plain)["C"] > 0
+        assert rack.run("C", "sysctl -n net.ipv4.tcp_rmem").split() == own
+        again = test_rack.playbook("configure.yml", *inventory)
+        assert set(changed(again).values()) == {0}, changed(again)
+        assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+        record = test_rack.state_dir / "hosts/C/work/baseline.json"
+        assert not record.exists(), json.loads(record.read_text())
+    finally:
+        rack.close()
