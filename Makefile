@@ -20,7 +20,7 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup rack-up rack-down configure teardown status trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
+.PHONY: docs setup rack-up rack-down configure teardown status trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
 
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
@@ -57,7 +57,10 @@ nightly-install: setup  ## run $(EXPERIMENT) every day at $(AT) into results/nig
 nightly-remove: setup  ## remove the nightly schedule of $(EXPERIMENT) (every trialbed schedule when EXPERIMENT is not given)
 	@$(PYTHON) -m trials nightly remove $(if $(filter command line environment,$(origin EXPERIMENT)),$(EXPERIMENT))
 
-nightly-status: setup  ## the installed schedules and the last nightly batches
+nightly-docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults
+	@$(PYTHON) scripts/role_docs.py
+
+status: setup  ## the installed schedules and the last nightly batches
 	@$(PYTHON) -m trials nightly status
 
 nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
@@ -74,6 +77,9 @@ configure: setup  ## apply $(VARS) (an inventory overlay, e.g. playbooks/example
 
 teardown: setup  ## remove from every rack host what configure applied there (no variables needed); CHECK=1: only show
 	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i inventory/virtual/hosts.yml $(if $(CHECK),--check --diff)
+
+docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults
+	@$(PYTHON) scripts/role_docs.py
 
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
 	@$(PYTHON) -m trials status
