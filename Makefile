@@ -57,10 +57,7 @@ nightly-install: setup  ## run $(EXPERIMENT) every day at $(AT) into results/nig
 nightly-remove: setup  ## remove the nightly schedule of $(EXPERIMENT) (every trialbed schedule when EXPERIMENT is not given)
 	@$(PYTHON) -m trials nightly remove $(if $(filter command line environment,$(origin EXPERIMENT)),$(EXPERIMENT))
 
-nightly-docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults
-	@$(PYTHON) scripts/role_docs.py
-
-status: setup  ## the installed schedules and the last nightly batches
+nightly-status: setup  ## the installed schedules and the last nightly batches
 	@$(PYTHON) -m trials nightly status
 
 nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
@@ -75,7 +72,7 @@ configure: setup  ## apply $(VARS) (an inventory overlay, e.g. playbooks/example
 	@test -n "$(VARS)" || { echo "usage: make configure VARS=playbooks/examples/<file>.yml [CHECK=1]"; exit 2; }
 	@$(ANSIBLE_PLAYBOOK) playbooks/configure.yml -i inventory/virtual/hosts.yml -i $(VARS) $(if $(CHECK),--check --diff)
 
-teardown: setup  ## remove from every rack host what configure applied there (no variables needed); CHECK=1: only show
+teardown: setup  ## give every rack host back what configure changed there, from its own records (no variables needed); CHECK=1: only show
 	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i inventory/virtual/hosts.yml $(if $(CHECK),--check --diff)
 
 docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults
