@@ -16,6 +16,7 @@ import pytest
 from analysis.metrics import MAX_FRAME_BYTES, owd_upper_bound_ns
 from analysis.pcap import ip_to_int, read_pcap
 from collect.fetch import verify_manifest
+from core.rack import Rack
 from tests.e2e.conftest import PROJECT, recap
 from trials.plan import load_plan
 
@@ -254,23 +255,54 @@ def test_teardown_without_variables_removes_what_was_applied(trial, test_rack):
     assert changed and all(v == 0 for v in changed.values()), changed
 
 
-def test_by_hand_check_mode_shows_the_change_and_applies_nothing(test_rack):
-    """make configure VARS=playbooks/examples/dumbbell_bottleneck.yml CHECK=1, on this rack."""
-    example = PROJECT / "playbooks" / "examples" / "dumbbell_bottleneck.yml"
-    inventory = ("-i", str(test_rack.inventory), "-i", str(example))
-    assert test_rack.playbook("teardown.yml", "-i", str(test_rack.inventory)).returncode == 0
-    clean = json.loads(status(test_rack, "--json").stdout)
-    check = test_rack.playbook("configure.yml", *inventory, "--check", "--diff")
-    assert check.returncode == 0, check.stdout[-3000:]
-    assert recap(check.stdout)["R"]["changed"] > 0
-    assert "rate 1mbit" in check.stdout  # the diff of the rendered shaping
-    assert json.loads(status(test_rack, "--json").stdout) == clean
+def test_by_hand_configure_check_and_teardown_with_the_examples(test_rack):
+    """make configure VARS=<example> [CHECK=1], then make teardown, on this rack, with both
+    examples (the router's bottleneck, the end hosts' TCP tuning)."""
+    from tests.e2e.test_restore import host_states
 
-    applied = test_rack.playbook("configure.yml", *inventory)
-    assert applied.returncode == 0, applied.stdout[-3000:]
-    link = json.loads(status(test_rack, "--json").stdout)["R"]["interfaces"]["right"]
-    assert (link["rate"], link["limit"], link["delay"]) == ("1Mbit", "60000B", "25 ms (delay line)")
-    assert test_rack.playbook("teardown.yml", "-i", str(test_rack.inventory)).returncode == 0
+    examples = PROJECT / "playbooks" / "examples"
+    inventory = ("-i", str(test_rack.inventory))
+    with_examples = (
+        *inventory,
+        *("-i", str(examples / "dumbbell_bottleneck.yml")),
+        *("-i", str(examples / "dumbbell_tcp_tuning.yml")),
+    )
+    assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+    clean = json.loads(status(test_rack, "--json").stdout)
+    rack = Rack.load([test_rack.inventory])
+    try:
+        before = host_states(rack)
+        check = test_rack.playbook("configure.yml", *with_examples, "--check", "--diff")
+        assert check.returncode == 0, check.stdout[-3000:]
+        assert recap(check.stdout)["R"]["changed"] > 0
+        assert "rate 1mbit" in check.stdout  # the diff of the rendered shaping
+        assert json.loads(status(test_rack, "--json").stdout) == clean
+        assert host_states(rack) == before
+
+        applied = test_rack.playbook("configure.yml", *with_examples)
+        assert applied.returncode == 0, applied.stdout[-3000:]
+        now = json.loads(status(test_rack, "--json").stdout)
+        link = now["R"]["interfaces"]["right"]
+        assert (link["rate"], link["limit"], link["delay"]) == (
+            "1Mbit",
+            "60000B",
+            "25 ms (delay line)",
+        )
+        assert now["A"]["cc"] == "reno" and now["C"]["cc"] == "cubic"
+        again = test_rack.playbook("configure.yml", *with_examples)
+        assert again.returncode == 0, again.stdout[-3000:]
+        assert {c["changed"] for c in recap(again.stdout).values()} == {0}, again.stdout[-2000:]
+
+        down_check = test_rack.playbook("teardown.yml", *inventory, "--check", "--diff")
+        assert down_check.returncode == 0, down_check.stdout[-3000:]
+        assert "restore net.ipv4.tcp_congestion_control=" in down_check.stdout
+        assert json.loads(status(test_rack, "--json").stdout)["A"]["cc"] == "reno"
+        down = test_rack.playbook("teardown.yml", *inventory)
+        assert down.returncode == 0, down.stdout[-3000:]
+        assert host_states(rack) == before
+        assert json.loads(status(test_rack, "--json").stdout) == clean
+    finally:
+        rack.close()
 
 
 def test_a_variable_no_role_reads_is_refused_naming_the_nearest(test_rack, tmp_path):
