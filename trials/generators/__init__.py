@@ -11,9 +11,12 @@ from pydantic import Field
 from trials.generators.base import TrafficGenerator
 from trials.generators.bulk_tcp import BulkTcp, BulkTcpSpec
 from trials.generators.cbr_udp import CbrUdp, CbrUdpSpec
+from trials.generators.web_poisson import WebPoisson, WebPoissonSpec
 
-GENERATOR_TYPES: dict[str, type[TrafficGenerator]] = {g.type: g for g in (BulkTcp, CbrUdp)}
+GENERATOR_TYPES: dict[str, type[TrafficGenerator]] = {
+    g.type: g for g in (BulkTcp, CbrUdp, WebPoisson)
+}
 
-Generator = Annotated[BulkTcpSpec | CbrUdpSpec, Field(discriminator="type")]
+Generator = Annotated[BulkTcpSpec | CbrUdpSpec | WebPoissonSpec, Field(discriminator="type")]
 
 __all__ = ["GENERATOR_TYPES", "Generator", "TrafficGenerator"]

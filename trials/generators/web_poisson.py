@@ -1,0 +1,234 @@
+"""web_poisson: seed 004's web-like TCP workload. Flows arrive as a Poisson process at an
+offered load (a fraction of a link rate), each sends a size drawn from the 15-group table
+(equal probability per group), plus one backlogged flow; seeded, so a trial repeats exactly.
+
+The schedule is drawn on the controller (`flow_schedule`), put on the sender as JSON and
+played there by trials/generators/web_flows.py (client), a sink of the same program on the
+receiver reads every connection to its end. Flow completion times come from the captures
+(analysis/traffic/web_poisson.py).
+
+Offered load counts payload (application) bytes: arrivals per second = load * rate /
+(8 * mean flow bytes). RTTs: every flow of one generator has its path's RTT (the experiment's
+link delays); the paper's spread of RTTs (124-198 ms) comes from several generators, one per
+sender behind its own access link with its own delay (topology chain2: S1..S8), each with its
+share of the load and its own seed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from trials.fields import DurationNs, RateBps
+from trials.generators.base import GeneratorSpec, TrafficGenerator
+
+BASE_PORT = 8000
+PROGRAM = Path(__file__).with_name("web_flows.py")
+# Seed 004's Table I: (bytes, packets of 1500 B) per group, each group equally likely.
+FLOW_GROUPS: tuple[tuple[int, int], ...] = (
+    (119, 1),
+    (179, 1),
+    (251, 1),
+    (334, 1),
+    (428, 1),
+    (529, 1),
+    (658, 1),
+    (948, 1),
+    (1650, 2),
+    (2861, 2),
+    (4706, 4),
+    (8015, 6),
+    (13681, 10),
+    (26641, 18),
+    (284454, 190),
+)
+GROUP_BYTES = np.array([b for b, _ in FLOW_GROUPS], dtype=np.int64)
+MEAN_FLOW_BYTES = float(GROUP_BYTES.mean())
+_BLOCK = 4096  # inter-arrival times are drawn in blocks: a longer trial extends the schedule
+
+
+def arrival_rate(load: float, rate_bps: int) -> float:
+    """Flows per second that offer `load` of `rate_bps` as payload."""
+    return load * rate_bps / (8 * MEAN_FLOW_BYTES)
+
+
+def flow_schedule(load: float, rate_bps: int, duration_ns: int, seed: int) -> dict[str, np.ndarray]:
+    """Start offsets (ns from the generator's start), groups (1..15) and sizes of every flow
+    starting within `duration_ns`. Arrivals and sizes come from two independent streams of
+    one seed, drawn in order: the schedule of a shorter duration is a prefix of a longer one's."""
+    lam = arrival_rate(load, rate_bps)
+    streams = np.random.SeedSequence(seed).spawn(2)
+    arrivals_rng, sizes_rng = (np.random.default_rng(s) for s in streams)
+    limit_s, total, gaps = duration_ns / 1e9, 0.0, []
+    while total < limit_s:
+        block = arrivals_rng.exponential(1.0 / lam, _BLOCK)
+        gaps.append(block)
+        total += float(block.sum())
+    t_s = np.cumsum(np.concatenate(gaps))
+    t_ns = (t_s[t_s < limit_s] * 1e9).astype(np.int64)
+    group = sizes_rng.integers(0, len(FLOW_GROUPS), len(t_ns)) + 1
+    return {"t_ns": t_ns, "group": group, "bytes": GROUP_BYTES[group - 1]}
+
+
+def parse_load(value: object) -> float:
+    """0 < load <= 1, given as a fraction (0.64) or a percentage ("64%")."""
+    text = str(value).strip()
+    try:
+        load = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        load = float("nan")
+    if not 0 < load <= 1:
+        raise ValueError(
+            f"load {value!r}: allowed a fraction of the link rate in (0, 1] or a percentage "
+            "in (0%, 100%], e.g. 0.64 or 64%"
+        )
+    return load
+
+
+class WebPoissonSpec(GeneratorSpec):
+    type: Literal["web_poisson"]
+    load: float | str = Field(description="offered web load: fraction of link_rate (0.64, 64%)")
+    link_rate: RateBps | None = Field(
+        None, description="the rate load is a fraction of (default: the path's bottleneck)"
+    )
+    seed: int = Field(1, ge=0, le=2**63 - 1, description="same seed, same flows")
+    backlogged: bool = Field(True, description="one more flow that sends for the whole duration")
+    duration: DurationNs | None = Field(None, description="default: until the trial ends")
+    port: int | None = Field(None, ge=1024, le=65535, description="default: 8000 + index")
+
+    @field_validator("load")
+    @classmethod
+    def _load(cls, value: float | str) -> float:
+        return parse_load(value)
+
+    @field_validator("link_rate")
+    @classmethod
+    def _rate(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("link_rate must be above 0, e.g. 6mbit")
+        return value
+
+    def tools(self) -> dict[str, list[str]]:
+        return {self.from_: ["python3"], self.to: ["python3"]}
+
+
+class WebPoisson(TrafficGenerator):
+    type = "web_poisson"
+    spec_class = WebPoissonSpec
+    metrics = ("flow_completion_time",)
+    spec: WebPoissonSpec
+
+    @property
+    def port(self) -> int:
+        return self.spec.port or BASE_PORT + self.index
+
+    @cached_property
+    def rate_bps(self) -> int:
+        if self.spec.link_rate is not None:
+            return self.spec.link_rate
+        path = self.ctx.network.path_summary(self.spec.from_, self.spec.to)
+        if not path["bottleneck"]:
+            raise ValueError(
+                f"traffic {self.name}: no shaped link between {self.spec.from_} and "
+                f"{self.spec.to}; give link_rate (the rate load is a fraction of)"
+            )
+        return int(path["bottleneck"]["rate_bps"])
+
+    @cached_property
+    def schedule(self) -> dict[str, np.ndarray]:
+        return flow_schedule(float(self.spec.load), self.rate_bps, self.duration_ns, self.spec.seed)
+
+    @property
+    def files(self) -> dict[str, str]:
+        return {
+            "schedule": f"{self.name}_schedule.json",
+            "flows": f"{self.name}_flows.jsonl",
+        }
+
+    def prepare(self) -> None:
+        scratch = Path(tempfile.mkdtemp(prefix="trialbed-web-"))
+        try:
+            path = scratch / self.files["schedule"]
+            path.write_text(json.dumps({k: v.tolist() for k, v in self.schedule.items()}))
+            remote = self.ctx.daemons.remote[self.sender]
+            self.ctx.rack.put(self.sender, path, f"{remote}/{path.name}")
+        finally:
+            shutil.rmtree(scratch)
+
+    def _program(self, *args: str) -> str:
+        return shlex.join(["python3", "-c", PROGRAM.read_text(), *args])
+
+    def arm(self) -> None:
+        command = self._program("server", "--bind", str(self.dst), "--port", str(self.port))
+        self.ctx.daemons.spawn(self.receiver, f"{self.name}_server", command, ready="ready")
+
+    def launch(self, t0: float) -> None:
+        args = [
+            "client",
+            "--schedule",
+            self.files["schedule"],
+            "--bind",
+            str(self.src),
+            "--connect",
+            str(self.dst),
+            "--port",
+            str(self.port),
+            "--duration-s",
+            f"{self.duration_ns / 1e9:g}",
+            "--out",
+            self.files["flows"],
+        ]
+        if self.spec.backlogged:
+            args.append("--backlogged")
+        self.ctx.daemons.spawn(
+            self.sender,
+            f"{self.name}_client",
+            self._program(*args),
+            start_at=t0 + self.spec.start / 1e9,
+        )
+
+    def daemon_names(self) -> list[tuple[str, str]]:
+        return [(self.sender, f"{self.name}_client"), (self.receiver, f"{self.name}_server")]
+
+    def problems(self, trial_dir: Path) -> list[str]:
+        flows = trial_dir / self.sender / self.files["flows"]
+        if not flows.exists():
+            log = trial_dir / self.sender / f"{self.name}_client.log"
+            said = log.read_text(errors="replace").strip()[-300:] if log.exists() else ""
+            return [f"{self.name}: the web client on {self.sender} wrote no flow list {said}"]
+        rows = [json.loads(line) for line in flows.read_text().splitlines() if line.strip()]
+        errors = [r for r in rows if r["status"] == "error"]
+        if errors:
+            what = sorted({r["error"] for r in errors})
+            return [f"{self.name}: {len(errors)} of {len(rows)} flows failed: {', '.join(what)}"]
+        return []
+
+    def record(self) -> dict[str, Any]:
+        path = self.ctx.network.path_summary(self.spec.from_, self.spec.to)
+        load = float(self.spec.load)
+        return {
+            **super().record(),
+            "proto": 6,
+            "port": self.port,
+            "load": load,
+            "link_rate_bps": self.rate_bps,
+            "seed": self.spec.seed,
+            "arrivals_per_s": arrival_rate(load, self.rate_bps),
+            "mean_flow_bytes": MEAN_FLOW_BYTES,
+            "flows_scheduled": len(self.schedule["t_ns"]),
+            "backlogged": self.spec.backlogged,
+            # Per-flow access delays: every flow of this generator crosses the same links.
+            "rtt_ns": path["rtt_ns"],
+            "rtt_note": "all flows of this generator share its path's propagation RTT; a spread "
+            "of RTTs needs one generator per sender behind an access link with its own delay",
+            "schedule_file": f"{self.sender}/{self.files['schedule']}",
+            "flows_file": f"{self.sender}/{self.files['flows']}",
+        }
