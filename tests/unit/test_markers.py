@@ -3,10 +3,13 @@ EXPERIMENTS.md §4: no loss, retransmissions, sequence wraparound, interleaved f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trials.markers import ACK, FIN, IN, OUT, SEQ_MOD, SYN, Marker, dscp_for, seq_after
 
+PROJECT = Path(__file__).resolve().parents[2]
 KEY = ("198.18.1.11", "198.18.2.13", 6, 40000, 80)
 MSS = 1448
 
@@ -192,3 +195,30 @@ def test_bad_parameters_are_refused() -> None:
         Marker("RIO")
     with pytest.raises(ValueError, match="alpha"):
         Marker("APM", alpha=1.0)
+
+
+def ip_checksum(header: bytes) -> int:
+    total = sum(int.from_bytes(header[i : i + 2], "big") for i in range(0, len(header), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+@pytest.mark.parametrize("tos", [0x00, 0x01, 0x02, 0x03, 0x28, 0xB8, 0xFF])
+def test_dscp_rewrite_keeps_ecn_and_a_valid_checksum(tos: int) -> None:
+    pytest.importorskip("netfilterqueue")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("edge_marker", PROJECT / "trials/edge_marker.py")
+    edge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(edge)
+    header = bytearray.fromhex("45000034c0de40004006" + "0000" + "c612e601" + "c612e701")
+    header[1] = tos
+    header[10:12] = ip_checksum(bytes(header)).to_bytes(2, "big")
+    packet = bytes(header) + b"tcp header and data"
+    for dscp in (0, 10, 12, 14, 46, 63):
+        out = edge.remark(packet, dscp)
+        assert out[1] >> 2 == dscp and out[1] & 3 == tos & 3
+        assert ip_checksum(out[:20]) == 0  # a valid header sums to 0xFFFF
+        assert out[20:] == packet[20:] and out[2:10] == packet[2:10]
+        assert (out is packet) == ((tos >> 2) == dscp)
