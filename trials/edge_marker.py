@@ -2,16 +2,21 @@
 """trialbed edge marker: seed 004's per-flow markers (NM, APM, WPM, MPM) on a Linux edge
 router's packet path, for kernels without nftables' `queue` statement.
 
-iptables sends the packets to mark to one NFQUEUE
-(`iptables -t mangle -A FORWARD -i IN -p tcp -j NFQUEUE --queue-num N`); this program binds
-it, runs each IPv4 TCP packet through the marker (markers.py beside this file: the same
-state machines the unit tests check), writes the DSCP of the drop precedence it gets (AF<c><p>;
-the ECN bits kept), fixes the IP header checksum (RFC 1624 incremental update) and accepts
+iptables sends the packets to mark to one NFQUEUE; this program binds it, runs each IPv4
+TCP packet through the marker (markers.py beside this file: the same state machines the unit
+tests check), writes the DSCP of the drop precedence it gets (AF<c><p>; the ECN bits kept),
+fixes the IP header checksum (RFC 1624 incremental update) and accepts
 the packet. Other packets are accepted unchanged. It never drops.
 
-Usage: edge_marker.py --queue N --marker NM|APM|WPM|MPM --stats STATS.json
+With --iface IF (repeatable) it adds the rules itself once bound, and removes them on exit:
+    iptables -t mangle -A PREROUTING -i IF -p tcp -j NFQUEUE --queue-num N --queue-bypass
+(PREROUTING: the delay line's rules in mangle FORWARD still see every packet after the
+verdict; --queue-bypass: should this program die, packets pass unmarked, not dropped).
+Without --iface the rules are the caller's.
+
+Usage: edge_marker.py --queue N --marker NM|APM|WPM|MPM --stats STATS.json [--iface IF ...]
                       [--af-class 1] [--a0 7] [--alpha 0.5] [--ns 5] [--na 5]
-(started and stopped through trialbed-daemon; it logs "ready" once it is bound)
+(started and stopped through trialbed-daemon; it logs "ready" once its rules are in place)
 
 Signals: SIGUSR1 writes STATS (atomically) and resets the interval's counters; SIGTERM or
 SIGINT writes STATS and exits 0. STATS: packets and packets/s over the interval, packets per
@@ -26,6 +31,7 @@ import os
 import select
 import signal
 import struct
+import subprocess
 import sys
 import time
 import warnings
@@ -41,6 +47,11 @@ TCP = 6
 
 def log(msg):
     print(f"trialbed_edge_marker: {msg}", file=sys.stderr, flush=True)
+
+
+def rule(action, iface, queue):
+    return ["iptables", "-w", "-t", "mangle", action, "PREROUTING", "-i", iface, "-p", "tcp",
+            "-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"]  # fmt: skip
 
 
 def checksum_update(old_sum, old_word, new_word):
@@ -81,6 +92,7 @@ class EdgeMarker:
         for w in caught:
             log(f"queue {args.queue}: {w.message}")
         self.flag_usr1 = self.flag_stop = False
+        self.rules = []  # interfaces whose rule this program added
         self.last_expire = time.monotonic_ns()
         self.reset()
 
@@ -138,6 +150,7 @@ class EdgeMarker:
             "queue": self.args.queue,
             "marker": self.args.marker,
             "af_class": self.args.af_class,
+            "interfaces": self.args.iface,
             "parameters": {
                 "a0": self.args.a0,
                 "alpha": self.args.alpha,
@@ -172,7 +185,10 @@ class EdgeMarker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: setattr(self, "flag_stop", True))
         fd = self.nfq.get_fd()
-        log(f"ready: queue {self.args.queue}, marker {self.args.marker}")
+        for iface in self.args.iface:
+            subprocess.run(rule("-A", iface, self.args.queue), check=True)
+            self.rules.append(iface)
+        log(f"ready: queue {self.args.queue}, marker {self.args.marker}, on {self.args.iface}")
         while not self.flag_stop:
             ready, _, _ = select.select([fd, wake_r], [], [], 1.0)
             if fd in ready:
@@ -186,9 +202,17 @@ class EdgeMarker:
             if self.flag_usr1:
                 self.flag_usr1 = False
                 self.write_stats()
+        self.remove_rules()
         self.nfq.run(block=False)
         self.write_stats()
         self.nfq.unbind()
+
+    def remove_rules(self):
+        while self.rules:
+            iface = self.rules.pop()
+            done = subprocess.run(rule("-D", iface, self.args.queue), capture_output=True)
+            if done.returncode:
+                log(f"could not remove the rule on {iface}: {done.stderr.decode().strip()}")
 
 
 def raise_priority():
@@ -205,6 +229,7 @@ def main(argv=None):
     p.add_argument("--queue", type=int, required=True, help="NFQUEUE number")
     p.add_argument("--marker", required=True, choices=Marker.KINDS)
     p.add_argument("--stats", required=True)
+    p.add_argument("--iface", action="append", default=[], help="add/remove its own rule here")
     p.add_argument("--af-class", type=int, default=1, choices=(1, 2, 3, 4))
     p.add_argument("--a0", type=float, default=7.0)
     p.add_argument("--alpha", type=float, default=0.5)
@@ -215,7 +240,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     if not args.normal_priority:
         raise_priority()
-    EdgeMarker(args).run()
+    marker = EdgeMarker(args)
+    try:
+        marker.run()
+    finally:
+        marker.remove_rules()
+    log("stopped")
 
 
 if __name__ == "__main__":

@@ -152,19 +152,19 @@ class MarkerProc:
         self.stats = tmp_path / f"marker-{kind}.json"
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", RTR, PYTHON, str(PROGRAM), "--queue", str(QUEUE),
-             "--marker", kind, "--stats", str(self.stats)],
+             "--marker", kind, "--stats", str(self.stats), "--iface", "r0"],
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        line = self.proc.stderr.readline()
+        line = self.proc.stderr.readline()  # once bound and its rule is in place
         assert "ready" in line, line
-        sh("iptables", "-t", "mangle", "-A", "FORWARD", "-i", "r0", "-o", "r1", "-p", "tcp",
-           "-j", "NFQUEUE", "--queue-num", str(QUEUE), ns=RTR)  # fmt: skip
+        assert "NFQUEUE" in sh("iptables", "-t", "mangle", "-S", "PREROUTING", ns=RTR).stdout
 
     def stop(self) -> dict:
-        sh("iptables", "-t", "mangle", "-F", "FORWARD", ns=RTR)
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=10)
+        assert self.proc.wait(timeout=10) == 0
         self.proc.stderr.close()
+        # it removed its own rule
+        assert "NFQUEUE" not in sh("iptables", "-t", "mangle", "-S", "PREROUTING", ns=RTR).stdout
         return json.loads(self.stats.read_text())
 
 
