@@ -25,6 +25,7 @@ from collect.remote import tc_sampler_command, tcp_probe_command
 from core.daemons import Daemons
 from core.rack import PROJECT_DIR, Rack
 from core.units import format_duration, format_rate
+from trials import adaptive_marking
 from trials.ansible import configure_tags, run_playbook, write_host_vars
 from trials.generators import GENERATOR_TYPES, TrafficGenerator
 from trials.generators.base import TrialContext
@@ -434,6 +435,8 @@ class TrialRunner:
             record["vm"] = vm  # the VM rack: its VM, calibration, clock offset now
         nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
         must(per_host([(g.sender, f"prepare {g.name}", g.prepare) for g in generators]))
+        markers = adaptive_marking.marker_sites(exp, net, str(self.plan.source))
+        record["markers"] = {m.name: m.record() for m in markers}
 
         steps: list[Step] = [
             (host, f"snapshot shaping on {host}", lambda h=host, c=command: self.rack.run(h, c))
@@ -447,6 +450,14 @@ class TrialRunner:
                 lambda h=host: self.delayline_stats(daemons, h),
             )
             for host in nfqueue
+        ]
+        steps += [
+            (
+                m.host,
+                f"start marker {m.name} on {m.host}",
+                lambda m=m: adaptive_marking.start(self.rack, daemons, m),
+            )
+            for m in markers
         ]
         for c in net.captures:
             command = (
@@ -498,6 +509,8 @@ class TrialRunner:
                 recording.setdefault(host, []).append(name)
             for c in net.captures:  # tcpdump flushes its buffer on SIGINT
                 recording.setdefault(c.host, []).append(f"{c.name}.tcpdump:INT")
+            for m in (record.get("markers") or {}).values():  # TERM: stats, rules removed
+                recording.setdefault(m["host"], []).append(m["daemon"])
             stages = [
                 [
                     (
@@ -538,6 +551,7 @@ class TrialRunner:
             record["errors"].extend(failed)
             if failed and record["status"] == "complete":
                 record["status"] = "failed"
+            adaptive_marking.collect(trial_dir, record)
             for host in nfqueue:
                 stats = trial_dir / host / "delayline_stats.json"
                 if stats.exists() and host in record.get("delay", {}):

@@ -157,6 +157,25 @@ class Network(Strict):
         return next((link for link in self.links if link.name == name), None)
 
 
+class EdgeMarker(Strict):
+    """A per-flow adaptive marker of seed 004 at an ingress edge router (trials/markers.py,
+    run on the packet path by trials/edge_marker.py): the TCP packets `at` receives over
+    `links` get the DSCP AF<af_class><p> of the drop precedence p the marker gives them."""
+
+    name: Name | None = Field(None, description="label in results (default: marker<index>)")
+    at: str = Field(description="the edge router that marks (a router node)")
+    links: list[str] = Field(min_length=1, description="links whose packets into `at` it marks")
+    marker: Literal["NM", "APM", "WPM", "MPM"] = Field(description="NM, APM, WPM or MPM")
+    af_class: int = Field(1, ge=1, le=4, description="AF class of the DSCPs written")
+    a0: float = Field(7.0, gt=0, description="APM: initial A_IN")
+    alpha: float = Field(0.5, ge=0, lt=1, description="APM: filter weight of A_IN")
+    n_s: int = Field(5, ge=0, le=1000, description="WPM: packets protected at a flow's start")
+    n_a: int = Field(5, ge=0, le=1000, description="WPM: packets protected after a loss")
+
+    def label(self, index: int) -> str:
+        return self.name or f"marker{index}"
+
+
 # -- captures, hosts ---------------------------------------------------------------------------
 
 
@@ -227,6 +246,9 @@ class Experiment(Strict):
     network: Network = Field(default_factory=Network)
     traffic: list[Generator] = Field(min_length=1)
     capture: Capture = Field(default_factory=Capture)
+    markers: list[EdgeMarker] = Field(
+        default_factory=list, description="adaptive per-flow DSCP markers at edge routers"
+    )
     hosts: dict[str, HostSettings] = Field(default_factory=dict)
     duration: DurationNs
     warmup: OffsetNs = Field(0, description="start of the steady-state window after T0")
@@ -251,6 +273,7 @@ class Experiment(Strict):
             )
         require_unique("traffic", self.generator_names())
         self._check_references()
+        self._check_markers()
         for i, gen in enumerate(self.traffic):
             if gen.start >= self.duration:
                 raise ValueError(
@@ -258,6 +281,23 @@ class Experiment(Strict):
                     f"trial (duration {self.duration / 1e9:g} s)"
                 )
         return self
+
+    def _check_markers(self) -> None:
+        require_unique("marker", [m.label(i) for i, m in enumerate(self.markers)])
+        links = {lk.name: lk for lk in self.network.links}
+        for i, m in enumerate(self.markers):
+            for j, name in enumerate(m.links):
+                link = links.get(name)
+                if link is None:
+                    raise ValueError(
+                        f"markers[{i}].links[{j}]: no link named {name!r}; the links are: "
+                        f"{', '.join(links) or 'none'}"
+                    )
+                if m.at not in link.ends:
+                    raise ValueError(
+                        f"markers[{i}].links[{j}]: link {name} joins {' and '.join(link.ends)}, "
+                        f"not {m.at} (markers[{i}].at)"
+                    )
 
     def _check_references(self) -> None:
         """Names that point elsewhere in the file must exist there."""

@@ -123,7 +123,7 @@ def attach_schedule(flows: pd.DataFrame, listed: pd.DataFrame) -> pd.DataFrame:
     left = flows.astype({"sport": np.int64}).sort_values("syn_ns")
     merged = pd.merge_asof(
         left,
-        listed[["sport", "connect_ns", "flow", "group", "bytes", "status"]].sort_values(
+        listed[["sport", "connect_ns", "sched_ns", "flow", "group", "bytes", "status"]].sort_values(
             "connect_ns"
         ),
         left_on="syn_ns",
@@ -169,6 +169,14 @@ def analyse(
         dst=gen["dst"],
         port=gen["port"],
     )
+    end = caps.packets(end_point)
+    data = end[
+        (end.proto == 6)
+        & (end.src == ip_to_int(gen["src"]))
+        & (end.dport == gen["port"])
+        & (end.payload_len > 0)
+    ]
+    codes, counts = np.unique((data.tos.to_numpy() >> 2).astype(np.int64), return_counts=True)
     listed_path = trial_dir / gen["flows_file"]
     listed = read_flow_list(listed_path) if listed_path.exists() else read_flow_list_empty()
     flows = attach_schedule(flows, listed)
@@ -183,6 +191,8 @@ def analyse(
         flows_complete=int(web.complete.sum()),
         flows_unmatched=int(web.group.isna().sum()),
         backlogged_bytes=int(flows[flows.backlogged].bytes_seen.sum()),
+        # DSCP of the data packets after the bottleneck (what markers wrote and RIO kept)
+        dscp_data_packets={int(d): int(n) for d, n in zip(codes, counts, strict=True)},
         syn_rtt_ms_min=float(rtt.min()) if len(rtt) else None,
         syn_rtt_ms_median=float(rtt.median()) if len(rtt) else None,
         **fct_summary(flows),

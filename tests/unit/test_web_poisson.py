@@ -154,3 +154,10 @@ def test_experiment_file_errors_name_the_key(tmp_path: Path) -> None:
             load_plan(path)
         message = " ".join(str(exc.value).split())
         assert str(path) in message and said in message, message
+
+
+def test_generators_sharing_a_seed_draw_their_own_streams() -> None:
+    a = flow_schedule(0.5, RATE, 60 * 10**9, seed=1, stream=0)
+    b = flow_schedule(0.5, RATE, 60 * 10**9, seed=1, stream=1)
+    n = min(len(a["t_ns"]), len(b["t_ns"]))
+    assert (a["t_ns"][:n] != b["t_ns"][:n]).all()

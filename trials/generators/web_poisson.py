@@ -3,15 +3,16 @@ offered load (a fraction of a link rate), each sends a size drawn from the 15-gr
 (equal probability per group), plus one backlogged flow; seeded, so a trial repeats exactly.
 
 The schedule is drawn on the controller (`flow_schedule`), put on the sender as JSON and
-played there by trials/generators/web_flows.py (client), a sink of the same program on the
-receiver reads every connection to its end. Flow completion times come from the captures
-(analysis/traffic/web_poisson.py).
+played there by trials/generators/web_flows.py (client, put beside it); a sink of the same
+program on the receiver reads every connection to its end. Flow completion times come from
+the captures (analysis/traffic/web_poisson.py).
 
 Offered load counts payload (application) bytes: arrivals per second = load * rate /
 (8 * mean flow bytes). RTTs: every flow of one generator has its path's RTT (the experiment's
 link delays); the paper's spread of RTTs (124-198 ms) comes from several generators, one per
 sender behind its own access link with its own delay (topology chain2: S1..S8), each with its
-share of the load and its own seed.
+share of the load (one seed for all: each generator draws its own stream of it, by its
+index in `traffic`).
 """
 
 from __future__ import annotations
@@ -60,12 +61,15 @@ def arrival_rate(load: float, rate_bps: int) -> float:
     return load * rate_bps / (8 * MEAN_FLOW_BYTES)
 
 
-def flow_schedule(load: float, rate_bps: int, duration_ns: int, seed: int) -> dict[str, np.ndarray]:
+def flow_schedule(
+    load: float, rate_bps: int, duration_ns: int, seed: int, stream: int = 0
+) -> dict[str, np.ndarray]:
     """Start offsets (ns from the generator's start), groups (1..15) and sizes of every flow
     starting within `duration_ns`. Arrivals and sizes come from two independent streams of
-    one seed, drawn in order: the schedule of a shorter duration is a prefix of a longer one's."""
+    (seed, stream), drawn in order: a shorter duration's schedule is a prefix of a longer one's.
+    `stream` tells apart the generators of one trial that share a seed."""
     lam = arrival_rate(load, rate_bps)
-    streams = np.random.SeedSequence(seed).spawn(2)
+    streams = np.random.SeedSequence([seed, stream]).spawn(2)
     arrivals_rng, sizes_rng = (np.random.default_rng(s) for s in streams)
     limit_s, total, gaps = duration_ns / 1e9, 0.0, []
     while total < limit_s:
@@ -144,7 +148,8 @@ class WebPoisson(TrafficGenerator):
 
     @cached_property
     def schedule(self) -> dict[str, np.ndarray]:
-        return flow_schedule(float(self.spec.load), self.rate_bps, self.duration_ns, self.spec.seed)
+        s = self.spec
+        return flow_schedule(float(s.load), self.rate_bps, self.duration_ns, s.seed, self.index)
 
     @property
     def files(self) -> dict[str, str]:
@@ -154,17 +159,21 @@ class WebPoisson(TrafficGenerator):
         }
 
     def prepare(self) -> None:
+        """The schedule and the program on the sender, the program on the receiver (a short
+        command line at launch: the senders of one trial start within milliseconds)."""
         scratch = Path(tempfile.mkdtemp(prefix="trialbed-web-"))
         try:
             path = scratch / self.files["schedule"]
             path.write_text(json.dumps({k: v.tolist() for k, v in self.schedule.items()}))
-            remote = self.ctx.daemons.remote[self.sender]
-            self.ctx.rack.put(self.sender, path, f"{remote}/{path.name}")
+            copies = ((self.sender, path), (self.sender, PROGRAM), (self.receiver, PROGRAM))
+            for host, local in copies:
+                remote = self.ctx.daemons.remote[host]
+                self.ctx.rack.put(host, local, f"{remote}/{local.name}")
         finally:
             shutil.rmtree(scratch)
 
     def _program(self, *args: str) -> str:
-        return shlex.join(["python3", "-c", PROGRAM.read_text(), *args])
+        return shlex.join(["python3", PROGRAM.name, *args])
 
     def arm(self) -> None:
         command = self._program("server", "--bind", str(self.dst), "--port", str(self.port))
@@ -221,6 +230,7 @@ class WebPoisson(TrafficGenerator):
             "load": load,
             "link_rate_bps": self.rate_bps,
             "seed": self.spec.seed,
+            "stream": self.index,  # the generator's index: same seed, another flow sequence
             "arrivals_per_s": arrival_rate(load, self.rate_bps),
             "mean_flow_bytes": MEAN_FLOW_BYTES,
             "flows_scheduled": len(self.schedule["t_ns"]),

@@ -1,0 +1,178 @@
+"""A short seed-004 web workload trial (experiments/web_poisson.yml, APM at R1, 20 s) on the
+two-router chain: the seeded schedule is what crossed the rack, every flow's RTT is its
+ingress's, the flow completion times come from the captures (SYN at R1, last data byte at
+R2), and every packet after R1 carries the DSCP the APM state machine gives it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.pcap import ip_to_int, read_pcap
+from tests.e2e.conftest import PROJECT, trials_run
+from trials.markers import Marker, dscp_for
+
+pytestmark = pytest.mark.rack
+
+EXPERIMENT = PROJECT / "experiments" / "web_poisson.yml"
+DURATION_S = 20
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def trial(chain_rack, tmp_path_factory):
+    results = tmp_path_factory.mktemp("web")
+    done = subprocess.run(
+        trials_run(
+            str(EXPERIMENT),
+            "--set",
+            f"duration={DURATION_S}s",
+            "--set",
+            "warmup=2s",
+            "--only",
+            "marker-APM_seed-1_*",
+            inventory=chain_rack.inventory,
+            results=results,
+        ),
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (batch,) = results.iterdir()
+    (trial_dir,) = (batch / "trials").iterdir()
+    return {
+        "dir": trial_dir,
+        "record": json.loads((trial_dir / "trial.json").read_text()),
+        "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
+        "flows": pd.read_parquet(trial_dir / "analysis" / "web_flows.parquet"),
+    }
+
+
+def test_the_seeded_schedule_is_what_crossed_the_rack(trial) -> None:
+    for name, gen in trial["record"]["traffic"].items():
+        schedule = json.loads((trial["dir"] / gen["schedule_file"]).read_text())
+        flows = trial["flows"][(trial["flows"].generator == name) & ~trial["flows"].backlogged]
+        summary = trial["summary"]["generators"][name]
+        print(
+            f"{name}: {gen['flows_scheduled']} scheduled ({gen['arrivals_per_s']:.2f}/s), "
+            f"{summary['flows_seen']} SYNs seen, {summary['flows_complete']} complete"
+        )
+        # every scheduled flow started, in order, with its group, and its SYN was captured
+        assert summary["flows_seen"] == summary["flows_started"] == gen["flows_scheduled"]
+        seen = flows.sort_values("syn_ns")
+        assert seen.flow.astype(int).tolist() == list(range(len(schedule["t_ns"])))
+        assert seen.group.astype(int).tolist() == schedule["group"]
+        # on time: each SYN left within 50 ms of its scheduled time (the client's clock = the
+        # capture's: one machine)
+        lag = (seen.syn_ns - seen.sched_ns) / MS
+        print(f"{name}: SYN after schedule: median {lag.median():.2f} ms, max {lag.max():.2f} ms")
+        assert (lag >= 0).all() and lag.quantile(0.95) < 50
+        # flows still running at the end are the only incomplete ones
+        late = seen[~seen.complete]
+        assert (late.syn_ns > seen.syn_ns.min() + (DURATION_S - 10) * 10**9).all(), late
+
+
+def test_each_ingress_has_its_rtt(trial) -> None:
+    rtts = []
+    for name, gen in trial["record"]["traffic"].items():
+        flows = trial["flows"][trial["flows"].generator == name]
+        rtt = flows.syn_rtt_ns.dropna() / MS
+        configured = gen["rtt_ns"] / MS
+        print(f"{name}: configured RTT {configured:g} ms, SYN/SYN-ACK at R1 min {rtt.min():.2f} ms")
+        # SYN to SYN-ACK seen at R1: the whole path's RTT (the access link back to the sender
+        # included, as its delay sits on R1's egress), plus queueing
+        assert configured <= rtt.min() < configured + 3
+        rtts.append(configured)
+    assert rtts == [124, 149, 173, 198]
+
+
+def test_flow_completion_times_from_the_captures(trial) -> None:
+    record, flows = trial["record"], trial["flows"]
+    for name, gen in record["traffic"].items():
+        mine = flows[(flows.generator == name) & ~flows.backlogged & flows.complete]
+        # bound from physics: SYN at R1 -> SYN-ACK back to the sender -> data through R1's
+        # queue and the 62 ms bottleneck delay to R2: at least the RTT plus 62 ms
+        floor = gen["rtt_ns"] + 62 * MS
+        assert (mine.fct_ns >= floor - MS).all(), mine[mine.fct_ns < floor - MS]
+        # the client saw its flow end later (the receiver's FIN comes back after the last
+        # byte crossed R2)
+        listed = pd.read_json(trial["dir"] / gen["flows_file"], lines=True)
+        listed = listed[["flow", "done_ns"]].rename(columns={"done_ns": "client_done_ns"})
+        both = mine.astype({"flow": np.int64}).merge(listed, on="flow")
+        assert len(both) == len(mine)
+        client = both.client_done_ns - both.connect_ns
+        assert (both.fct_ns < client).all()
+        # the end is the last byte's first crossing, checked on R2's capture directly
+        after = read_pcap(trial["dir"] / "R2" / "after_bottleneck.pcap")
+        one = mine[mine.group == 15].iloc[0]
+        pk = after[
+            (after.src == ip_to_int(gen["src"]))
+            & (after.sport == int(one.sport))
+            & (after.payload_len > 0)
+        ]
+        rel = (pk.seq.astype(np.int64) - int(one.isn) - 1) % 2**32 + pk.payload_len
+        assert int(rel.max()) == 284454 == int(one.bytes_seen)
+        assert int(pk.ts_ns.max()) >= int(one.last_byte_ns)
+        s = trial["summary"]["generators"][name]
+        print(
+            f"{name}: FCT median 1-pkt {s['fct_1pkt_median_ms']:.0f} ms "
+            f"({s['fct_1pkt_flows']} flows), 18-pkt {s['fct_18pkt_median_ms'] or 0:.0f} ms "
+            f"({s['fct_18pkt_flows']}), 190-pkt {s['fct_190pkt_median_ms'] or 0:.0f} ms "
+            f"({s['fct_190pkt_flows']}); floor {floor / MS:.0f} ms"
+        )
+        assert s["fct_1pkt_flows"] > 0 and s["fct_1pkt_median_ms"] >= floor / MS - 1
+    # the backlogged flow sent for the whole trial
+    backlogged = flows[flows.backlogged]
+    assert len(backlogged) == 1 and backlogged.bytes_seen.iloc[0] > 10 * 284454
+
+
+def test_the_edge_marker_wrote_the_state_machines_dscp(trial) -> None:
+    record = trial["record"]
+    marker = record["markers"]["edge"]
+    stats = marker["stats"]
+    print(
+        f"marker {marker['marker']} on {marker['host']} {marker['interfaces']}: "
+        f"{stats['packets']} packets, {stats['packets_per_s'] or 0:.0f} packets/s while busy, "
+        f"time in it {stats['service_us']}, precedences {stats['precedence']}, "
+        f"{stats['retransmissions']} retransmissions"
+    )
+    # What the marker saw: every TCP packet the senders sent into R1 (its ingress captures),
+    # per flow in arrival order; what it wrote: the DSCP of those packets after R1 (at R2).
+    seen = pd.concat(
+        [read_pcap(trial["dir"] / "R1" / f"sender{k}.pcap") for k in (1, 2, 3, 4)]
+    ).sort_values("ts_ns", kind="stable")
+    senders = {ip_to_int(g["src"]) for g in record["traffic"].values()}
+    seen = seen[(seen.proto == 6) & seen.src.isin(senders)]
+    assert stats["packets"] == len(seen)
+    pure = Marker("APM")
+    want = [
+        dscp_for(
+            pure.mark(
+                (int(r.src), int(r.dst), int(r.sport), int(r.dport)),
+                int(r.seq),
+                int(r.payload_len),
+                int(r.tcp_flags),
+            )
+        )
+        for r in seen.itertuples()
+    ]
+    seen = seen.assign(want=want)
+    after = read_pcap(trial["dir"] / "R2" / "after_bottleneck.pcap")
+    key = ["src", "sport", "ip_id", "seq", "payload_len"]
+    both = seen.merge(after[[*key, "tos"]], on=key, suffixes=("", "_out"))
+    got = both.tos_out.to_numpy() >> 2
+    wrong = both[got != both.want.to_numpy()]
+    print(
+        f"{len(both)} of {len(seen)} marked packets crossed the bottleneck; DSCP "
+        f"{dict(pd.Series(got).value_counts().sort_index())}; {len(wrong)} differ"
+    )
+    assert len(wrong) == 0, wrong[["src", "sport", "seq", "want", "tos_out"]]
+    assert stats["retransmissions"] == pure.retransmissions > 0
+    assert {int(k): v for k, v in stats["precedence"].items()} == pure.counts

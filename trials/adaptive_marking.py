@@ -1,0 +1,114 @@
+"""The experiment's adaptive markers (`markers:`) on the rack: where each runs, how it is
+started and stopped, and what the trial records of it.
+
+Each marker is one daemon on its edge router (trials/edge_marker.py with trials/markers.py
+put beside it in the router's trial directory), bound to its own NFQUEUE; it adds its own
+iptables rules (one per marked interface, mangle PREROUTING, --queue-bypass) once bound and
+removes them when it stops. SIGTERM makes it write `<name>_stats.json` (packets, packets per
+second, DSCPs written, retransmissions seen, time per packet in it), which trial.json keeps
+under markers.<name>.stats.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.daemons import Daemons
+from core.rack import Rack, RackError
+from trials.network import ResolvedNetwork, _shared_interfaces
+from trials.spec import EdgeMarker, Experiment
+
+HERE = Path(__file__).resolve().parent
+FILES = (HERE / "edge_marker.py", HERE / "markers.py")
+QUEUE_BASE = 100  # NFQUEUE numbers: the delay line's start at 1
+
+
+@dataclass(frozen=True)
+class MarkerSite:
+    name: str
+    node: str
+    host: str
+    ifaces: tuple[str, ...]
+    queue: int
+    spec: EdgeMarker
+
+    @property
+    def daemon(self) -> str:
+        return f"{self.name}_marker"
+
+    @property
+    def stats_file(self) -> str:
+        return f"{self.name}_stats.json"
+
+    def command(self, python: str) -> str:
+        s = self.spec
+        args = [python, "edge_marker.py", "--queue", str(self.queue), "--marker", s.marker,
+                "--stats", self.stats_file, "--af-class", str(s.af_class), "--a0", str(s.a0),
+                "--alpha", str(s.alpha), "--ns", str(s.n_s), "--na", str(s.n_a)]  # fmt: skip
+        for iface in self.ifaces:
+            args += ["--iface", iface]
+        return shlex.join(args)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "host": self.host,
+            "interfaces": list(self.ifaces),
+            "queue": self.queue,
+            "daemon": self.daemon,
+            "stats_file": f"{self.host}/{self.stats_file}",
+            **self.spec.model_dump(mode="json", exclude={"name"}),
+        }
+
+
+def marker_sites(exp: Experiment, net: ResolvedNetwork, source: str) -> list[MarkerSite]:
+    """Each marker's router and the interfaces where the packets of its links come in."""
+    links = {lk.name: lk for lk in exp.network.links}
+    sites = []
+    for i, m in enumerate(exp.markers):
+        if m.at not in net.routers:
+            raise RackError(
+                f"{source}: key 'markers[{i}].at': {m.at} is not a router of the rack; an "
+                f"edge marker runs on a router ({', '.join(sorted(net.routers))})"
+            )
+        host = net.hosts[net.host_of(m.at)]
+        ifaces = []
+        for name in m.links:
+            other = next(n for n in links[name].ends if n != m.at)
+            mine = _shared_interfaces(host, net.hosts[net.host_of(other)])[0][0]
+            ifaces.append(mine)
+        sites.append(MarkerSite(m.label(i), m.at, host.name, tuple(ifaces), QUEUE_BASE + i, m))
+    return sites
+
+
+def router_python(rack: Rack, host: str) -> str:
+    """The router's Python with NetfilterQueue: the delay line's (linux_router role)."""
+    python = str(rack.host(host).vars.get("linux_router_delayline_python") or "python3")
+    project = rack.host(host).vars.get("trialbed_project_dir")
+    if project:  # the virtual rack's group_vars write it as a template of this variable
+        python = python.replace("{{ trialbed_project_dir }}", str(project))
+    return python
+
+
+def start(rack: Rack, daemons: Daemons, site: MarkerSite) -> None:
+    """Put the program beside the host's trial files and start it; returns once its rules
+    are in place."""
+    remote = daemons.remote[site.host]
+    for local in FILES:
+        rack.put(site.host, local, f"{remote}/{local.name}")
+    command = site.command(router_python(rack, site.host))
+    daemons.spawn(site.host, site.daemon, command, ready="ready")
+
+
+def collect(trial_dir: Path, record: dict[str, Any]) -> None:
+    """Put each marker's stats (brought back with its host's files) into the record."""
+    for name, entry in (record.get("markers") or {}).items():
+        path = trial_dir / entry["stats_file"]
+        if path.exists():
+            entry["stats"] = json.loads(path.read_text())
+        else:
+            record["errors"].append(f"marker {name}: no stats from {entry['host']}")
