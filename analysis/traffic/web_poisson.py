@@ -65,9 +65,9 @@ def _handshake_rtt(frame: pd.DataFrame, syns: pd.DataFrame, src: int, dst: int, 
         & ((frame.tcp_flags & (SYN | ACK)) == (SYN | ACK))
     ]
     sa = sa.assign(isn=(sa.ack.astype(np.int64) - 1) % SEQ_MOD, sport=sa.dport)
-    first = sa.groupby(["sport", "isn"], as_index=False).ts_ns.min()
+    first = sa.groupby(["sport", "isn"], as_index=False).ts_ns.min().astype({"ts_ns": "Int64"})
     merged = syns.merge(first, on=["sport", "isn"], how="left")
-    return (merged.ts_ns - merged.syn_ns).to_numpy()
+    return (merged.ts_ns - merged.syn_ns).array
 
 
 def flow_completion(
@@ -102,10 +102,13 @@ def flow_completion(
     per_flow = first_seen.groupby(["sport", "isn"], as_index=False).agg(
         last_byte_ns=("ts_ns", "max"), bytes_seen=("end", "max")
     )
+    per_flow = per_flow.astype({"last_byte_ns": "Int64"})  # stays exact through the merge
     packets = data.groupby(["sport", "isn"]).size().rename("data_packets").reset_index()
     flows = syns.merge(per_flow, on=["sport", "isn"], how="left").merge(
         packets, on=["sport", "isn"], how="left"
     )
+    # Nanosecond times stay integers (float64 loses the last digits at 1.8e18): where one
+    # can be missing (no data seen, no SYN-ACK) it is a nullable integer.
     flows = flows.assign(
         fct_ns=flows.last_byte_ns - flows.syn_ns,
         data_packets=flows.data_packets.fillna(0).astype(np.int64),
@@ -132,8 +135,11 @@ def attach_schedule(flows: pd.DataFrame, listed: pd.DataFrame) -> pd.DataFrame:
         direction="backward",
         tolerance=10**9,
     )
-    backlogged = merged.flow == -1
-    complete = (merged.bytes_seen >= merged.bytes) & ~backlogged
+    merged = merged.astype(
+        {c: "Int64" for c in ("connect_ns", "sched_ns", "flow", "group", "bytes")}
+    )
+    backlogged = (merged.flow == -1).fillna(False).astype(bool)
+    complete = (merged.bytes_seen >= merged.bytes).fillna(False).astype(bool) & ~backlogged
     return merged.assign(backlogged=backlogged, complete=complete)
 
 
