@@ -152,7 +152,7 @@ def test_the_edge_marker_wrote_the_state_machines_dscp(trial) -> None:
     senders = {ip_to_int(g["src"]) for g in record["traffic"].values()}
     seen = seen[(seen.proto == 6) & seen.src.isin(senders)]
     assert stats["packets"] == len(seen)
-    pure = Marker("APM")
+    pure = Marker(marker["marker"])
     want = [
         dscp_for(
             pure.mark(
