@@ -16,7 +16,7 @@ from typing import Any
 from core.rack import Host, Rack, RackError
 from trials.spec import Experiment, HostSettings, Shaping
 
-ROUTER_GROUPS = ("linux_routers",)
+ROUTER_GROUPS = ("linux_routers", "freebsd_routers")
 IMPLICIT_GROUPS = ("all", "senders", "receivers")
 
 
