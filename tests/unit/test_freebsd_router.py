@@ -175,7 +175,7 @@ def test_seed000_boot_and_kernel_settings(seed000):
 
 def test_seed000_record_names_what_teardown_removes(seed000):
     _, out = seed000
-    record = json.loads((out / "dummynet.json").read_text())
+    record = json.loads((out / "delay_backend.json").read_text())
     assert record["owned"] == {
         "rules": [10000, 10001, 10002], "pipes": [10001, 10002], "scheds": [], "queues": [],
     }  # fmt: skip
