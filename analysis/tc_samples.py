@@ -14,7 +14,7 @@ from analysis.queue import occupancy_at
 
 __all__ = ["LEAF_KINDS", "compare_with_samples", "leaf_samples", "read_tc_samples"]
 
-LEAF_KINDS = ("bfifo", "pfifo")  # the drop-tail queue under the shaper
+LEAF_KINDS = ("bfifo", "pfifo", "dummynet")  # the drop-tail queue under the shaper; a dummynet pipe
 _COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
 
 

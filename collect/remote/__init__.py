@@ -24,7 +24,11 @@ import shlex
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = {"tc_sampler": HERE / "tc_sampler.py", "tcp_probe": HERE / "tcp_probe.py"}
+SCRIPTS = {
+    "tc_sampler": HERE / "tc_sampler.py",
+    "tcp_probe": HERE / "tcp_probe.py",
+    "ipfw_sampler": HERE / "ipfw_sampler.py",
+}
 
 
 def command(name: str, *args: str) -> str:
@@ -39,6 +43,15 @@ def tc_sampler_command(
     """Samples `tc -s -j qdisc show` of `devices` every `interval_ms` into `out` (JSON lines)
     until SIGTERM/SIGINT."""
     return command("tc_sampler", "--interval-ms", f"{interval_ms:g}", "--out", out, *devices)
+
+
+def ipfw_sampler_command(
+    pipes: dict[str, int], out: str = "ipfw_samples.jsonl", interval_ms: float = 10.0
+) -> str:
+    """Samples `ipfw pipe show` of a FreeBSD router's pipes ({egress interface: pipe number},
+    as freebsd_router numbers them) every `interval_ms` into `out` until SIGTERM/SIGINT."""
+    specs = [f"{dev}={number}" for dev, number in sorted(pipes.items())]
+    return command("ipfw_sampler", "--interval-ms", f"{interval_ms:g}", "--out", out, *specs)
 
 
 def tcp_probe_command(addresses: list[str], out: str = "tcp_probe.txt", tag: str = "") -> str:

@@ -1,0 +1,101 @@
+"""`ipfw pipe show` samples of a FreeBSD dummynet router (collect/remote/ipfw_sampler.py, JSON
+lines with ipfw's text), read into the table analysis.tc_samples reads from a Linux router:
+one row per sample and pipe with ts_ns, spread_ns, dev, kind ("dummynet"), handle (the pipe
+number), parent, bytes, packets, drops, overlimits, requeues, backlog (queued bytes) and qlen
+(queued packets). analysis.tc_samples.leaf_samples and compare_with_samples take it as is.
+
+The text is the one sbin/ipfw/dummynet.c's list_pipes() prints (FreeBSD 8.2 onwards), per pipe:
+
+    10001:   1.000 Mbit/s   25 ms burst 0                       <- "%05d: %s %4d ms burst %s"
+    q141073  58 KB 0 flows (1 buckets) sched 75537 weight 0 lmax 0 pri 0 droptail
+     sched 75537 type FIFO flags 0x0 0 buckets 1 active
+    BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt/Byte Drp
+      0 ip           0.0.0.0/0             0.0.0.0/0     7489  10803048 21 31500  0
+
+A flow line (list_flow) ends with five counters: total packets and bytes through the flow,
+packets and bytes queued now, and packets dropped. A pipe without a mask has one flow; with
+a mask, one per masked 5-tuple, summed here. No flow line (no packet yet): zeros.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["parse_pipe_show", "read_ipfw_samples"]
+
+KIND = "dummynet"
+_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
+_COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *_COUNTERS]
+# The link line starts a pipe's block: its number (%05d, the pipe number modulo 65536).
+_LINK = re.compile(r"^(\d{5,}):\s+(?:unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burst ")
+# A flow line: bucket number (with '*' when the mask has the queue bit), then fields, then the
+# five counters; IPv6 lines have more fields in between, the same counters at the end.
+_FLOW = re.compile(r"^\s*\d+\*?\s+\S+.*?\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
+
+
+def parse_pipe_show(text: str) -> dict[int, dict[str, int]]:
+    """{pipe number: {packets, bytes, qlen, backlog, drops, delay_ms}} from one `ipfw pipe
+    show` output; counters summed over the pipe's flows."""
+    pipes: dict[int, dict[str, int]] = {}
+    current = None
+    for line in text.splitlines():
+        link = _LINK.match(line)
+        if link:
+            current = pipes.setdefault(
+                int(link[1]),
+                {"packets": 0, "bytes": 0, "qlen": 0, "backlog": 0, "drops": 0},
+            )
+            current["delay_ms"] = int(link[2])
+            continue
+        flow = _FLOW.match(line)
+        if current is not None and flow and not line.lstrip().startswith(("q", "BKT")):
+            tot_pkts, tot_bytes, pkts, queued_bytes, drops = (int(v) for v in flow.groups())
+            current["packets"] += tot_pkts
+            current["bytes"] += tot_bytes
+            current["qlen"] += pkts
+            current["backlog"] += queued_bytes
+            current["drops"] += drops
+    return pipes
+
+
+def read_ipfw_samples(path: str | Path) -> pd.DataFrame:
+    """One row per sample and pipe, in the columns of analysis.tc_samples.read_tc_samples (dev
+    from the sampler's map of pipe numbers to egress interfaces). A last line cut short
+    (sampler killed mid-write) is ignored."""
+    rows = []
+    path = Path(path)
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("end"):
+                continue
+            devs = rec.get("devs", {})
+            for number, counters in parse_pipe_show(rec["text"]).items():
+                dev = devs.get(str(number))
+                if dev is None:
+                    continue  # a pipe the sampler was not asked for
+                rows.append(
+                    {
+                        "ts_ns": rec["ts_ns"],
+                        "spread_ns": rec["spread_ns"],
+                        "dev": dev,
+                        "kind": KIND,
+                        "handle": str(number),
+                        "parent": "",
+                        "overlimits": 0,
+                        "requeues": 0,
+                        **{
+                            c: counters[c] for c in ("bytes", "packets", "drops", "backlog", "qlen")
+                        },
+                    }
+                )
+    df = pd.DataFrame(rows, columns=_COLUMNS)
+    return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *_COUNTERS)})
