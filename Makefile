@@ -32,8 +32,11 @@ rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPO
 rack-down: setup  ## remove the virtual rack that is up, whatever its topology or kind: every namespace, link, bridge and process (the VM: qemu, its tap and files)
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent $(RACK_VARS)
 
-trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results
-	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK)
+# A lab rack instead of the virtual one: INVENTORY=inventory/lab/hosts.yml (see inventory/lab.example).
+INVENTORY ?=
+RACK_INVENTORY = $(or $(INVENTORY),inventory/virtual/hosts.yml)
+trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results; INVENTORY=: on that rack
+	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
 
 # BATCH=results/NAME resumes that batch (or starts it there); RACKS="inv/a inv/b" shares the
 # plan between racks (one worker each); RETRIES: runs after a failed attempt.
@@ -70,10 +73,10 @@ VARS ?=
 CHECK ?=
 configure: setup  ## apply $(VARS) (an inventory overlay, e.g. playbooks/examples/dumbbell_bottleneck.yml) to the rack; CHECK=1: only show the diff
 	@test -n "$(VARS)" || { echo "usage: make configure VARS=playbooks/examples/<file>.yml [CHECK=1]"; exit 2; }
-	@$(ANSIBLE_PLAYBOOK) playbooks/configure.yml -i inventory/virtual/hosts.yml -i $(VARS) $(if $(CHECK),--check --diff)
+	@$(ANSIBLE_PLAYBOOK) playbooks/configure.yml -i $(RACK_INVENTORY) -i $(VARS) $(if $(CHECK),--check --diff)
 
 teardown: setup  ## give every rack host back what configure changed there, from its own records (no variables needed); CHECK=1: only show
-	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i inventory/virtual/hosts.yml $(if $(CHECK),--check --diff)
+	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i $(RACK_INVENTORY) $(if $(CHECK),--check --diff)
 
 docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults
 	@$(PYTHON) scripts/role_docs.py

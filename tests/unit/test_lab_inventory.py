@@ -1,0 +1,69 @@
+"""inventory/lab.example: the documented physical rack (four Debian hosts, a FreeBSD dummynet
+router) loads, and the seed-000 experiment resolves on it unchanged: the runner hands the
+FreeBSD router the same linux_router_links a Linux router gets, and configure.yml gives them
+to freebsd_router. Nothing is contacted (ansible-inventory and --list-tasks only)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from core.rack import Rack
+from trials.network import host_settings, resolve_network
+from trials.plan import load_plan
+from trials.runner import host_vars
+
+PROJECT = Path(__file__).resolve().parents[2]
+LAB = PROJECT / "inventory/lab.example/hosts.yml"
+EXPERIMENT = PROJECT / "experiments/collateral_damage.yml"
+
+
+def test_lab_rack_loads_with_management_apart_from_experiment_interfaces():
+    rack = Rack.load([LAB])
+    assert {n for n, h in rack.hosts.items() if "testbed_hosts" in h.groups} == {"A", "B", "C", "D"}
+    router = rack.host("R")
+    assert "freebsd_routers" in router.groups
+    assert set(router.interfaces) == {"em1", "em2"}
+    for host in rack.hosts.values():
+        # The management address (ansible_host) is on no experiment interface.
+        assert all(host.address not in str(i.network) for i in host.interfaces.values())
+        assert not any(str(i.ip) == host.address for i in host.interfaces.values())
+        assert "trialbed_clock_domain" not in host.vars  # each host its own clock
+
+
+def test_seed000_on_the_lab_rack_gives_the_freebsd_router_its_links():
+    rack = Rack.load([LAB])
+    plan = load_plan(EXPERIMENT)
+    trial = plan.trials[0]
+    net = resolve_network(trial.experiment, rack, str(EXPERIMENT))
+    assert net.routers == {"R"}
+    variables = host_vars(trial, net, host_settings(trial.experiment, net, str(EXPERIMENT)))
+    links = sorted(variables["R"]["linux_router_links"], key=lambda link: link["iface"])
+    assert variables["R"]["linux_router_forwarding"] is True
+    assert [(x["iface"], x["rate"], x["buffer"], x["qdisc"]) for x in links] == [
+        ("em1", "1mbit", "60000B", "droptail"),  # back towards A and B
+        ("em2", "1mbit", "60000B", "droptail"),  # towards C and D
+    ]
+    assert {x["delay_ms"] for x in links} <= {25.0, 50.0}
+    # Both capture points are R's interfaces: one machine, one clock, OWD valid.
+    assert {c.clock for c in net.captures} == {"R"}
+
+
+def test_configure_runs_freebsd_router_on_the_lab_router_only():
+    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")}
+    listed = subprocess.run(
+        [str(PROJECT / ".venv/bin/ansible-playbook"), "--list-hosts", "-i", str(LAB),
+         str(PROJECT / "playbooks/configure.yml")],
+        cwd=PROJECT, env=env, capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    plays = {}
+    for line in listed.splitlines():
+        play = re.match(r"\s*play #\d+ \(.*?\): (.*?)\tTAGS", line)
+        if play:
+            current = plays.setdefault(play[1], [])
+        elif line.startswith("      ") and line.strip():
+            current.append(line.strip())
+    assert plays["Shaped links of FreeBSD routers"] == ["R"]
+    assert "R" not in plays["Shaped links"] and "R" not in plays["End hosts and routers"]
