@@ -47,7 +47,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, _stop)
     period = int(args.interval_ms * 1e6)
     samples = skipped = failed = 0
-    cmd = [args.ipfw, "pipe", *sorted(devs, key=int), "show"]  # one fork per sample
+    # `ipfw pipe show N M` (ipfw(8) synopsis; `pipe N show` takes one number only).
+    cmd = [args.ipfw, "pipe", "show", *sorted(devs, key=int)]  # one fork per sample
     try:
         next_ns = time.time_ns()
         while True:

@@ -52,7 +52,9 @@ PLAYBOOK = """
     - name: Keep the rc.conf settings and sysctls the role applies
       ansible.builtin.copy:
         dest: "{{ freebsd_router_dir }}/settings.json"
-        content: "{{ {'rc': __freebsd_router_rc, 'sysctls': __freebsd_router_sysctls} | to_json }}"
+        content: >-
+          {{ {'rc': __freebsd_router_rc, 'sysctls': __freebsd_router_sysctls,
+              'show': __freebsd_router_show} | to_json }}
         mode: "0644"
       when: step == 'render'
     - name: Render the removal script from the record (teardown)
@@ -180,6 +182,11 @@ def test_seed000_record_names_what_teardown_removes(seed000):
         "rules": [10000, 10001, 10002], "pipes": [10001, 10002], "scheds": [], "queues": [],
     }  # fmt: skip
     assert [entry["iface"] for entry in record["links"]] == ["em1", "em2"]
+    # Drift is read back for exactly these numbers: `ipfw list N...` and `ipfw pipe show N...`
+    # (ipfw(8) SYNOPSIS; `pipe N show` would take a single number).
+    show = json.loads((out / "settings.json").read_text())["show"]
+    assert "/sbin/ipfw list 10000 10001 10002 2>/dev/null;" in show
+    assert "/sbin/ipfw pipe show 10001 10002 2>/dev/null" in show
     assert record["backend"] == "dummynet"
 
 
