@@ -292,3 +292,24 @@ def test_playbooks_using_the_role_pass_the_syntax_check(tmp_path):
             cwd=PROJECT, env=env, capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_second_render_changes_nothing_and_dropped_links_are_removed(tmp_path):
+    out = tmp_path / "router"
+    two = [link("em1"), link("em2", qdisc="fq_codel")]
+    first = run_role(out, two)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = run_role(out, two)
+    assert again.returncode == 0 and re.search(r"localhost\s+: ok=\d+\s+changed=0 ", again.stdout)
+    # The next trial has one link: the removal script the handler runs before applying the new
+    # ruleset still removes the dropped link's rule, pipe, queue and scheduler.
+    one = run_role(out, [link("em1")])
+    assert one.returncode == 0, one.stdout + one.stderr
+    script = (out / "ipfw-remove.sh").read_text()
+    assert "for n in 10000 10001 10002; do" in script  # rules
+    assert "for n in 10001 10002; do" in script  # pipes
+    assert script.count("for n in 10002; do") == 2  # the fq_codel queue and scheduler
+    assert commands((out / "ipfw.rules").read_text())[-2:] == [
+        "pipe 10001 config bw 1Mbit/s delay 25 queue 60000bytes",
+        "add 10001 pipe 10001 ip from any to any out xmit em1",
+    ]
