@@ -82,7 +82,7 @@ docs: setup  ## write each role's README.md from its meta/argument_specs.yml and
 	@$(PYTHON) scripts/role_docs.py
 
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
-	@$(PYTHON) -m trials status
+	@$(PYTHON) -m trials status $(if $(INVENTORY),-i $(INVENTORY))
 
 test: setup  ## unit tests, then end-to-end tests on a virtual rack the tests build and remove
 	@$(PYTHON) -m pytest
