@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from core.rack import Rack
@@ -67,3 +68,44 @@ def test_configure_runs_freebsd_router_on_the_lab_router_only():
             current.append(line.strip())
     assert plays["Shaped links of FreeBSD routers"] == ["R"]
     assert "R" not in plays["Shaped links"] and "R" not in plays["End hosts and routers"]
+
+
+def test_lab_example_overlay_gives_r_its_links():
+    overlay = PROJECT / "playbooks/examples/lab_bottleneck.yml"
+    rack = Rack.load([LAB, overlay])
+    links = rack.host("R").vars["linux_router_links"]
+    assert {x["iface"] for x in links} == set(rack.host("R").interfaces)
+
+
+def input_checks(overlay: Path) -> subprocess.CompletedProcess:
+    """configure.yml's input-check play for R, run on this machine (connection local: the
+    checks are controller-side; nothing is sent to the lab address)."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+    }
+    return subprocess.run(
+        [str(PROJECT / ".venv/bin/ansible-playbook"), str(PROJECT / "playbooks/configure.yml"),
+         "-i", str(LAB), "-i", str(overlay), "--limit", "R", "--tags", "input_checks",
+         "-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}"],
+        cwd=PROJECT, env=env, capture_output=True, text=True, check=False, timeout=180,
+    )  # fmt: skip
+
+
+def test_configure_checks_the_freebsd_routers_links(tmp_path):
+    good = input_checks(PROJECT / "playbooks/examples/lab_bottleneck.yml")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "freebsd_router : Check the links" in good.stdout
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        "all:\n  hosts:\n    R:\n      linux_router_links:\n"
+        "        - {iface: em2, rate: 1mbit, buffer: 60000B, delay_ms: 25, qdisc: cake}\n"
+        "        - {iface: em9, rate: 1mbit, buffer: 60000B}\n"
+    )
+    refused = input_checks(bad)
+    assert refused.returncode != 0
+    assert "on R (a FreeBSD dummynet router): qdisc 'cake'" in refused.stdout
+    assert "iface 'em9' is not an experiment interface of this host (it has: em1, em2)" in (
+        refused.stdout
+    )
