@@ -29,7 +29,7 @@ OFFLOADS = {
 LINK_COLUMNS = ("host", "iface", "qdiscs", "rate", "queue limit", "delay", "sent pkt", "dropped",
                 "backlog")  # fmt: skip
 HOST_COLUMNS = ("host", "cc", "cc parameters", "offloads", "mtu", "route metrics", "running",
-                "left behind")  # fmt: skip
+                "left behind", "teardown gives back")  # fmt: skip
 
 
 def gather(rack: Rack) -> dict[str, dict[str, Any]]:
@@ -83,6 +83,20 @@ def shaping_of(state: dict[str, Any], iface: str) -> dict[str, Any]:
     }
 
 
+def own_settings(record: dict[str, Any] | None) -> str:
+    """What teardown would give back: the host's own CC, how many other sysctls and module
+    parameters, and which interfaces' settings (testbed_host's record)."""
+    if not record:
+        return "-"
+    sysctls = record.get("sysctls", {})
+    cc = sysctls.get("net.ipv4.tcp_congestion_control")
+    others = len(sysctls) - bool(cc) + len(record.get("module_parameters", {}))
+    parts = [f"cc {cc}"] if cc else []
+    parts += [f"{others} other sysctl{'s' if others > 1 else ''}"] if others else []
+    parts += [f"{', '.join(record['interfaces'])} settings"] if record.get("interfaces") else []
+    return "; ".join(parts)
+
+
 def render(rack: Rack, states: dict[str, dict[str, Any]], console: Console) -> None:
     links = Table(title="Experiment interfaces (tc)")
     for col in LINK_COLUMNS:
@@ -114,7 +128,8 @@ def render(rack: Rack, states: dict[str, dict[str, Any]], console: Console) -> N
         )
         running = ", ".join(f"{d['name']} ({d['pid']})" for d in state["daemons"])
         hosts.add_row(name, cc, params or "-", offloads or "-", mtu or "-", metrics or "-",
-                      running or "-", ", ".join(state["leftover_trials"]) or "-")  # fmt: skip
+                      running or "-", ", ".join(state["leftover_trials"]) or "-",
+                      own_settings(state.get("own_settings")))  # fmt: skip
     console.print(hosts)
 
 
@@ -132,6 +147,7 @@ def summary(rack: Rack, states: dict[str, dict[str, Any]]) -> dict[str, dict[str
             "mtu": f.get("mtu"),
             "running": state["daemons"],
             "left_behind": state["leftover_trials"],
+            "own_settings_recorded": state.get("own_settings"),
         }
     return out
 

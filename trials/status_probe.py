@@ -2,8 +2,9 @@
 with what the host is doing now: per experiment interface its qdiscs and classes with their
 counters (`tc -s -j`), the delay backend the router role recorded and whether its delay line
 and NFQUEUE rules are in place, the daemons of trialbed running there, and trial directories
-left behind (a trial's files are removed once the controller has verified its copy). Reads
-only; `python -m trials status` renders it."""
+left behind (a trial's files are removed once the controller has verified its copy), and
+the host's own settings that configure recorded before changing them (teardown gives them
+back). Reads only; `python -m trials status` renders it."""
 
 import glob
 import json
@@ -58,6 +59,13 @@ def main(workdir, interfaces):
         if pid is not None:
             name = os.path.basename(pidfile)[: -len(".pid")]
             daemons.append({"name": name, "pid": pid, "dir": os.path.dirname(pidfile)})
+    # testbed_host's record of the host's own settings: present from the first configure until
+    # teardown gave them back.
+    try:
+        with open(os.path.join(workdir, "baseline.json")) as f:
+            own = json.load(f)
+    except (OSError, ValueError):
+        own = None
     leftovers = sorted(
         os.path.relpath(d, workdir) for d in glob.glob(f"{workdir}/trials/*/*") if os.path.isdir(d)
     )
@@ -73,6 +81,7 @@ def main(workdir, interfaces):
                 "nfqueue_rules": sum("NFQUEUE" in line for line in rules.splitlines()),
                 "daemons": daemons,
                 "leftover_trials": leftovers,
+                "own_settings": own,
             }
         )
     )

@@ -227,6 +227,9 @@ def test_status_shows_what_the_rack_is_doing(trial, test_rack):
             "htb → bfifo", "1Mbit", "60000B", "25 ms (delay line)"
         ), link  # fmt: skip
     assert shaped["A"]["cc"] == "cubic" and shaped["A"]["running"] == []
+    # What teardown will give back: the CC the host had before configure, among others.
+    own = shaped["A"]["own_settings_recorded"]
+    assert own["sysctls"]["net.ipv4.tcp_congestion_control"] and "left" in own["interfaces"]
     assert [d["name"] for d in shaped["R"]["running"]] == ["delayline"]
     assert "25 ms (delay line)" in status(test_rack).stdout  # the table a person reads
 
@@ -236,6 +239,7 @@ def test_status_shows_what_the_rack_is_doing(trial, test_rack):
         link = clean["R"]["interfaces"][iface]
         assert "htb" not in link["chain"] and link["rate"] == link["delay"] == "-", link
     assert clean["R"]["running"] == [] and clean["R"]["left_behind"] == []
+    assert all(host["own_settings_recorded"] is None for host in clean.values())
 
 
 def test_teardown_without_variables_removes_what_was_applied(trial, test_rack):
