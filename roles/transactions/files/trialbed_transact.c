@@ -1,0 +1,615 @@
+/*
+ * trialbed-transact: request/response transactions for the EFT family (seed 003, Lipovac et
+ * al. 2009), over TCP and over UDP with the paper's simple reliable window scheme.
+ *
+ *   EFT-SHORT        connect, send the request, receive a 1-byte reply, close; repeated
+ *   EFT-LONG         one connection; request / 1-byte reply repeated; close at the end
+ *   FILETRANSF-LONG  one connection; send the file, receive a 1-byte acknowledgement; repeated
+ *
+ * The client times every transaction on CLOCK_REALTIME (the captures' clock) and writes one
+ * CSV row per transaction when it ends; nothing is written while it measures.
+ *
+ * UDP scheme (every datagram starts with a 20-byte header, then up to --send-size bytes of
+ * data): the sender sends a window of --window bytes and waits for the receiver's ACK, sent
+ * once the complete window is in; on a timeout (--rto-ms) it sends the window again; the
+ * receiver answers a gap (a datagram beyond the next expected offset) with a NAK naming the
+ * offset it expects, and the sender goes back to it. The receiver's 1-byte REPLY, sent when
+ * the whole request is in, acknowledges the last window; a duplicate of a completed
+ * request's last datagram makes it send the REPLY again.
+ *
+ *   trialbed-transact server --proto tcp|udp --bind ADDR --port P [--pairs K]
+ *                            [--request BYTES] [--sockbuf BYTES] [--close-first]
+ *   trialbed-transact client --proto tcp|udp --workload short|long|file --connect ADDR
+ *                            --port P [--bind ADDR] [--request BYTES] [--send-size BYTES]
+ *                            [--sockbuf BYTES] [--window BYTES] [--rto-ms MS] [--pairs K]
+ *                            [--count N] [--duration S] [--out FILE]
+ *
+ * TCP: one port, K accepting threads. UDP: pair i uses port P + i. The server prints one
+ * line "served ..." with its counters when it gets SIGTERM or SIGINT.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VERSION "trialbed-transact 1"
+#define HDR 20
+#define MAX_DGRAM 65507
+#define MAX_PAIRS 256
+#define MAX_RETRIES 100
+
+enum { DATA = 1, ACK = 2, NAK = 3, REPLY = 4 };
+
+struct opts {
+	int server, udp, pairs, close_first;
+	char workload; /* 's', 'l', 'f' */
+	const char *bind, *connect, *out;
+	int port;
+	long request, send_size, sockbuf, window, rto_ms, count;
+	double duration;
+};
+
+static struct opts o = {.pairs = 1, .request = 100, .window = 17726, .rto_ms = 200,
+			.count = -1, .duration = -1};
+static volatile sig_atomic_t stopping;
+static atomic_long served_requests, served_bytes, served_conns, served_naks, served_dups;
+
+static void die(const char *what)
+{
+	fprintf(stderr, "trialbed-transact: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static void usage(const char *msg)
+{
+	fprintf(stderr, "trialbed-transact: %s (see the head of trialbed_transact.c)\n", msg);
+	exit(2);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static struct sockaddr_in addr_of(const char *ip, int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	if (inet_pton(AF_INET, ip, &a.sin_addr) != 1)
+		usage("not an IPv4 address");
+	return a;
+}
+
+static void set_bufs(int fd)
+{
+	int v = (int)o.sockbuf;
+	if (o.sockbuf > 0 && (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) ||
+			      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v)))
+		die("setsockopt SO_SNDBUF/SO_RCVBUF");
+}
+
+static int new_socket(void)
+{
+	int fd = socket(AF_INET, o.udp ? SOCK_DGRAM : SOCK_STREAM, 0);
+	if (fd < 0)
+		die("socket");
+	set_bufs(fd); /* before connect/listen: the window scale is chosen from it */
+	return fd;
+}
+
+static int write_all(int fd, const char *buf, long n, long chunk)
+{
+	for (long done = 0; done < n;) {
+		long part = n - done < chunk ? n - done : chunk;
+		ssize_t w = send(fd, buf, part, MSG_NOSIGNAL); /* one send call per chunk */
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		done += w;
+	}
+	return 0;
+}
+
+static long read_some(int fd, char *buf, long n)
+{
+	for (;;) {
+		ssize_t r = recv(fd, buf, n, 0);
+		if (r < 0 && (errno == EINTR || errno == EAGAIN) && !stopping)
+			continue;
+		return r;
+	}
+}
+
+/* ---------------------------------------------------------------- UDP datagrams */
+
+struct hdr {
+	uint8_t type, pad[3];
+	uint32_t txn, off, total, wend;
+};
+
+static void put_hdr(char *b, int type, uint32_t txn, uint32_t off, uint32_t total, uint32_t wend)
+{
+	struct hdr h = {.type = (uint8_t)type, .txn = htonl(txn), .off = htonl(off),
+			.total = htonl(total), .wend = htonl(wend)};
+	memcpy(b, &h, HDR);
+}
+
+static int get_hdr(const char *b, ssize_t n, struct hdr *h)
+{
+	if (n < HDR)
+		return -1;
+	memcpy(h, b, HDR);
+	h->txn = ntohl(h->txn), h->off = ntohl(h->off), h->total = ntohl(h->total),
+	h->wend = ntohl(h->wend);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- server */
+
+struct srv {
+	int fd, index;
+};
+
+static void *tcp_serve(void *arg)
+{
+	struct srv *s = arg;
+	long cap = o.request < 65536 ? o.request : 65536;
+	char *buf = malloc(cap), one = 'R';
+	for (;;) {
+		int c = accept(s->fd, NULL, NULL);
+		if (c < 0) {
+			if (errno == EINTR)
+				continue;
+			die("accept");
+		}
+		served_conns++;
+		for (;;) {
+			long got = 0, r = 0;
+			while (got < o.request && (r = read_some(c, buf, cap)) > 0)
+				got += r;
+			served_bytes += got;
+			if (got < o.request)
+				break; /* the client closed (or failed) */
+			if (write_all(c, &one, 1, 1))
+				break;
+			served_requests++;
+			if (o.close_first)
+				break; /* EFT-SHORT: the server closes; TIME-WAIT stays here */
+		}
+		close(c);
+	}
+	return NULL;
+}
+
+static void *udp_serve(void *arg)
+{
+	struct srv *s = arg;
+	char *buf = malloc(MAX_DGRAM), out[HDR + 1];
+	struct sockaddr_in peer = {0}, from;
+	uint32_t txn = 0, expected = 0, total = 0;
+	int have = 0, done = 0;
+	long last_nak = -1;
+	for (;;) {
+		socklen_t fl = sizeof from;
+		ssize_t n = recvfrom(s->fd, buf, MAX_DGRAM, 0, (struct sockaddr *)&from, &fl);
+		struct hdr h;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("recvfrom");
+		if (get_hdr(buf, n, &h) || h.type != DATA)
+			continue;
+		uint32_t len = (uint32_t)(n - HDR);
+		if (!have || h.txn != txn || from.sin_port != peer.sin_port ||
+		    from.sin_addr.s_addr != peer.sin_addr.s_addr) {
+			have = 1, peer = from, txn = h.txn, expected = 0, total = h.total, done = 0;
+			last_nak = -1;
+		}
+		int reply = -1;
+		uint32_t ack = expected;
+		if (h.off == expected && !done) {
+			expected += len, last_nak = -1;
+			served_bytes += len;
+			if (expected >= total)
+				reply = REPLY, done = 1, served_requests++;
+			else if (expected >= h.wend)
+				reply = ACK;
+			ack = expected;
+		} else if (h.off > expected && !done) {
+			if (last_nak != (long)expected)
+				reply = NAK, last_nak = expected, served_naks++;
+		} else if (h.off + len >= h.wend) {
+			/* a window sent again whose ACK (or REPLY) was lost: answer once more */
+			served_dups++;
+			reply = done ? REPLY : ACK;
+		}
+		if (reply < 0)
+			continue;
+		put_hdr(out, reply, txn, ack, total, h.wend);
+		out[HDR] = 'R';
+		sendto(s->fd, out, reply == REPLY ? HDR + 1 : HDR, 0, (struct sockaddr *)&peer,
+		       sizeof peer);
+	}
+	return NULL;
+}
+
+static int server(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL); /* only the main thread takes them, by sigwait */
+	int tcp_fd = -1;
+	static struct srv s[MAX_PAIRS];
+	pthread_t t;
+	for (int i = 0; i < o.pairs; i++) {
+		if (o.udp || tcp_fd < 0) {
+			int fd = new_socket(), on = 1;
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+			struct sockaddr_in a = addr_of(o.bind, o.port + (o.udp ? i : 0));
+			if (bind(fd, (struct sockaddr *)&a, sizeof a))
+				die("bind");
+			if (!o.udp && listen(fd, 128))
+				die("listen");
+			tcp_fd = fd;
+		}
+		s[i] = (struct srv){.fd = tcp_fd, .index = i};
+		if (pthread_create(&t, NULL, o.udp ? udp_serve : tcp_serve, &s[i]))
+			die("pthread_create");
+	}
+	printf("listening on %s port %d (%s, %d pair%s)\n", o.bind, o.port, o.udp ? "udp" : "tcp",
+	       o.pairs, o.pairs > 1 ? "s" : "");
+	fflush(stdout);
+	int sig;
+	sigwait(&set, &sig);
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	printf("served requests=%ld bytes=%ld connections=%ld naks=%ld duplicates=%ld "
+	       "user_s=%.6f sys_s=%.6f\n",
+	       (long)served_requests, (long)served_bytes, (long)served_conns, (long)served_naks,
+	       (long)served_dups, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+	fflush(stdout);
+	_exit(0);
+}
+
+/* ---------------------------------------------------------------- client */
+
+struct row {
+	int64_t start, end;
+	long bytes, retrans;
+	int ok, port;
+};
+
+struct pair {
+	int index, sndbuf, rcvbuf, mss;
+	pthread_t thread;
+	struct row *rows;
+	long n, cap;
+	const char *error;
+	int64_t deadline;
+};
+
+static int local_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t l = sizeof a;
+	return getsockname(fd, (struct sockaddr *)&a, &l) ? 0 : ntohs(a.sin_port);
+}
+
+static int open_conn(struct pair *p)
+{
+	int fd = new_socket();
+	if (o.bind) {
+		int on = 1; /* the port is chosen at connect (no bind-time port reservation) */
+		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+		struct sockaddr_in a = addr_of(o.bind, 0);
+		if (bind(fd, (struct sockaddr *)&a, sizeof a))
+			die("bind");
+	}
+	struct sockaddr_in to = addr_of(o.connect, o.port + (o.udp ? p->index : 0));
+	if (connect(fd, (struct sockaddr *)&to, sizeof to)) {
+		close(fd);
+		return -1;
+	}
+	if (!o.udp) { /* a 1 s receive timeout lets a stop request end a blocked receive */
+		struct timeval tv = {.tv_sec = 1};
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	}
+	return fd;
+}
+
+static void note_socket(struct pair *p, int fd)
+{
+	socklen_t l = sizeof(int);
+	getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &p->sndbuf, &l);
+	l = sizeof(int);
+	getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &p->rcvbuf, &l);
+	l = sizeof(int);
+	if (!o.udp)
+		getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &p->mss, &l);
+}
+
+static long tcp_retrans(int fd)
+{
+	struct tcp_info ti;
+	socklen_t l = sizeof ti;
+	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) ? 0 : (long)ti.tcpi_total_retrans;
+}
+
+/* One TCP request and its 1-byte reply on an open connection: 0, or -1 on failure. */
+static int tcp_exchange(int fd, const char *req)
+{
+	char reply;
+	if (write_all(fd, req, o.request, o.send_size))
+		return -1;
+	return read_some(fd, &reply, 1) == 1 ? 0 : -1;
+}
+
+/* One reliable UDP request (windows of o.window bytes) and its REPLY: retransmissions
+ * (datagrams sent again), or -1 when MAX_RETRIES timeouts in a row passed. */
+static long udp_exchange(int fd, uint32_t txn, char *dg)
+{
+	uint32_t total = (uint32_t)o.request, base = 0, pos = 0, wend = 0;
+	long resent = 0, timeouts = 0;
+	char in[HDR + 1];
+	wend = base + o.window < total ? base + o.window : total;
+	for (;;) {
+		while (pos < wend) { /* (re)send from pos to the window's end */
+			uint32_t len = wend - pos < o.send_size ? wend - pos : (uint32_t)o.send_size;
+			put_hdr(dg, DATA, txn, pos, total, wend);
+			if (send(fd, dg, HDR + len, 0) < 0 && errno != ECONNREFUSED)
+				return -1;
+			pos += len;
+		}
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		int r = poll(&pf, 1, (int)o.rto_ms);
+		if (stopping)
+			return -1;
+		if (r == 0) { /* timeout: the whole window again */
+			if (++timeouts > MAX_RETRIES)
+				return -1;
+			resent += (wend - base + o.send_size - 1) / o.send_size;
+			pos = base;
+			continue;
+		}
+		ssize_t n = recv(fd, in, sizeof in, 0);
+		struct hdr h;
+		if (n < 0 || get_hdr(in, n, &h) || h.txn != txn)
+			continue; /* an ICMP error or a late answer of an earlier transaction */
+		timeouts = 0;
+		if (h.type == REPLY)
+			return resent;
+		if (h.type == ACK && h.off > base && h.off == wend) {
+			base = pos = h.off;
+			wend = base + o.window < total ? base + o.window : total;
+		} else if (h.type == NAK && h.off >= base && h.off < wend && h.off < pos) {
+			resent += (wend - h.off + o.send_size - 1) / o.send_size;
+			base = pos = h.off; /* go back to what the receiver expects */
+		}
+	}
+}
+
+static void add_row(struct pair *p, struct row r)
+{
+	if (p->n == p->cap) {
+		p->cap = p->cap ? 2 * p->cap : 4096;
+		p->rows = realloc(p->rows, p->cap * sizeof *p->rows);
+		if (!p->rows)
+			die("realloc");
+	}
+	p->rows[p->n++] = r;
+}
+
+static void *client_pair(void *arg)
+{
+	struct pair *p = arg;
+	char *req = calloc(1, o.request > 1 ? o.request : 1);
+	char *dg = calloc(1, HDR + o.send_size);
+	int fd = -1, is_long = o.workload != 's';
+	uint32_t txn = (uint32_t)p->index << 24;
+	memset(req, 'Q', o.request);
+	if (is_long) { /* one connection for every transaction, set up before the first */
+		if ((fd = open_conn(p)) < 0) {
+			p->error = strerror(errno);
+			return NULL;
+		}
+		note_socket(p, fd);
+	}
+	while ((o.count < 0 || p->n < o.count) && !stopping && now_ns() < p->deadline) {
+		struct row r = {.bytes = o.request};
+		long before = 0, result;
+		r.start = now_ns();
+		if (!is_long) {
+			fd = open_conn(p);
+			if (fd < 0) {
+				r.end = now_ns();
+				add_row(p, r);
+				usleep(1000);
+				continue;
+			}
+		}
+		if (o.udp) {
+			result = udp_exchange(fd, ++txn, dg);
+		} else {
+			before = is_long ? tcp_retrans(fd) : 0;
+			result = tcp_exchange(fd, req);
+			if (result == 0 && !is_long) { /* the server closes first: wait for its FIN */
+				char c;
+				result = read_some(fd, &c, 1) == 0 ? 0 : -1;
+			}
+			if (result == 0)
+				result = tcp_retrans(fd) - before;
+		}
+		if (!is_long) {
+			r.port = local_port(fd);
+			if (p->n == 0)
+				note_socket(p, fd);
+			close(fd);
+		} else {
+			r.port = local_port(fd);
+		}
+		r.end = now_ns();
+		if (stopping && result < 0)
+			break; /* cut short by a stop request: not a transaction */
+		r.ok = result >= 0;
+		r.retrans = result > 0 ? result : 0;
+		add_row(p, r);
+		if (result < 0 && is_long)
+			break; /* the connection is gone */
+	}
+	if (is_long)
+		close(fd);
+	return NULL;
+}
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+static int client(void)
+{
+	static struct pair p[MAX_PAIRS];
+	struct sigaction sa = {.sa_handler = on_stop}; /* no SA_RESTART: blocked calls return */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	int64_t start = now_ns();
+	int64_t deadline = o.duration < 0 ? INT64_MAX : start + (int64_t)(o.duration * 1e9);
+	for (int i = 0; i < o.pairs; i++) {
+		p[i] = (struct pair){.index = i, .deadline = deadline};
+		if (pthread_create(&p[i].thread, NULL, client_pair, &p[i]))
+			die("pthread_create");
+	}
+	for (int i = 0; i < o.pairs; i++)
+		pthread_join(p[i].thread, NULL);
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	FILE *f = o.out ? fopen(o.out, "w") : stdout;
+	if (!f)
+		die(o.out);
+	fprintf(f, "# %s proto=%s workload=%c request=%ld send_size=%ld sockbuf=%ld window=%ld "
+		   "rto_ms=%ld pairs=%d\n",
+		VERSION, o.udp ? "udp" : "tcp", o.workload, o.request, o.send_size, o.sockbuf,
+		o.window, o.rto_ms, o.pairs);
+	fprintf(f, "# kernel sndbuf=%d rcvbuf=%d mss=%d user_s=%.6f sys_s=%.6f\n", p[0].sndbuf,
+		p[0].rcvbuf, p[0].mss, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+	fprintf(f, "pair,seq,start_ns,end_ns,bytes,ok,retrans,local_port\n");
+	long total = 0, failed = 0;
+	for (int i = 0; i < o.pairs; i++) {
+		if (p[i].error)
+			fprintf(stderr, "pair %d: could not connect: %s\n", i, p[i].error), failed++;
+		for (long k = 0; k < p[i].n; k++) {
+			struct row *r = &p[i].rows[k];
+			fprintf(f, "%d,%ld,%lld,%lld,%ld,%d,%ld,%d\n", i, k, (long long)r->start,
+				(long long)r->end, r->bytes, r->ok, r->retrans, r->port);
+			failed += !r->ok;
+		}
+		total += p[i].n;
+	}
+	if (o.out)
+		fclose(f);
+	fprintf(stderr, "done transactions=%ld failed=%ld\n", total, failed);
+	return failed && total == failed ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- options */
+
+static long number(const char *name, const char *v, long lo, long hi)
+{
+	char *end;
+	long n = strtol(v, &end, 10);
+	if (*end || n < lo || n > hi) {
+		fprintf(stderr, "trialbed-transact: %s %s: give an integer in %ld..%ld\n", name, v, lo,
+			hi);
+		exit(2);
+	}
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		usage("give server or client");
+	if (!strcmp(argv[1], "--version"))
+		return puts(VERSION), 0;
+	o.server = !strcmp(argv[1], "server");
+	if (!o.server && strcmp(argv[1], "client"))
+		usage("the first word is server or client");
+	for (int i = 2; i < argc; i++) {
+		const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(k, "--close-first")) {
+			o.close_first = 1;
+			continue;
+		}
+		if (!v)
+			usage("an option without its value");
+		i++;
+		if (!strcmp(k, "--proto")) {
+			if (strcmp(v, "tcp") && strcmp(v, "udp"))
+				usage("--proto is tcp or udp");
+			o.udp = !strcmp(v, "udp");
+		} else if (!strcmp(k, "--workload")) {
+			if (strcmp(v, "short") && strcmp(v, "long") && strcmp(v, "file"))
+				usage("--workload is short, long or file");
+			o.workload = v[0];
+		} else if (!strcmp(k, "--bind"))
+			o.bind = v;
+		else if (!strcmp(k, "--connect"))
+			o.connect = v;
+		else if (!strcmp(k, "--out"))
+			o.out = v;
+		else if (!strcmp(k, "--port"))
+			o.port = (int)number(k, v, 1, 65535);
+		else if (!strcmp(k, "--pairs"))
+			o.pairs = (int)number(k, v, 1, MAX_PAIRS);
+		else if (!strcmp(k, "--request"))
+			o.request = number(k, v, 1, 1L << 31);
+		else if (!strcmp(k, "--send-size"))
+			o.send_size = number(k, v, 1, 1L << 30);
+		else if (!strcmp(k, "--sockbuf"))
+			o.sockbuf = number(k, v, 1, 1L << 30);
+		else if (!strcmp(k, "--window"))
+			o.window = number(k, v, 1, 1L << 30);
+		else if (!strcmp(k, "--rto-ms"))
+			o.rto_ms = number(k, v, 1, 60000);
+		else if (!strcmp(k, "--count"))
+			o.count = number(k, v, 1, 1L << 40);
+		else if (!strcmp(k, "--duration"))
+			o.duration = atof(v);
+		else
+			usage("unknown option");
+	}
+	if (!o.port || (o.server ? !o.bind : !o.connect))
+		usage("--port and --bind (server) or --connect (client) are required");
+	if (o.pairs > 1 && o.udp && o.port + o.pairs - 1 > 65535)
+		usage("--port + --pairs goes beyond 65535");
+	if (o.server)
+		return server();
+	if (!o.workload)
+		usage("--workload is required");
+	if (!o.send_size)
+		o.send_size = o.udp ? 8863 : 32767;
+	if (o.udp && (o.send_size > MAX_DGRAM - HDR || o.window < o.send_size))
+		usage("UDP: --send-size at most 65487 and --window at least one send");
+	return client();
+}
