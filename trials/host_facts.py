@@ -31,6 +31,7 @@ TOOLS = {
     "tcpdump": ["tcpdump", "--version"],
     "tc": ["tc", "-V"],
     "python3": ["python3", "--version"],
+    "gcc": ["gcc", "--version"],  # builds the transaction generator (transactions role)
 }
 
 

@@ -11,12 +11,15 @@ from pydantic import Field
 from trials.generators.base import TrafficGenerator
 from trials.generators.bulk_tcp import BulkTcp, BulkTcpSpec
 from trials.generators.cbr_udp import CbrUdp, CbrUdpSpec
+from trials.generators.transaction import Transaction, TransactionSpec
 from trials.generators.web_poisson import WebPoisson, WebPoissonSpec
 
 GENERATOR_TYPES: dict[str, type[TrafficGenerator]] = {
-    g.type: g for g in (BulkTcp, CbrUdp, WebPoisson)
+    g.type: g for g in (BulkTcp, CbrUdp, WebPoisson, Transaction)
 }
 
-Generator = Annotated[BulkTcpSpec | CbrUdpSpec | WebPoissonSpec, Field(discriminator="type")]
+Generator = Annotated[
+    BulkTcpSpec | CbrUdpSpec | WebPoissonSpec | TransactionSpec, Field(discriminator="type")
+]
 
 __all__ = ["GENERATOR_TYPES", "Generator", "TrafficGenerator"]
