@@ -1,0 +1,208 @@
+"""transaction: response time of every transaction (the client's own timing, one row each),
+throughput of file transfers, and a cross-check of the client's times against a capture on
+the path (first request packet to reply packet, one clock), with what the capture says about
+how each file went out (data packets, partial segments, the receiver's ACKs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.captures import Captures
+from analysis.pcap import ip_to_int
+
+TCP_SYN, TCP_ACK = 0x02, 0x10
+UDP_HEADER = 20  # the reliable scheme's header (trials/generators/transaction.py)
+UDP_REPLY_PAYLOAD = UDP_HEADER + 1  # REPLY: header and the 1-byte reply
+
+
+def read_client(path: Path) -> tuple[dict[str, str], pd.DataFrame]:
+    """The client's `# key=value` header and its rows, with response_ns per transaction."""
+    meta: dict[str, str] = {}
+    with path.open() as f:
+        for line in f:
+            if not line.startswith("#"):
+                break
+            meta.update(w.split("=", 1) for w in line[1:].split() if "=" in w)
+    rows = pd.read_csv(path, comment="#", dtype={"start_ns": "int64", "end_ns": "int64"})
+    return meta, rows.assign(response_ns=rows.end_ns - rows.start_ns)
+
+
+def response_stats(ns: pd.Series) -> dict[str, float]:
+    ms = ns.to_numpy(dtype="float64") / 1e6
+    if not len(ms):
+        return {}
+    return {
+        "response_mean_ms": float(ms.mean()),
+        "response_median_ms": float(np.median(ms)),
+        "response_p99_ms": float(np.percentile(ms, 99)),
+        "response_min_ms": float(ms.min()),
+        "response_max_ms": float(ms.max()),
+        "response_std_ms": float(ms.std()),
+    }
+
+
+def own_packets(frame: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
+    """The generator's packets in both directions (UDP pair i: server port + i)."""
+    pair = {ip_to_int(gen["src"]), ip_to_int(gen["dst"])}
+    ports = np.arange(gen["port"], gen["port"] + (gen["pairs"] if gen["proto"] == 17 else 1))
+    mine = frame[(frame.proto == gen["proto"]) & frame.src.isin(pair) & frame.dst.isin(pair)]
+    return mine[mine.sport.isin(ports) | mine.dport.isin(ports)]
+
+
+def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
+    """Transactions as a capture sees them, per client port in time order: a reply (the
+    server's first data, TCP; its REPLY datagram, UDP) ends one; it began with the first
+    client packet after the previous reply (the SYN when each has its own connection).
+    A reply with no client packet since the previous one is a duplicate, not a transaction.
+    Columns: local_port, k (its rank on that port), cap_start_ns, cap_end_ns."""
+    client = ip_to_int(gen["src"])
+    out = []
+    tcp = gen["proto"] == 6
+    up = packets[packets.src == client]
+    down = packets[packets.src != client]
+    if tcp:
+        up = up[(up.payload_len > 0) | ((up.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)]
+        down = down[down.payload_len > 0].drop_duplicates(["dport", "seq"])
+    else:
+        down = down[down.payload_len == UDP_REPLY_PAYLOAD]
+    for port, replies in down.groupby("dport", sort=False):
+        starts = up.ts_ns[up.sport == port].to_numpy()
+        ends = replies.ts_ns.to_numpy()
+        prev = np.concatenate(([np.iinfo(np.int64).min], ends[:-1]))
+        first = np.searchsorted(starts, prev, side="right")  # first request after prev
+        valid = first < len(starts)
+        valid &= np.concatenate(([True], first[1:] != first[:-1]))  # a new request since
+        first, ends = first[valid], ends[valid]
+        ok = starts[first] < ends
+        out.append(
+            pd.DataFrame(
+                {
+                    "local_port": int(port),
+                    "cap_start_ns": starts[first[ok]],
+                    "cap_end_ns": ends[ok],
+                }
+            )
+        )
+    if not out:
+        return pd.DataFrame(columns=["local_port", "k", "cap_start_ns", "cap_end_ns"])
+    frame = pd.concat(out, ignore_index=True).sort_values("cap_start_ns", kind="stable")
+    return frame.assign(k=frame.groupby("local_port").cumcount())
+
+
+def cross_check(rows: pd.DataFrame, caps_tx: pd.DataFrame) -> pd.DataFrame:
+    """The client's rows joined to the capture's transactions by (port, rank on the port);
+    a pair counts only where the two overlap in time (a capture that missed a packet would
+    otherwise shift every later pair)."""
+    ok = rows[rows.ok == 1].sort_values("start_ns", kind="stable")
+    ok = ok.assign(k=ok.groupby("local_port").cumcount())
+    joined = ok.merge(caps_tx, on=["local_port", "k"], how="inner")
+    overlap = (joined.cap_start_ns < joined.end_ns) & (joined.cap_end_ns > joined.start_ns)
+    joined = joined[overlap]
+    return joined.assign(
+        cap_response_ns=joined.cap_end_ns - joined.cap_start_ns,
+        excess_ns=joined.response_ns - (joined.cap_end_ns - joined.cap_start_ns),
+    )
+
+
+def transfer_packets(packets: pd.DataFrame, gen: dict[str, Any], tx: pd.DataFrame) -> dict:
+    """FILETRANSF-LONG over TCP, per transfer seen in the capture: data packets from the
+    client, those shorter than the largest (partial frames), pure ACKs from the server."""
+    if gen["proto"] != 6 or tx.empty:
+        return {}
+    client = ip_to_int(gen["src"])
+    data = packets[(packets.src == client) & (packets.payload_len > 0)]
+    acks = packets[(packets.src != client) & (packets.payload_len == 0)]
+    full = int(data.payload_len.max()) if len(data) else 0
+    bounds = np.sort(tx.cap_start_ns.to_numpy())
+    ends = tx.cap_end_ns.to_numpy()[np.argsort(tx.cap_start_ns.to_numpy())]
+
+    def per_transfer(ts: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(bounds, ts, side="right") - 1
+        inside = (i >= 0) & (ts <= ends[np.maximum(i, 0)])
+        return np.bincount(i[inside], minlength=len(bounds))
+
+    partial = data[data.payload_len < full]
+    return {
+        "largest_segment_bytes": full,
+        "data_packets_per_transfer": float(per_transfer(data.ts_ns.to_numpy()).mean()),
+        "partial_segments_per_transfer": float(per_transfer(partial.ts_ns.to_numpy()).mean()),
+        "server_acks_per_transfer": float(per_transfer(acks.ts_ns.to_numpy()).mean()),
+    }
+
+
+def nearest_capture(caps: Captures, gen: dict[str, Any]) -> str | None:
+    """The capture point on the path nearest to the client (its clock is the client's on the
+    virtual rack; on a physical rack the inventory says whether they share one)."""
+    pos = caps.positions(gen["path"]["hops"])
+    return min(pos, key=pos.get) if pos else None  # type: ignore[arg-type]
+
+
+def analyse(
+    trial_dir: Path, record: dict[str, Any], name: str, gen: dict[str, Any], caps: Captures
+) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    out: dict[str, Any] = {
+        "type": "transaction",
+        "workload": gen["workload"],
+        "protocol": gen["protocol"],
+    }
+    path = trial_dir / gen["client_csv"]
+    if not path.exists():
+        out["skipped"] = f"no client rows ({gen['client_csv']})"
+        return out, {}
+    meta, rows = read_client(path)
+    good = rows[rows.ok == 1]
+    out.update(
+        transactions=len(rows),
+        failed=int((rows.ok != 1).sum()),
+        retransmissions=int(rows.retrans.sum()),
+        kernel_sndbuf=int(meta.get("sndbuf", 0)),
+        kernel_rcvbuf=int(meta.get("rcvbuf", 0)),
+        mss=int(meta.get("mss", 0)),
+        client_cpu_s=float(meta.get("user_s", 0)) + float(meta.get("sys_s", 0)),
+        **response_stats(good.response_ns),
+    )
+    if len(good):
+        span = (good.end_ns.max() - good.start_ns.min()) / 1e9
+        out["transactions_per_s"] = len(good) / span if span > 0 else float("nan")
+    if gen["workload"] == "filetransf_long" and len(good):
+        mbps = good.bytes * 8 / good.response_ns * 1e3  # bit/ns -> Mbit/s
+        out.update(
+            throughput_mean_mbps=float(mbps.mean()),
+            throughput_median_mbps=float(mbps.median()),
+            # Every byte over the whole time the transfers took (pairs overlap).
+            throughput_aggregate_mbps=float(
+                good.bytes.sum() * 8 / (good.end_ns.max() - good.start_ns.min()) * 1e3
+            ),
+        )
+    tables = {"transactions": rows.assign(generator=name)}
+    point = nearest_capture(caps, gen)
+    if point is None:
+        out["capture_check_skipped"] = "no capture point on the path"
+        return out, tables
+    packets = own_packets(caps.packets(point), gen)
+    caps_tx = capture_transactions(packets, gen)
+    check = cross_check(rows, caps_tx)
+    excess_us = check.excess_ns.to_numpy(dtype="float64") / 1e3
+    out.update(
+        capture_point=point,
+        capture_transactions=len(caps_tx),
+        capture_matched=len(check),
+        capture_matched_share=len(check) / max(1, len(good)),
+    )
+    if len(check):
+        out.update(
+            capture_response_median_ms=float(check.cap_response_ns.median() / 1e6),
+            client_excess_median_us=float(np.median(excess_us)),
+            client_excess_p99_us=float(np.percentile(excess_us, 99)),
+            client_excess_min_us=float(excess_us.min()),
+        )
+    if gen["workload"] == "filetransf_long":
+        out.update(transfer_packets(packets, gen, caps_tx))
+    tables["transaction_check"] = check[
+        ["pair", "seq", "local_port", "response_ns", "cap_response_ns", "excess_ns"]
+    ].assign(generator=name)
+    return out, tables
