@@ -65,7 +65,14 @@ struct opts {
 static struct opts o = {.pairs = 1, .request = 100, .window = 17726, .rto_ms = 200,
 			.count = -1, .duration = -1};
 static volatile sig_atomic_t stopping;
-static atomic_long served_requests, served_bytes, served_conns, served_naks, served_dups;
+static atomic_long served_requests, served_bytes, served_conns, served_naks, served_dups,
+	served_mismatched;
+
+/* The request's byte at offset x: the UDP receiver checks every byte it accepts. */
+static char pattern(uint32_t x)
+{
+	return (char)(x % 251);
+}
 
 static void die(const char *what)
 {
@@ -138,9 +145,10 @@ static long read_some(int fd, char *buf, long n)
 
 /* ---------------------------------------------------------------- UDP datagrams */
 
+/* txn and off first: a capture's first 8 payload bytes name each datagram */
 struct hdr {
-	uint8_t type, pad[3];
 	uint32_t txn, off, total, wend;
+	uint8_t type, pad[3];
 };
 
 static void put_hdr(char *b, int type, uint32_t txn, uint32_t off, uint32_t total, uint32_t wend)
@@ -224,6 +232,8 @@ static void *udp_serve(void *arg)
 		int reply = -1;
 		uint32_t ack = expected;
 		if (h.off == expected && !done) {
+			for (uint32_t i = 0; i < len; i++)
+				served_mismatched += buf[HDR + i] != pattern(h.off + i);
 			expected += len, last_nak = -1;
 			served_bytes += len;
 			if (expected >= total)
@@ -282,9 +292,9 @@ static int server(void)
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	printf("served requests=%ld bytes=%ld connections=%ld naks=%ld duplicates=%ld "
-	       "user_s=%.6f sys_s=%.6f\n",
+	       "mismatched=%ld user_s=%.6f sys_s=%.6f\n",
 	       (long)served_requests, (long)served_bytes, (long)served_conns, (long)served_naks,
-	       (long)served_dups, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+	       (long)served_dups, (long)served_mismatched, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
 	fflush(stdout);
 	_exit(0);
@@ -365,7 +375,7 @@ static int tcp_exchange(int fd, const char *req)
 
 /* One reliable UDP request (windows of o.window bytes) and its REPLY: retransmissions
  * (datagrams sent again), or -1 when MAX_RETRIES timeouts in a row passed. */
-static long udp_exchange(int fd, uint32_t txn, char *dg)
+static long udp_exchange(int fd, uint32_t txn, char *dg, const char *req)
 {
 	uint32_t total = (uint32_t)o.request, base = 0, pos = 0, wend = 0;
 	long resent = 0, timeouts = 0;
@@ -375,6 +385,7 @@ static long udp_exchange(int fd, uint32_t txn, char *dg)
 		while (pos < wend) { /* (re)send from pos to the window's end */
 			uint32_t len = wend - pos < o.send_size ? wend - pos : (uint32_t)o.send_size;
 			put_hdr(dg, DATA, txn, pos, total, wend);
+			memcpy(dg + HDR, req + pos, len);
 			if (send(fd, dg, HDR + len, 0) < 0 && errno != ECONNREFUSED)
 				return -1;
 			pos += len;
@@ -425,7 +436,8 @@ static void *client_pair(void *arg)
 	char *dg = calloc(1, HDR + o.send_size);
 	int fd = -1, is_long = o.workload != 's';
 	uint32_t txn = (uint32_t)p->index << 24;
-	memset(req, 'Q', o.request);
+	for (long x = 0; x < o.request; x++)
+		req[x] = pattern((uint32_t)x);
 	if (is_long) { /* one connection for every transaction, set up before the first */
 		if ((fd = open_conn(p)) < 0) {
 			p->error = strerror(errno);
@@ -447,7 +459,7 @@ static void *client_pair(void *arg)
 			}
 		}
 		if (o.udp) {
-			result = udp_exchange(fd, ++txn, dg);
+			result = udp_exchange(fd, ++txn, dg, req);
 		} else {
 			before = is_long ? tcp_retrans(fd) : 0;
 			result = tcp_exchange(fd, req);
