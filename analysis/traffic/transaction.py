@@ -56,7 +56,7 @@ def own_packets(frame: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
 def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
     """Transactions as a capture sees them, per client port in time order: a reply (the
     server's first data, TCP; its REPLY datagram, UDP) ends one; it began with the first
-    client packet after the previous reply (the SYN when each has its own connection).
+    client packet after the previous reply (EFT-SHORT over TCP: its SYN).
     A reply with no client packet since the previous one is a duplicate, not a transaction.
     Columns: local_port, k (its rank on that port), cap_start_ns, cap_end_ns."""
     client = ip_to_int(gen["src"])
@@ -65,7 +65,10 @@ def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataF
     up = packets[packets.src == client]
     down = packets[packets.src != client]
     if tcp:
-        up = up[(up.payload_len > 0) | ((up.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)]
+        # EFT-SHORT's transaction begins with its SYN; the long workloads' connection was set
+        # up before the first transaction, so theirs begin with request data.
+        syn = (up.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN
+        up = up[(up.payload_len > 0) | (syn & (gen["workload"] == "eft_short"))]
         down = down[down.payload_len > 0].drop_duplicates(["dport", "seq"])
     else:
         down = down[down.payload_len == UDP_REPLY_PAYLOAD]
