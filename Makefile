@@ -92,8 +92,9 @@ lint: setup  ## ruff, ansible-lint, and a syntax check of every playbook
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/ansible-lint --offline -q playbooks roles
 
-bench: setup  ## analysis of a generated trial (fresh process cold/warm, in-process, DataFrame API) against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark")
+bench: setup  ## analysis of a generated trial (fresh process cold/warm, in-process, DataFrame API) against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark"); the transaction generator's own overhead on loopback
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
+	@nice -n 10 $(PYTHON) tests/bench/bench_transact.py
 
 # BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the
 # previous batch of the same experiment in the same directory; PREVIOUS=none: no comparison);

@@ -142,7 +142,7 @@ def test_workload_on_loopback(program, tmp_path, proto, workload, size, count):
         assert rows.local_port.nunique() == expected
         assert int(meta["mss"]) > 0
     else:
-        assert srv["mismatched"] == 0 and srv["naks"] == 0
+        assert srv["mismatched_datagrams"] == 0 and srv["naks"] == 0
         # EFT-SHORT: a socket per transaction (random ephemeral ports may repeat).
         ports = rows.local_port.nunique()
         assert ports > 0.9 * count if workload == "short" else ports == 1
@@ -281,7 +281,7 @@ def test_reliable_udp_under_loss(program, tmp_path, lossy_link, workload, size, 
     # Every transaction completed, every byte arrived once, in order and intact.
     assert len(rows) == count and rows.ok.all()
     assert srv["requests"] == count and srv["bytes"] == count * size
-    assert srv["mismatched"] == 0
+    assert srv["mismatched_datagrams"] == 0
     # The kernel really dropped packets both ways, and the scheme recovered them.
     lost_in, lost_back = dropped(server), dropped(client)
     assert lost_in > 0 and lost_back > 0

@@ -68,10 +68,14 @@ static volatile sig_atomic_t stopping;
 static atomic_long served_requests, served_bytes, served_conns, served_naks, served_dups,
 	served_mismatched;
 
-/* The request's byte at offset x: the UDP receiver checks every byte it accepts. */
+/* The request's byte at offset x is x % 251: the UDP receiver compares every datagram it
+ * accepts with PATTERN from offset % 251 (one memcmp, not a loop over bytes). */
+#define PERIOD 251
+static char PATTERN[MAX_DGRAM + PERIOD];
+
 static char pattern(uint32_t x)
 {
-	return (char)(x % 251);
+	return (char)(x % PERIOD);
 }
 
 static void die(const char *what)
@@ -232,8 +236,7 @@ static void *udp_serve(void *arg)
 		int reply = -1;
 		uint32_t ack = expected;
 		if (h.off == expected && !done) {
-			for (uint32_t i = 0; i < len; i++)
-				served_mismatched += buf[HDR + i] != pattern(h.off + i);
+			served_mismatched += memcmp(buf + HDR, PATTERN + h.off % PERIOD, len) != 0;
 			expected += len, last_nak = -1;
 			served_bytes += len;
 			if (expected >= total)
@@ -292,7 +295,7 @@ static int server(void)
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	printf("served requests=%ld bytes=%ld connections=%ld naks=%ld duplicates=%ld "
-	       "mismatched=%ld user_s=%.6f sys_s=%.6f\n",
+	       "mismatched_datagrams=%ld user_s=%.6f sys_s=%.6f\n",
 	       (long)served_requests, (long)served_bytes, (long)served_conns, (long)served_naks,
 	       (long)served_dups, (long)served_mismatched, ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
@@ -564,6 +567,8 @@ int main(int argc, char **argv)
 		usage("give server or client");
 	if (!strcmp(argv[1], "--version"))
 		return puts(VERSION), 0;
+	for (uint32_t x = 0; x < sizeof PATTERN; x++)
+		PATTERN[x] = pattern(x);
 	o.server = !strcmp(argv[1], "server");
 	if (!o.server && strcmp(argv[1], "client"))
 		usage("the first word is server or client");
