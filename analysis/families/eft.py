@@ -1,0 +1,155 @@
+"""Seed 003 (Lipovac, Batos, Sertic 2009): response time per transaction of EFT-SHORT and
+EFT-LONG over TCP and UDP (the paper's Figs. 9-11: mean, and here median and p99 too, from the
+client and from the capture), and the throughput of FILETRANSF-LONG per protocol, rate, send
+size and file size (Figs. 4-8), with what the capture says about partial frames and ACKs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from analysis.families.common import first_of, fmt
+
+CARRIED = (
+    "workload",
+    "protocol",
+    "transactions",
+    "failed",
+    "retransmissions",
+    "response_mean_ms",
+    "response_median_ms",
+    "response_p99_ms",
+    "capture_response_median_ms",
+    "client_excess_median_us",
+    "throughput_median_mbps",
+    "throughput_mean_mbps",
+    "data_packets_per_transfer",
+    "partial_segments_per_transfer",
+    "server_acks_per_transfer",
+)
+
+
+def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    _, s, gen = first_of(summary, record, "transaction")
+    bottleneck = gen["path"].get("bottleneck") or {}
+    return {
+        "rate_mbps": bottleneck.get("rate_bps", float("nan")) / 1e6,
+        "send_bytes": gen["send_bytes"],
+        "request_bytes": gen["request_bytes"],
+        "tcp_window": gen.get("sockbuf"),
+        "pairs": gen["pairs"],
+        **{k: s.get(k) for k in CARRIED},
+    }
+
+
+def _complete(table: pd.DataFrame) -> pd.DataFrame:
+    ok = table[table.status == "complete"]
+    return ok[ok.workload.notna()] if "workload" in ok else ok.iloc[:0]
+
+
+def response_table(table: pd.DataFrame) -> pd.DataFrame:
+    """EFT-SHORT and EFT-LONG per rate, protocol and pairs: means over the runs of each
+    trial's mean, median and p99 response time (client), and the capture's median."""
+    ok = _complete(table)
+    ok = ok[ok.workload.isin(["eft_short", "eft_long"])]
+    keys = ["rate_mbps", "protocol", "pairs", "workload"]
+    return (
+        ok.groupby(keys, dropna=False)
+        .agg(
+            runs=("trial", "size"),
+            transactions=("transactions", "sum"),
+            mean_ms=("response_mean_ms", "mean"),
+            median_ms=("response_median_ms", "mean"),
+            p99_ms=("response_p99_ms", "mean"),
+            capture_median_ms=("capture_response_median_ms", "mean"),
+        )
+        .reset_index()
+    )
+
+
+def throughput_table(table: pd.DataFrame) -> pd.DataFrame:
+    ok = _complete(table)
+    ok = ok[ok.workload == "filetransf_long"]
+    keys = ["rate_mbps", "protocol", "send_bytes", "request_bytes", "tcp_window", "pairs"]
+    return (
+        ok.groupby(keys, dropna=False)
+        .agg(
+            runs=("trial", "size"),
+            transfers=("transactions", "sum"),
+            median_mbps=("throughput_median_mbps", "mean"),
+            mean_mbps=("throughput_mean_mbps", "mean"),
+            packets=("data_packets_per_transfer", "mean"),
+            partial=("partial_segments_per_transfer", "mean"),
+            acks=("server_acks_per_transfer", "mean"),
+        )
+        .reset_index()
+    )
+
+
+def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
+    resp = response_table(table)
+    if not resp.empty:
+        t = Table(title="Response time per transaction, EFT-SHORT vs EFT-LONG (ms)")
+        for col in ("Mbit/s", "protocol", "pairs", "workload", "runs", "transactions"):
+            t.add_column(col, justify="right")
+        for col in ("mean", "median", "p99", "capture median"):
+            t.add_column(col, justify="right")
+        for _, r in resp.iterrows():
+            t.add_row(
+                fmt(r.rate_mbps, 0),
+                r.protocol,
+                str(r.pairs),
+                r.workload,
+                str(r.runs),
+                str(r.transactions),
+                *(fmt(r[c], 3) for c in ("mean_ms", "median_ms", "p99_ms", "capture_median_ms")),
+            )
+        console.print(t)
+    thr = throughput_table(table)
+    if not thr.empty:
+        t = Table(title="FILETRANSF-LONG throughput (Mbit/s of payload per transfer)")
+        for col in ("Mbit/s", "protocol", "send B", "file B", "TCP window B", "pairs", "runs"):
+            t.add_column(col, justify="right")
+        for col in ("transfers", "median", "mean", "packets", "partial", "server ACKs"):
+            t.add_column(col, justify="right")
+        for _, r in thr.iterrows():
+            window = r.tcp_window
+            t.add_row(
+                fmt(r.rate_mbps, 0),
+                r.protocol,
+                str(r.send_bytes),
+                str(r.request_bytes),
+                "-" if pd.isna(window) else str(int(window)),
+                str(r.pairs),
+                str(r.runs),
+                str(r.transfers),
+                fmt(r.median_mbps, 2),
+                fmt(r.mean_mbps, 2),
+                fmt(r.packets, 0),
+                fmt(r.partial, 0),
+                fmt(r.acks, 0),
+            )
+        console.print(t)
+        console.print(
+            "packets, partial, server ACKs: per transfer, from the capture nearest the client "
+            "(TCP only): data packets, those shorter than the largest, pure ACKs back"
+        )
+
+
+def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
+    rows = [
+        ("workload", f"{r.workload} over {r.protocol}, {fmt(r.rate_mbps, 0)} Mbit/s"),
+        (
+            "response time",
+            f"mean {fmt(r.response_mean_ms, 3)} ms, median {fmt(r.response_median_ms, 3)} ms, "
+            f"p99 {fmt(r.response_p99_ms, 3)} ms over {r.transactions} transactions "
+            f"({r.failed} failed); capture median {fmt(r.capture_response_median_ms, 3)} ms",
+        ),
+    ]
+    if pd.notna(r.get("throughput_median_mbps")):
+        rows.append(("throughput", f"median {fmt(r.throughput_median_mbps, 2)} Mbit/s"))
+    return rows
