@@ -17,14 +17,18 @@ from types import ModuleType
 
 import pandas as pd
 
-from analysis.html_report import collateral_damage, compare, provenance, startup
+from analysis.html_report import collateral_damage, compare, eft, provenance, startup
 from analysis.html_report.page import Page
 from analysis.results import load
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
 
-FAMILIES: dict[str, ModuleType] = {"collateral_damage": collateral_damage, "startup": startup}
+FAMILIES: dict[str, ModuleType] = {
+    "collateral_damage": collateral_damage,
+    "eft": eft,
+    "startup": startup,
+}
 AUTO = "auto"  # previous batch: the one before this batch in its directory
 FILE_LIST = ".report-files"  # the files a report wrote into its directory
 

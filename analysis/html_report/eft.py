@@ -1,0 +1,96 @@
+"""The EFT family (seed 003, ../shared/EXPERIMENTS.md §3) in the HTML report: the response-time
+table (the paper's Figs. 9-11) and the FILETRANSF-LONG throughput table (Figs. 4-8), the same
+numbers as the terminal report (analysis/families/eft.py), and the distribution of response
+times per workload and protocol as a figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.families import eft as family
+from analysis.html_report.page import Page, plt
+
+TITLE = "Application performance of EFT transactions (Lipovac, Batos, Sertic 2009)"
+METRICS = {
+    "response_median_ms": "median response time (ms)",
+    "response_p99_ms": "p99 response time (ms)",
+    "capture_response_median_ms": "median response time in the capture (ms)",
+    "throughput_median_mbps": "FILETRANSF-LONG throughput (Mbit/s)",
+}
+DIGITS = {k: 3 for k in METRICS} | {"throughput_median_mbps": 2}
+
+
+def usable(trials: pd.DataFrame) -> pd.DataFrame:
+    return trials[(trials.status == "complete") & trials.analysed.astype(bool)]
+
+
+def response_times(batch_dir: Path, trial: str) -> np.ndarray:
+    """The client's response times (ms) of a trial's successful transactions."""
+    f = batch_dir / "trials" / trial / "analysis" / "transactions.parquet"
+    if not f.exists():
+        return np.array([])
+    rows = pd.read_parquet(f, columns=["response_ns", "ok"])
+    return rows.response_ns[rows.ok == 1].to_numpy() / 1e6
+
+
+def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
+    ok = usable(trials)
+    page.section("EFT transactions: tables")
+    if ok.empty or "workload" not in ok:
+        page.warn("No complete, analysed trial in this batch: no table of the family.")
+        return
+    page.text(
+        "Response time: the client's own timing of each transaction (CLOCK_REALTIME around "
+        "its socket calls), as means over the repetitions of each trial's mean, median and "
+        "p99; 'capture median' is the same transactions timed in the capture nearest the "
+        "client (first request packet to reply). HTB lets an isolated packet through at once, "
+        "so a small transaction here has no serialization at the link's rate."
+    )
+    resp = family.response_table(ok)
+    if not resp.empty:
+        page.table(
+            resp,
+            "Response time per transaction, EFT-SHORT vs EFT-LONG, TCP vs UDP (ms; the "
+            "paper's Figs. 9-11)",
+            csv="eft_response.csv",
+            digits={c: 3 for c in ("mean_ms", "median_ms", "p99_ms", "capture_median_ms")},
+        )
+    thr = family.throughput_table(ok)
+    if not thr.empty:
+        page.table(
+            thr,
+            "FILETRANSF-LONG throughput (Mbit/s of payload per transfer; the paper's Figs. "
+            "4-8); packets, partial, acks: per transfer in the capture (TCP)",
+            csv="eft_throughput.csv",
+            digits={"median_mbps": 2, "mean_mbps": 2, "packets": 0, "partial": 0, "acks": 0},
+        )
+    eft = ok[ok.workload.isin(["eft_short", "eft_long"])]
+    if eft.empty:
+        return
+    page.section("EFT transactions: distribution of response times")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key, rows in eft.groupby(["rate_mbps", "protocol", "workload"], dropna=False):
+        times = np.concatenate([response_times(batch_dir, t) for t in rows.trial])
+        if not len(times):
+            continue
+        times.sort()
+        ax.plot(
+            times,
+            np.arange(1, len(times) + 1) / len(times),
+            label=f"{key[0]:g} Mbit/s {key[1]} {key[2]}",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("response time (ms, log)")
+    ax.set_ylabel("fraction of transactions")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    page.figure(
+        fig,
+        "eft_response_cdf.png",
+        "Response times of every EFT transaction (client's timing, all repetitions pooled), "
+        "per rate, protocol and workload.",
+    )
