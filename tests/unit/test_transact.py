@@ -150,9 +150,10 @@ def test_workload_on_loopback(program, tmp_path, proto, workload, size, count):
 
 def test_pairs_run_at_once(program, tmp_path):
     for proto in ("tcp", "udp"):
-        _, rows, srv = run_pair(program, tmp_path, proto, "long", 100, 100, pairs=3)
-        assert rows.groupby("pair").size().to_dict() == {0: 100, 1: 100, 2: 100}
-        assert srv["requests"] == 300 and srv["bytes"] == 30000
+        # Enough transactions (tens of ms a pair) that a late thread start cannot serialize them.
+        _, rows, srv = run_pair(program, tmp_path, proto, "long", 100, 3000, pairs=3)
+        assert rows.groupby("pair").size().to_dict() == {0: 3000, 1: 3000, 2: 3000}
+        assert srv["requests"] == 9000 and srv["bytes"] == 900_000
         # Concurrent: the pairs' transactions overlap in time.
         spans = rows.groupby("pair").agg(first=("start_ns", "min"), last=("end_ns", "max"))
         assert spans["first"].max() < spans["last"].min()
