@@ -23,6 +23,11 @@ STATIC_FACTS = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "to
 MIN_FREE_DISK = 200 * 10**6
 SHAPING_TOOLS = ["tc"]
 CAPTURE_TOOLS = ["tcpdump"]
+# Which role installs a tool on a host of its own (the virtual rack shares make setup's).
+INSTALLED_BY = {
+    "gcc": "the transactions role with transactions_install_packages: true",
+    "": "the testbed_host role with testbed_host_install_packages: true",
+}
 
 
 def host_facts(
@@ -165,7 +170,7 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
             if not facts[host]["tools"].get(tool):
                 problems.append(
                     f"host {host} lacks {tool} (needed by {why}): install it (make setup, or "
-                    "the testbed_host role with testbed_host_install_packages: true)"
+                    f"{INSTALLED_BY.get(tool, INSTALLED_BY[''])})"
                 )
     have_qdisc = qdiscs_available(
         rack, sorted(needs_qdisc), {q for d in needs_qdisc.values() for q in d}
