@@ -149,6 +149,12 @@ def host_vars(
                 else s.tcp_no_metrics_save,
                 "net.ipv4.tcp_rmem": _tcp_buffer(TCP_RMEM, s.rcvbuf),
                 "net.ipv4.tcp_wmem": _tcp_buffer(TCP_WMEM, s.sndbuf),
+                # Only when asked: configure gives a sysctl no longer set its own value back.
+                **(
+                    {"net.ipv4.tcp_timestamps": s.tcp_timestamps}
+                    if s.tcp_timestamps is not None
+                    else {}
+                ),
             },
             "testbed_host_mtu": {
                 iface: net.mtu.get((host, iface), 1500) for iface in net.hosts[host].interfaces

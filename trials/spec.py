@@ -219,6 +219,11 @@ class HostSettings(Strict):
     rcvbuf: Bytes | None = Field(None, description="largest TCP receive buffer (tcp_rmem max)")
     sndbuf: Bytes | None = Field(None, description="largest TCP send buffer (tcp_wmem max)")
     tcp_no_metrics_save: Literal[0, 1] | None = None
+    tcp_timestamps: Literal[0, 1] | None = Field(
+        None,
+        description="net.ipv4.tcp_timestamps; 0: no timestamp option, so a full segment "
+        "carries 12 more bytes (1460 at MTU 1500, as on the EFT paper's hosts)",
+    )
     pacing: bool | None = Field(
         None,
         description="fq as the root qdisc of the host's experiment interfaces, which paces "

@@ -46,6 +46,12 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     }
 
 
+def host_factors(table: pd.DataFrame) -> list[str]:
+    """Factors the generator's and the link's columns do not show (hosts.*: e.g. TCP
+    timestamps): each becomes a key of the tables, named without its `factor:` prefix."""
+    return [c for c in table if c.startswith("factor:hosts.")]
+
+
 def _complete(table: pd.DataFrame) -> pd.DataFrame:
     ok = table[table.status == "complete"]
     return ok[ok.workload.notna()] if "workload" in ok else ok.iloc[:0]
@@ -56,7 +62,7 @@ def response_table(table: pd.DataFrame) -> pd.DataFrame:
     trial's mean, median and p99 response time (client), and the capture's median."""
     ok = _complete(table)
     ok = ok[ok.workload.isin(["eft_short", "eft_long"])]
-    keys = ["rate_mbps", "protocol", "pairs", "workload"]
+    keys = ["rate_mbps", "protocol", "pairs", *host_factors(ok), "workload"]
     return (
         ok.groupby(keys, dropna=False)
         .agg(
@@ -68,6 +74,7 @@ def response_table(table: pd.DataFrame) -> pd.DataFrame:
             capture_median_ms=("capture_response_median_ms", "mean"),
         )
         .reset_index()
+        .rename(columns=lambda c: c.removeprefix("factor:"))
     )
 
 
@@ -75,6 +82,7 @@ def throughput_table(table: pd.DataFrame) -> pd.DataFrame:
     ok = _complete(table)
     ok = ok[ok.workload == "filetransf_long"]
     keys = ["rate_mbps", "protocol", "send_bytes", "request_bytes", "tcp_window", "pairs"]
+    keys += host_factors(ok)
     return (
         ok.groupby(keys, dropna=False)
         .agg(
@@ -87,6 +95,7 @@ def throughput_table(table: pd.DataFrame) -> pd.DataFrame:
             acks=("server_acks_per_transfer", "mean"),
         )
         .reset_index()
+        .rename(columns=lambda c: c.removeprefix("factor:"))
     )
 
 
@@ -94,7 +103,8 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
     resp = response_table(table)
     if not resp.empty:
         t = Table(title="Response time per transaction, EFT-SHORT vs EFT-LONG (ms)")
-        for col in ("Mbit/s", "protocol", "pairs", "workload", "runs", "transactions"):
+        extra = [c.removeprefix("factor:") for c in host_factors(_complete(table))]
+        for col in ("Mbit/s", "protocol", "pairs", *extra, "workload", "runs", "transactions"):
             t.add_column(col, justify="right")
         for col in ("mean", "median", "p99", "capture median"):
             t.add_column(col, justify="right")
@@ -103,6 +113,7 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
                 fmt(r.rate_mbps, 0),
                 r.protocol,
                 str(r.pairs),
+                *(str(r[c]) for c in extra),
                 r.workload,
                 str(r.runs),
                 str(r.transactions),
@@ -118,8 +129,10 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
     thr = throughput_table(table)
     if not thr.empty:
         t = Table(title="FILETRANSF-LONG throughput (Mbit/s of payload per transfer)")
-        for col in ("Mbit/s", "protocol", "send B", "file B", "TCP window B", "pairs", "runs"):
+        extra = [c.removeprefix("factor:") for c in host_factors(_complete(table))]
+        for col in ("Mbit/s", "protocol", "send B", "file B", "TCP window B", "pairs", *extra):
             t.add_column(col, justify="right")
+        t.add_column("runs", justify="right")
         for col in ("transfers", "median", "mean", "packets", "partial", "server ACKs"):
             t.add_column(col, justify="right")
         for _, r in thr.iterrows():
@@ -131,6 +144,7 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
                 str(r.request_bytes),
                 "-" if pd.isna(window) else str(int(window)),
                 str(r.pairs),
+                *(str(r[c]) for c in extra),
                 str(r.runs),
                 str(r.transfers),
                 fmt(r.median_mbps, 2),

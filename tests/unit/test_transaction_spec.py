@@ -71,3 +71,11 @@ def test_defaults_follow_the_paper_per_protocol():
 def test_bad_values_are_refused_naming_the_key(tmp_path, extra, message):
     text = error_of(tmp_path, extra)
     assert "exp.yml" in text and message in text
+
+
+def test_tcp_timestamps_is_0_or_1(tmp_path):
+    path = tmp_path / "exp.yml"
+    path.write_text(BASE % "protocol: tcp" + "hosts:\n  all: {tcp_timestamps: 2}\n")
+    with pytest.raises(SpecError) as exc:
+        load_plan(path)
+    assert "hosts.all.tcp_timestamps" in str(exc.value) and "0 or 1" in str(exc.value)
