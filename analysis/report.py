@@ -70,4 +70,27 @@ def trial_table(r: pd.Series) -> Table:
     module = FAMILIES.get(r.get("family"))
     for what, value in module.trial_rows(r) if module else []:
         t.add_row(what, value)
+    for what, value in dscp_rows(r):
+        t.add_row(what, value)
     return t
+
+
+def dscp_rows(r: pd.Series) -> list[tuple[str, str]]:
+    """The DSCP each generator's packets carried at each capture point, and what each
+    marking rule counted."""
+    rows = []
+    for name, gen in (r.get("generators") or {}).items():
+        seen = gen.get("dscp") if isinstance(gen, dict) else None
+        if seen:
+            at = "; ".join(
+                f"{point} " + ", ".join(f"{code} {n}" for code, n in codes.items())
+                for point, codes in seen.items()
+            )
+            rows.append((f"DSCP {name}", f"{at} (packets)"))
+    marking = r.get("marking")
+    for host, rules in (marking if isinstance(marking, dict) else {}).items():
+        text = rules.get("error") or "; ".join(
+            f"{rule} -> {c['dscp']}: {c['packets']} packets" for rule, c in rules.items()
+        )
+        rows.append((f"marking on {host}", text))
+    return rows

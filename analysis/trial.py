@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.captures import Captures, bottleneck_hop
+from analysis.dscp import dscp_per_flow, marking_counters
 from analysis.families import FAMILIES
 from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
@@ -156,6 +157,9 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         generators[name] = summary
         for kind, frame in tables.items():
             frames.setdefault(kind, []).append(frame)
+        summary["dscp"], per_flow = dscp_per_flow(caps, name, gen)
+        if len(per_flow):
+            frames.setdefault("dscp", []).append(per_flow)
     links = {(g["path"].get("bottleneck") or {}).get("link") for g in record["traffic"].values()}
     for link in sorted(n for n in links if n):
         result = bottleneck_queue(trial_dir, record, link, caps)
@@ -178,6 +182,7 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         "capture_drops": {
             k: v.get("dropped_by_kernel", 0) for k, v in record.get("capture", {}).items()
         },
+        **({"marking": marking_counters(record)} if record.get("marking") else {}),
     }
     family = FAMILIES.get(record.get("family"))
     if family is not None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.rack import Host, Rack, RackError
+from trials.generators import GENERATOR_TYPES
+from trials.generators.base import TrialContext
 from trials.spec import Experiment, HostSettings, Shaping
 
 ROUTER_GROUPS = ("linux_routers", "freebsd_routers")
@@ -52,6 +54,8 @@ class ResolvedNetwork:
     captures: list[CaptureSite] = field(default_factory=list)
     mtu: dict[tuple[str, str], int] = field(default_factory=dict)  # (host, iface) -> MTU
     bottleneck: str | None = None  # the link named as the congestion point, if any
+    # host -> its DSCP marking rules as the role dscp_marker takes them (addresses resolved)
+    marking: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def host_of(self, node: str) -> str:
         return self.nodes[node]
@@ -149,6 +153,7 @@ class ResolvedNetwork:
                 c.name: {"node": c.node, "host": c.host, "iface": c.iface, "clock": c.clock}
                 for c in self.captures
             },
+            "marking": self.marking,
         }
 
 
@@ -253,7 +258,70 @@ def resolve_network(exp: Experiment, rack: Rack, source: str) -> ResolvedNetwork
         host = hosts[nodes[node]]
         clock = host.vars.get("trialbed_clock_domain") or clock_default or host.name
         resolved.captures.append(CaptureSite(point.name, node, host.name, iface, str(clock)))
+    resolved.marking = resolve_marking(exp, resolved, source)
     return resolved
+
+
+PROTOCOLS = {6: "tcp", 17: "udp", 1: "icmp"}
+
+
+def resolve_marking(
+    exp: Experiment, net: ResolvedNetwork, source: str
+) -> dict[str, list[dict[str, Any]]]:
+    """Each marking host's rules with nodes and flows turned into addresses, protocol and port
+    (what role dscp_marker takes); a rule that could never mark what it names is refused."""
+    ctx = TrialContext(rack=None, network=net, daemons=None, duration_ns=exp.duration)  # type: ignore[arg-type]
+    flows = {
+        name: GENERATOR_TYPES[spec.type](spec, name, i, ctx)
+        for i, (spec, name) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))
+    }
+    out: dict[str, list[dict[str, Any]]] = {}
+    for i, rule in enumerate(exp.network.marking):
+        key = f"{source}: key 'network.marking[{i}]"
+        if rule.at not in net.nodes:
+            raise RackError(
+                f"{key}.at': no node {rule.at!r} in the rack; nodes: {', '.join(sorted(net.nodes))}"
+            )
+        host = net.host_of(rule.at)
+        entry: dict[str, Any] = {"name": rule.label(i)}
+        if rule.flow is not None:
+            gen = flows[rule.flow]
+            on_path = [h for h, _ in net.path(gen.spec.from_, gen.spec.to)]  # sender, routers
+            if host not in on_path:
+                raise RackError(
+                    f"{key}.at': {rule.at} is not on the path of flow {rule.flow} "
+                    f"({' -> '.join([*on_path, gen.receiver])}); mark it at {' or '.join(on_path)}"
+                )
+            if gen.type == "cbr_udp" and host == gen.sender:
+                raise RackError(
+                    f"{key}.at': flow {rule.flow} is replayed by tcpreplay, whose packets leave "
+                    f"{rule.at} through a packet socket past nftables (measured: counter 0, DSCP "
+                    f"unchanged); set its DSCP with traffic[].dscp or mark it on a router of "
+                    f"its path ({', '.join(on_path[1:]) or 'none'})"
+                )
+            rec = gen.record()
+            entry.update(
+                src=str(gen.src), dst=str(gen.dst), proto=PROTOCOLS[rec["proto"]], dport=rec["port"]
+            )
+        for which in ("src", "dst"):
+            value = getattr(rule, which)
+            if value is None:
+                continue
+            if value[:1].isdigit():
+                entry[which] = value
+            elif value not in net.nodes or value in net.routers:
+                raise RackError(
+                    f"{key}.{which}': {value!r} is not an end host of the rack (a router has "
+                    "several addresses: give one, or its prefix)"
+                )
+            else:
+                entry[which] = str(net.address_of(value))
+        for k in ("proto", "sport", "dport"):
+            if getattr(rule, k) is not None:
+                entry[k] = getattr(rule, k)
+        entry["dscp"] = rule.code
+        out.setdefault(host, []).append(entry)
+    return out
 
 
 def host_settings(

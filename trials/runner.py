@@ -23,6 +23,7 @@ from typing import Any
 from collect.fetch import pull_host, write_manifest
 from collect.remote import tc_sampler_command, tcp_probe_command
 from core.daemons import Daemons
+from core.dscp import counter_delta, nft_rule_counters
 from core.rack import PROJECT_DIR, Rack
 from core.units import format_duration, format_rate
 from trials import adaptive_marking
@@ -39,6 +40,8 @@ from trials.spec import HostSettings, dump_json
 # round trip per sending host, all hosts at once) must be done by then.
 START_LEAD_S = 1.5
 FINISH_GRACE_S = 60.0  # how long past its end a sender may take before it is stopped
+# The nftables table of role dscp_marker (its default dscp_marker_table): per-rule counters.
+DSCP_TABLE = "inet trialbed_dscp"
 # Kernel defaults of the TCP buffer limits: a trial that sets none gets these back.
 TCP_RMEM = (4096, 131072, 6291456)
 TCP_WMEM = (4096, 16384, 4194304)
@@ -185,6 +188,8 @@ def host_vars(
                 }
                 for e in links
             ]
+        # Always set, so that the next trial without marking takes the table away again.
+        v["dscp_marker_rules"] = net.marking.get(host, [])
         points = [c for c in net.captures if c.host == host]
         v["capture_points"] = [{"name": c.name, "iface": c.iface} for c in points]
         out[host] = v
@@ -257,6 +262,30 @@ class TrialRunner:
                 f"cat /proc/net/netfilter/nfnetlink_queue > {d}/nfqueue_{tag}.txt 2>/dev/null; true"
             )
         return commands
+
+    @staticmethod
+    def marking_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
+        """Per marking host: the command that writes its rules' counters (nft -j) into the
+        trial directory."""
+        return {
+            host: f"nft -j list table {DSCP_TABLE} > "
+            f"{shlex.quote(daemons.remote[host])}/dscp_counters_{tag}.json"
+            for host in sorted(net.marking)
+        }
+
+    @staticmethod
+    def marking_record(trial_dir: Path, net: ResolvedNetwork) -> dict[str, Any]:
+        """Per marking host and rule: what its counter counted during the trial (after minus
+        before) and the DSCP it sets; a host whose listings did not come back says so."""
+        out: dict[str, Any] = {}
+        for host in sorted(net.marking):
+            files = [trial_dir / host / f"dscp_counters_{t}.json" for t in ("before", "after")]
+            if not all(f.exists() and f.stat().st_size for f in files):
+                out[host] = {"error": "no counters (nft -j list table) came back"}
+                continue
+            before, after = (nft_rule_counters(f.read_text()) for f in files)
+            out[host] = counter_delta(before, after)
+        return out
 
     def delay_backends(self, net: ResolvedNetwork) -> dict[str, Any]:
         out = {}
@@ -449,6 +478,14 @@ class TrialRunner:
             for host, command in self.snapshot_commands(net, daemons, "before").items()
         ]
         steps += [
+            (
+                host,
+                f"read marking counters on {host}",
+                lambda h=host, c=command: self.rack.run(h, c),
+            )
+            for host, command in self.marking_commands(net, daemons, "before").items()
+        ]
+        steps += [
             # Resets the delay line's counters for this trial.
             (
                 host,
@@ -532,6 +569,16 @@ class TrialRunner:
             counters: list[Step] = [
                 ("", "snapshot shaping", lambda: self.shaping_snapshot(net, daemons, "after"))
             ]
+            if net.marking:
+                counters.append(
+                    (
+                        "",
+                        "read marking counters",
+                        lambda: self.rack.run_parallel(
+                            self.marking_commands(net, daemons, "after")
+                        ),
+                    )
+                )
             if "t0" in record["times"]:
                 counters += [
                     (
@@ -568,6 +615,8 @@ class TrialRunner:
                 if record["errors"]:
                     record["status"] = "failed"
             record["capture"] = capture_stats(trial_dir, net)
+            if net.marking:
+                record["marking"] = self.marking_record(trial_dir, net)
             record["times"]["collected"] = now_iso()
             record["overhead_s"] = overhead_s(record["times"])
             record["overhead_phases_s"] = overhead_phases(record["times"])

@@ -9,7 +9,9 @@ allowed, before any host is touched.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from core.dscp import parse_dscp
 from core.units import parse_duration_ns
 from trials.fields import (
     BufferSize,
@@ -131,8 +134,92 @@ class Link(Strict):
             raise ValueError(f"{which}: {_first_message(exc)}") from None
 
 
+_PORTS = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?$")
+
+
+def _ports(value: Any) -> int | str:
+    """A port (5201) or a range of ports ('5201-5209')."""
+    m = _PORTS.match(str(value)) if isinstance(value, int | str) else None
+    if m is None or isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a port; give a number 1..65535 or a range lo-hi")
+    lo, hi = int(m[1]), int(m[2] or m[1])
+    if not 1 <= lo <= hi <= 65535:
+        raise ValueError(f"{value!r}: ports run from 1 to 65535, low before high")
+    return lo if m[2] is None else f"{lo}-{hi}"
+
+
+def _address_or_node(value: str) -> str:
+    """An IPv4 address or prefix (kept as written), or a node's name (resolved on the rack)."""
+    if value[:1].isdigit():
+        try:
+            ipaddress.IPv4Network(value, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is neither an IPv4 address or prefix (198.18.1.11, 198.18.1.0/24) "
+                "nor a node"
+            ) from None
+    return value
+
+
+Ports = Annotated[int | str, BeforeValidator(_ports)]
+AddressOrNode = Annotated[str, BeforeValidator(_address_or_node)]
+
+
+class MarkRule(Strict):
+    """Static DSCP marking at one node (a sender, or an edge router on the flow's path): its
+    IPv4 packets that match get `dscp` as they leave it (nftables, role dscp_marker). Match a
+    traffic generator's packets by `flow`, or by addresses, protocol and ports; the first
+    matching rule of a node wins."""
+
+    name: Name | None = Field(None, description="label of the rule's counter (default: mark<i>)")
+    at: str = Field(description="the node that marks: a sender or a router")
+    flow: str | None = Field(
+        None, description="a traffic generator's name: its packets from sender to receiver"
+    )
+    src: AddressOrNode | None = Field(None, description="source: IPv4 address, prefix or node")
+    dst: AddressOrNode | None = Field(None, description="destination: address, prefix or node")
+    proto: Literal["tcp", "udp", "icmp"] | None = None
+    sport: Ports | None = Field(None, description="source port or range lo-hi (tcp, udp)")
+    dport: Ports | None = Field(None, description="destination port or range (tcp, udp)")
+    dscp: int | str = Field(description="0..63 or a name: be, ef, af11..af43, cs0..cs7")
+
+    @field_validator("dscp")
+    @classmethod
+    def _dscp(cls, value: int | str) -> int | str:
+        parse_dscp(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MarkRule:
+        given = [k for k in ("src", "dst", "proto", "sport", "dport") if getattr(self, k)]
+        if self.flow is not None and given:
+            raise ValueError(
+                f"flow {self.flow!r} already gives the addresses, protocol and port; give "
+                f"either flow or {', '.join(given)}"
+            )
+        if (self.sport is not None or self.dport is not None) and self.proto not in (
+            "tcp",
+            "udp",
+        ):
+            raise ValueError("sport and dport need proto: tcp or proto: udp")
+        return self
+
+    def label(self, index: int) -> str:
+        return self.name or f"mark{index}"
+
+    @property
+    def code(self) -> int:
+        return parse_dscp(self.dscp)
+
+    def named_nodes(self) -> list[str]:
+        """The nodes it names: where it marks, and src/dst given as nodes."""
+        ends = [v for v in (self.src, self.dst) if v is not None and not v[:1].isdigit()]
+        return [self.at, *ends]
+
+
 class Network(Strict):
-    """The nodes the experiment uses, bound to inventory hosts, and its shaped links."""
+    """The nodes the experiment uses, bound to inventory hosts, its shaped links, and the
+    static DSCP marking its senders and edge routers do."""
 
     nodes: dict[str, str] = Field(
         default_factory=dict,
@@ -144,10 +231,14 @@ class Network(Strict):
         description="the link where the traffic congests (default: the slowest shaped hop of "
         "each path); metrics are taken on either side of it",
     )
+    marking: list[MarkRule] = Field(
+        default_factory=list, description="static DSCP marking rules, in order"
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Network:
         require_unique("link", [link.name for link in self.links])
+        require_unique("marking rule", [r.label(i) for i, r in enumerate(self.marking)])
         return self
 
     def host_of(self, node: str) -> str:
@@ -318,11 +409,23 @@ class Experiment(Strict):
                 for i, g in enumerate(self.traffic)
                 for k, n in zip(("from", "to"), g.endpoints(), strict=True)
             ]
+            used += [
+                (f"network.marking[{i}]", n)
+                for i, r in enumerate(self.network.marking)
+                for n in r.named_nodes()
+            ]
             for where, node in used:
                 if node not in declared:
                     raise ValueError(
                         f"{where}: node {node!r} is not in network.nodes ({', '.join(declared)})"
                     )
+        flows = self.generator_names()
+        for i, rule in enumerate(self.network.marking):
+            if rule.flow is not None and rule.flow not in flows:
+                raise ValueError(
+                    f"network.marking[{i}].flow: no traffic named {rule.flow!r}; the traffic "
+                    f"is: {', '.join(flows)}"
+                )
         links = {lk.name: lk for lk in self.network.links}
         if self.network.bottleneck is not None and self.network.bottleneck not in links:
             raise ValueError(
@@ -357,6 +460,8 @@ class Experiment(Strict):
         for point in self.capture.points:
             if point.node:
                 found[point.node] = None
+        for rule in self.network.marking:
+            found.update(dict.fromkeys(rule.named_nodes()))
         return list(found)
 
     def senders(self) -> list[str]:

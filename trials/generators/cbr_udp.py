@@ -12,25 +12,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from core.dscp import parse_dscp
 from trials.fields import DurationNs
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 from trials.udp_stream import rewrite_for_rack, write_stream_template
 
 BASE_PORT = 40000
-DSCP_NAMES = {
-    **{f"cs{i}": 8 * i for i in range(8)},
-    **{f"af{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)},
-    "ef": 46,
-    "be": 0,
-}
-
-
-def parse_dscp(value: object) -> int:
-    if isinstance(value, int) and 0 <= value <= 63:
-        return value
-    if isinstance(value, str) and value.lower() in DSCP_NAMES:
-        return DSCP_NAMES[value.lower()]
-    raise ValueError(f"{value!r} is not a DSCP; give 0..63 or one of: {', '.join(DSCP_NAMES)}")
 
 
 class CbrUdpSpec(GeneratorSpec):
