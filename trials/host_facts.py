@@ -32,6 +32,7 @@ TOOLS = {
     "tc": ["tc", "-V"],
     "python3": ["python3", "--version"],
     "gcc": ["gcc", "--version"],  # builds the transaction generator (transactions role)
+    "nft": ["nft", "--version"],  # renders the DSCP marking table (dscp_marker role)
 }
 
 

@@ -139,6 +139,8 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
         for c in net.captures:
             for tool in CAPTURE_TOOLS:
                 needs_tools.setdefault(c.host, {})[tool] = f"capture {c.name}"
+        for host, rules in net.marking.items():  # role dscp_marker renders an nftables table
+            needs_tools.setdefault(host, {})["nft"] = f"network.marking ({rules[0]['name']})"
 
     hosts = sorted(set(needs_tools) | set(needs_cc) | {h for h, _ in needs_params})
     facts = host_facts(rack, hosts) if hosts else {}
