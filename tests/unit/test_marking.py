@@ -201,3 +201,10 @@ def test_check_refuses_a_bad_rule_before_touching_any_host(tmp_path):
     assert done.returncode == 2
     message = " ".join(done.stderr.split())
     assert f"{path}: key 'network.marking[0].dscp': 'gold' is not a DSCP" in message
+
+
+def test_the_shipped_example_resolves_on_the_dumbbell():
+    path = PROJECT / "experiments" / "dscp_marking.yml"
+    plan = load_plan(path)
+    net = resolve_network(plan.base, dumbbell(), str(path))
+    assert sorted(net.marking) == ["A", "R"] and len(plan.trials) == 2
