@@ -283,6 +283,11 @@ def resolve_marking(
                 f"{key}.at': no node {rule.at!r} in the rack; nodes: {', '.join(sorted(net.nodes))}"
             )
         host = net.host_of(rule.at)
+        if "freebsd_routers" in net.hosts[host].groups:
+            raise RackError(
+                f"{key}.at': {rule.at} is a FreeBSD router, which has no nftables; static "
+                "marking there (ipfw) is not built: mark at the sender or a Linux router"
+            )
         entry: dict[str, Any] = {"name": rule.label(i)}
         if rule.flow is not None:
             gen = flows[rule.flow]

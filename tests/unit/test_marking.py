@@ -53,7 +53,7 @@ def error_of(tmp_path: Path, text: str) -> str:
     return message
 
 
-def dumbbell() -> Rack:
+def dumbbell(router_group: str = "linux_routers") -> Rack:
     """The virtual rack's dumbbell as an inventory would describe it (no host is reached)."""
     topology = yaml.safe_load((PROJECT / "inventory/virtual/topologies/dumbbell.yml").read_text())
     hosts = {
@@ -61,7 +61,7 @@ def dumbbell() -> Rack:
             name=name,
             address=h["mgmt"],
             user="root",
-            groups=tuple(h["groups"]),
+            groups=tuple(router_group if g == "linux_routers" else g for g in h["groups"]),
             workdir="/nonexistent",
             interfaces={k: ipaddress.IPv4Interface(v) for k, v in h["interfaces"].items()},
             vars={},
@@ -190,6 +190,9 @@ def test_rules_the_rack_cannot_apply_are_refused_naming_the_key(tmp_path):
     assert "key 'network.marking[0].src': 'R' is not an end host of the rack" in message
     message = rack_error_of(tmp_path, GOOD.replace(rule, "{at: Q, dscp: af11}"))
     assert "node Q: host 'Q' is not in the inventory" in message
+    path = write(tmp_path, GOOD)
+    with pytest.raises(RackError, match="R is a FreeBSD router, which has no nftables"):
+        resolve_network(load_plan(path).base, dumbbell("freebsd_routers"), str(path))
 
 
 def test_check_refuses_a_bad_rule_before_touching_any_host(tmp_path):
