@@ -26,6 +26,7 @@ CAPTURE_TOOLS = ["tcpdump"]
 # Which role installs a tool on a host of its own (the virtual rack shares make setup's).
 INSTALLED_BY = {
     "gcc": "the transactions role with transactions_install_packages: true",
+    "nft": "the dscp_marker role with dscp_marker_install_packages: true",
     "": "the testbed_host role with testbed_host_install_packages: true",
 }
 
