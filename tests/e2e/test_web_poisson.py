@@ -64,11 +64,15 @@ def test_the_seeded_schedule_is_what_crossed_the_rack(trial) -> None:
             f"{name}: {gen['flows_scheduled']} scheduled ({gen['arrivals_per_s']:.2f}/s), "
             f"{summary['flows_seen']} SYNs seen, {summary['flows_complete']} complete"
         )
-        # every scheduled flow started, in order, with its group, and its SYN was captured
-        assert summary["flows_seen"] == summary["flows_started"] == gen["flows_scheduled"]
+        # every scheduled flow started, in order, with its group, and its SYN was captured;
+        # a SYN sent in the trial's last second may still be in the access delay (up to 99 ms
+        # one way) when the captures stop (seen: 110 of 111, the last one)
+        assert summary["flows_started"] == gen["flows_scheduled"]
+        in_time = sum(t < (DURATION_S - 1) * 10**9 for t in schedule["t_ns"])
+        assert in_time <= summary["flows_seen"] <= gen["flows_scheduled"]
         seen = flows.sort_values("syn_ns")
-        assert seen.flow.astype(int).tolist() == list(range(len(schedule["t_ns"])))
-        assert seen.group.astype(int).tolist() == schedule["group"]
+        assert seen.flow.astype(int).tolist() == list(range(len(seen)))
+        assert seen.group.astype(int).tolist() == schedule["group"][: len(seen)]
         # on time: each SYN left within 50 ms of its scheduled time (the client's clock = the
         # capture's: one machine)
         lag = (seen.syn_ns - seen.sched_ns) / MS
