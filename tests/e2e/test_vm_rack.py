@@ -311,9 +311,9 @@ def test_calibration_is_recorded_and_bounds_the_rates(vm_rack, trials, tmp_path)
 
 def test_host_pacing_puts_fq_on_the_sender(vm_rack, trials, tmp_path):
     """hosts.<sel>.pacing: true (testbed_host's fq branch) on a kernel that has sch_fq: the
-    sender's experiment interface gets fq at its root, every data packet of the trial goes
-    through it, and TCP still fills the link. (After the other trials: fq stays on A until
-    the next configure.)"""
+    sender's experiment interface gets fq at its root while the trial runs, the trial's data
+    packets go through it, TCP still fills the link, and the runner's teardown gives the
+    kernel's default root back."""
     exp = yaml.safe_load(DUMBBELL_EXPERIMENT)
     exp.update(
         description="end-to-end test on the VM rack: fq pacing on the sender",
@@ -323,32 +323,47 @@ def test_host_pacing_puts_fq_on_the_sender(vm_rack, trials, tmp_path):
     )
     exp_file = tmp_path / "pacing.yml"
     exp_file.write_text(yaml.safe_dump(exp, sort_keys=False))
-    done = subprocess.run(
+    key, known = vm_rack.state_dir / "id_ed25519", vm_rack.state_dir / "known_hosts"
+
+    def a_root() -> dict:
+        out = subprocess.run(
+            ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={known}",
+             "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
+             f"root@198.19.{SUBNET}.11", "tc -s -j qdisc show dev left root"],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+        (root,) = json.loads(out)
+        return root
+
+    proc = subprocess.Popen(
         [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(vm_rack.inventory),
          "--results", str(tmp_path / "results")],
-        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # While the trial runs, A's root is fq and its counter grows (the runner's teardown gives
+    # the kernel's default back afterwards).
+    during = []
+    while proc.poll() is None:
+        root = a_root()
+        if root["kind"] == "fq" and root["packets"] > 0:
+            during.append(root["packets"])
+        time.sleep(2)
+    stdout, stderr = proc.communicate()
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
     ((trial_dir,),) = [list((b / "trials").iterdir()) for b in (tmp_path / "results").iterdir()]
     record = json.loads((trial_dir / "trial.json").read_text())
     summary = json.loads((trial_dir / "analysis" / "summary.json").read_text())
     assert record["status"] == "complete", record["errors"]
-    key, known = vm_rack.state_dir / "id_ed25519", vm_rack.state_dir / "known_hosts"
-    out = subprocess.run(
-        ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={known}",
-         "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
-         f"root@198.19.{SUBNET}.11", "tc -s -j qdisc show dev left root"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
-    (root,) = json.loads(out)
     before = read_pcap(trial_dir / "R" / "bottleneck_in.pcap")
     sent = before[
         (before.proto == 6) & (before.src == ip_to_int(record["network"]["addresses"]["A"]))
     ]
     print(
-        f"pacing: A's root qdisc {root['kind']}, {root['packets']} packets through it; "
-        f"{len(sent)} TCP packets from A at the router; goodput {summary['goodput_kBps']:.1f} KB/s"
+        f"pacing: A's root qdisc fq in {len(during)} polls, up to {max(during, default=0)} "
+        f"packets through it; {len(sent)} TCP packets from A at the router; goodput "
+        f"{summary['goodput_kBps']:.1f} KB/s; after the run: {a_root()['kind']}"
     )
-    assert root["kind"] == "fq"
-    assert root["packets"] >= len(sent)
+    assert len(during) >= 2 and during[-1] > during[0] and max(during) >= len(sent) / 2
+    assert a_root()["kind"] != "fq"  # teardown gave the kernel's default back
     assert summary["goodput_kBps"] > 95
