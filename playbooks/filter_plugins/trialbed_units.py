@@ -115,21 +115,12 @@ def duration_problem(value: object, what: str, smallest_ns: int, largest_ns: int
     return ""
 
 
-def duration_ms(value: object) -> float:
-    try:
-        return units.parse_duration_ns(value) / 1e6
-    except ValueError as e:
-        raise AnsibleFilterError(str(e)) from e
-
-
 class FilterModule:
     def filters(self):
         return {
             "trialbed_link_problems": link_problems,
             "trialbed_rate": rate,
-            "trialbed_rate_bps": rate_bps,
             "trialbed_buffer_bytes": buffer_bytes,
             "trialbed_buffer_packets": buffer_packets,
             "trialbed_duration_problem": duration_problem,
-            "trialbed_duration_ms": duration_ms,
         }
