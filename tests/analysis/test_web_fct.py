@@ -110,9 +110,10 @@ def test_fct_from_syn_to_every_byte_seen() -> None:
 
 
 def test_client_and_server_on_loopback(tmp_path: Path) -> None:
-    """The program plays a schedule: every flow sends its bytes and ends; one backlogged."""
-    schedule = {"t_ns": [0, 50 * MS, 60 * MS, 300 * MS], "group": [1, 15, 9, 14]}
-    schedule["bytes"] = [119, 284454, 1650, 26641]
+    """The program plays a schedule: every flow sends its bytes and ends; one backlogged; a
+    flow due 1 ns before the end still starts (the wake-up for it comes after the end)."""
+    schedule = {"t_ns": [0, 50 * MS, 60 * MS, 300 * MS, 10**9 - 1], "group": [1, 15, 9, 14, 1]}
+    schedule["bytes"] = [119, 284454, 1650, 26641, 119]
     (tmp_path / "s.json").write_text(json.dumps(schedule))
     port = 18000 + (int(time.time()) % 1000)
     server = subprocess.Popen(
@@ -135,9 +136,10 @@ def test_client_and_server_on_loopback(tmp_path: Path) -> None:
         server.stderr.close()
     flows = read_flow_list(tmp_path / "flows.jsonl").set_index("flow")
     assert flows.loc[[0, 1, 2, 3], "status"].tolist() == ["done"] * 4
-    assert flows.loc[[0, 1, 2, 3], "bytes"].tolist() == schedule["bytes"]
+    assert flows.loc[[0, 1, 2, 3], "bytes"].tolist() == schedule["bytes"][:4]
     rows = [json.loads(x) for x in (tmp_path / "flows.jsonl").read_text().splitlines()]
     sent = {r["flow"]: r["sent"] for r in rows}
-    assert [sent[i] for i in range(4)] == schedule["bytes"] and sent[-1] > 0
+    assert [sent[i] for i in range(4)] == schedule["bytes"][:4] and sent[-1] > 0
+    assert sorted(flows.index) == [-1, 0, 1, 2, 3, 4]  # every scheduled flow started
     started = {r["flow"]: r["connect_ns"] - r["sched_ns"] for r in rows if r["flow"] >= 0}
     assert max(started.values()) < 20 * MS  # each flow opened on time
