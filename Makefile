@@ -20,7 +20,7 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: docs setup rack-up rack-down configure teardown status trial batch nightly-install nightly-remove nightly-status nightly-run test lint bench
+.PHONY: docs setup rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test lint bench
 
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
@@ -37,6 +37,9 @@ INVENTORY ?=
 RACK_INVENTORY = $(or $(INVENTORY),inventory/virtual/hosts.yml)
 trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results; INVENTORY=: on that rack
 	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
+
+preflight: setup  ## can the rack run $(EXPERIMENT)? SSH, tools, CC, qdiscs, interfaces and link speed, disk for the captures, clock offsets, Ansible versions (reads only; the virtual rack is brought up if needed); INVENTORY=: that rack
+	@$(PYTHON) -m trials preflight $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
 
 # BATCH=results/NAME resumes that batch (or starts it there); RACKS="inv/a inv/b" shares the
 # plan between racks (one worker each); RETRIES: runs after a failed attempt.

@@ -4,6 +4,9 @@ run EXPERIMENT [--set KEY=VALUE]... [--only NAME|GLOB]... [-i INVENTORY]...
 batch EXPERIMENT [--set ...] [--only ...] [--batch DIR] [--rack INV[,INV]]... [--retries N]
                                               unattended, resumable; one worker per rack
 check EXPERIMENT [--set ...] [--only ...]     the plan; no host is touched
+preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]...
+                                              can the rack run it? (reads only; one line per
+                                              problem with its fix)
 report results/<batch>                        analyse again and print
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
 """
@@ -34,8 +37,9 @@ from trials.batch import (
     run_worker,
     spawn_workers,
 )
+from trials.collections import controller_problems
 from trials.plan import Plan, Trial, load_plan
-from trials.preflight import preflight
+from trials.preflight import available, preflight
 from trials.runner import Interrupted, new_batch_path, run_plan
 from trials.spec import SpecError
 
@@ -114,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the trials of an experiment file and print results")
     check = sub.add_parser("check", help="validate an experiment file and print its plan")
-    for p in (run, check):
+    pre = sub.add_parser(
+        "preflight", help="check that the rack can run an experiment (reads only, changes nothing)"
+    )
+    for p in (run, check, pre):
         p.add_argument("experiment", type=Path)
         p.add_argument(
             "--set",
@@ -127,13 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--only", action="append", metavar="NAME", help="run only trials matching (glob)"
         )
-    run.add_argument(
-        "-i",
-        "--inventory",
-        type=Path,
-        action="append",
-        help="inventory (default: the virtual rack, brought up for the experiment's topology)",
-    )
+    for p in (run, pre):
+        p.add_argument(
+            "-i",
+            "--inventory",
+            type=Path,
+            action="append",
+            help="inventory (default: the virtual rack, brought up for the experiment's topology)",
+        )
     run.add_argument("--results", type=Path, default=PROJECT_DIR / "results")
     batch = sub.add_parser("batch", help="run a plan unattended into a resumable batch directory")
     batch.add_argument("experiment", type=Path)
@@ -151,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a rack's inventory; give --rack once per rack to share the plan between them",
     )
     batch.add_argument("--retries", type=int, default=2, help="runs after a failed attempt")
-    for p in (run, batch):
+    for p in (run, batch, pre):
         p.add_argument(
             "--rack-kind",
             choices=rack_kind.KINDS,
@@ -213,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             kind, why = rack_kind.choose(trials, args.rack_kind)
             console.print(f"rack: {why}", highlight=False)
             ensure_virtual_rack(plan.base.topology, kind)
+        if args.command == "preflight":
+            return run_preflight(plan, trials, args.inventory or [DEFAULT_INVENTORY])
         rack = Rack.load(args.inventory)
         try:
             batch_dir, _ = run_plan(
@@ -240,6 +250,30 @@ def main(argv: list[str] | None = None) -> int:
             "under results/[/yellow]"
         )
         return 130
+
+
+def run_preflight(plan: Plan, trials: list[Trial], inventory: list[Path]) -> int:
+    """Every check a run makes before it touches a host, on the controller and on every host
+    of the selected trials; 0 when the rack can run them, 1 with one line per problem."""
+    problems = controller_problems(PROJECT_DIR)
+    rack = Rack.load(inventory)
+    try:
+        facts = preflight(trials, rack, str(plan.source))
+    except SpecError as exc:
+        problems += str(exc).splitlines()
+        facts = None
+    finally:
+        rack.close()
+    where = ", ".join(map(str, inventory))
+    if problems:
+        console.print(f"[red]preflight: {len(trials)} trial(s) on {where}:[/red]")
+        for line in problems:
+            console.print(f"  {escape(line)}", highlight=False)
+        return 1
+    console.print(f"preflight: {len(trials)} trial(s) can run on {where}")
+    for line in available(facts or {}):
+        console.print(f"  {escape(line)}", highlight=False)
+    return 0
 
 
 def print_flush(message: str) -> None:
@@ -270,6 +304,8 @@ def run_batch(args: argparse.Namespace) -> int:
     out.print(plan_table(plan, trials, status, overhead_s(racks)))
     out.print(f"batch: {batch.path}" + (" (resumed)" if resumed else ""))
     todo = [t for t in trials if not batch.done(t.name)]
+    if problems := controller_problems(PROJECT_DIR):
+        raise SpecError("\n".join(problems))
     for inventory, label in zip(racks, labels, strict=True):
         rack = Rack.load(inventory)
         try:

@@ -1,7 +1,9 @@
-"""Check that the pinned Ansible collections are installed at the pinned versions.
+"""Check that the pinned Ansible collections (and ansible-core) are installed at the pinned
+versions.
 
 Exit 0 when every collection in requirements.yml is present at its version, 1 otherwise
-(scripts/setup.sh then falls back to `ansible-galaxy collection install`).
+(scripts/setup.sh then falls back to `ansible-galaxy collection install`). The preflight
+(`make preflight`, every batch) asks `controller_problems` the same of ansible-core too.
 """
 
 from __future__ import annotations
@@ -29,16 +31,44 @@ def installed_collections(galaxy: str) -> dict[str, str]:
     return versions
 
 
-def main(argv: list[str]) -> int:
-    requirements = Path(argv[0] if argv else "requirements.yml")
+def wrong_collections(requirements: Path) -> list[str]:
     wanted = yaml.safe_load(requirements.read_text())["collections"]
     galaxy = str(Path(sys.executable).with_name("ansible-galaxy"))
     have = installed_collections(galaxy)
-    wrong = [
+    return [
         f"{c['name']} {have.get(c['name'], 'missing')} (want {c['version']})"
         for c in wanted
         if have.get(c["name"]) != c["version"]
     ]
+
+
+def controller_problems(project: Path) -> list[str]:
+    """ansible-core and the collections on this controller against the project's pins, one
+    line each with the fix."""
+    from ansible.release import __version__ as core
+
+    problems = []
+    pins = (project / "requirements.txt").read_text().splitlines()
+    want = next(
+        (ln.split("==")[1].split()[0] for ln in pins if ln.startswith("ansible-core==")), None
+    )
+    if want and core != want:
+        problems.append(
+            f"controller: ansible-core {core}, the project pins {want} (requirements.txt): "
+            "run make setup"
+        )
+    wrong = wrong_collections(project / "requirements.yml")
+    if wrong:
+        problems.append(
+            f"controller: Ansible collections not at the pinned version: {', '.join(wrong)} "
+            "(requirements.yml): run make setup"
+        )
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    requirements = Path(argv[0] if argv else "requirements.yml")
+    wrong = wrong_collections(requirements)
     if wrong:
         print(f"{requirements}: collections not at the pinned version: {', '.join(wrong)}")
         return 1

@@ -1,7 +1,7 @@
 """Runs ON a rack host (sent over SSH as source, standard library only): prints a JSON
 object with what a trial depends on: kernel, congestion controls, tool versions, sysctls,
-offloads, MTUs, IPv4 routes with their metrics (initcwnd, rto_min, ...), free disk. Used both
-by the preflight and for each trial's metadata."""
+offloads, MTUs, link speeds, interfaces, IPv4 routes with their metrics (initcwnd, rto_min,
+...), free disk. Used both by the preflight and for each trial's metadata."""
 
 import glob
 import json
@@ -108,6 +108,15 @@ def mtu(interface):
     return int(value) if value else None
 
 
+def speed(interface):
+    """The NIC's link speed in Mbit/s; None where it has none (veth, a link that is down)."""
+    value = read(f"/sys/class/net/{interface}/speed")
+    try:
+        return int(value) if int(value) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
 # What does not change while the kernel and the packages stay: `--changing` leaves these out
 # (a runner reads them once per host and keeps them for its later trials).
 STATIC = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools")
@@ -140,6 +149,8 @@ def main(workdir, interfaces, changing_only=False):
         "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
         "offloads": offloads,
         "mtu": {itf: mtu(itf) for itf in interfaces},
+        "speed": {itf: speed(itf) for itf in interfaces},
+        "interfaces": sorted(os.listdir("/sys/class/net")),
         "routes": ipv4_routes(),
         "free_disk_bytes": usage.free,
     }

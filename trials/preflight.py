@@ -1,18 +1,24 @@
 """Ask every host of the selected trials what it has, read-only, and refuse what it cannot
-run faithfully: congestion controls, their module parameters, tools, queue disciplines,
-rates beyond what the rack carries, free disk."""
+run faithfully: reachability over SSH (with what to check when it fails), congestion controls,
+their module parameters, tools, queue disciplines, interfaces and their link speed, rates
+beyond what the rack carries, free disk for the captures the trials will write, and the clock
+offset between hosts whose captures are compared (one declared clock domain)."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import paramiko
+
 from core.rack import Rack, RackError
-from core.units import format_rate, parse_rate
-from trials.network import host_settings, resolve_network
+from core.units import format_rate, parse_duration_ns, parse_rate
+from trials.network import CaptureSite, ResolvedNetwork, host_settings, resolve_network
 from trials.plan import Trial
 from trials.rack_kind import vm_max_rate
 from trials.spec import SpecError
@@ -21,6 +27,12 @@ _FACTS_SOURCE = (Path(__file__).with_name("host_facts.py")).read_text()
 # host_facts.STATIC (that module runs on the hosts and is not imported here).
 STATIC_FACTS = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools")
 MIN_FREE_DISK = 200 * 10**6
+# What a capture writes per packet: the capture role's snaplen (128) and pcap's 16-byte record
+# header; packets are taken as 500 bytes on average (full-size data and 66-byte ACKs mixed).
+CAPTURE_BYTES_PER_PACKET = 128 + 16
+MEAN_PACKET_BYTES = 500
+CLOCK_SAMPLES = 5
+DEFAULT_MAX_CLOCK_OFFSET = "1ms"
 SHAPING_TOOLS = ["tc"]
 CAPTURE_TOOLS = ["tcpdump"]
 # Which role installs a tool on a host of its own (the virtual rack shares make setup's).
@@ -92,6 +104,9 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
     needs_params: dict[tuple[str, str], dict[str, str]] = {}  # (host, cc) -> param -> key
     needs_tools: dict[str, dict[str, str]] = {}  # host -> tool -> why
     needs_qdisc: dict[str, dict[str, str]] = {}  # host -> qdisc -> link
+    needs_disk: dict[str, dict[str, float]] = {}  # host -> capture point -> bytes it writes
+    needs_speed: dict[tuple[str, str], tuple[int, str]] = {}  # (host, iface) -> (rate, link)
+    clocks: dict[str, set[str]] = {}  # declared clock domain -> hosts that capture in it
     max_rate = rack.vars.get("trialbed_max_rate")
     limit_from = f"trialbed_max_rate {max_rate}, measured"
     if measured := vm_max_rate(rack):  # the VM rack: its own calibration's number
@@ -125,6 +140,8 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
         for e in net.egress:
             for tool in SHAPING_TOOLS:
                 needs_tools.setdefault(e.host, {})[tool] = f"link {e.link}"
+            if e.shaping.rate and e.shaping.rate > needs_speed.get((e.host, e.iface), (0,))[0]:
+                needs_speed[(e.host, e.iface)] = (e.shaping.rate, e.link)
             if e.shaping.qdisc != "droptail":
                 needs_qdisc.setdefault(e.host, {})[e.shaping.qdisc] = e.link
             if max_rate and e.shaping.rate and e.shaping.rate > parse_rate(max_rate):
@@ -140,11 +157,40 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
         for c in net.captures:
             for tool in CAPTURE_TOOLS:
                 needs_tools.setdefault(c.host, {})[tool] = f"capture {c.name}"
+            clocks.setdefault(c.clock, set()).add(c.host)
+            volume = capture_bytes(net, c, exp.duration + exp.drain)
+            if volume > needs_disk.get(c.host, {}).get(c.name, 0):
+                needs_disk.setdefault(c.host, {})[c.name] = volume
         for host, rules in net.marking.items():  # role dscp_marker renders an nftables table
             needs_tools.setdefault(host, {})["nft"] = f"network.marking ({rules[0]['name']})"
 
     hosts = sorted(set(needs_tools) | set(needs_cc) | {h for h, _ in needs_params})
+    answered, unreachable = reachability(rack, hosts)
+    problems += unreachable
+    for gone in set(hosts) - set(answered):  # nothing more can be asked of them
+        for needs in (needs_tools, needs_cc, needs_qdisc, needs_disk):
+            needs.pop(gone, None)
+        needs_params = {k: v for k, v in needs_params.items() if k[0] != gone}
+        needs_speed = {k: v for k, v in needs_speed.items() if k[0] != gone}
+        clocks = {d: members - {gone} for d, members in clocks.items()}
+    hosts = answered
     facts = host_facts(rack, hosts) if hosts else {}
+    for host in hosts:
+        for iface in rack.host(host).interfaces:
+            if facts[host]["mtu"].get(iface) is None:
+                problems.append(
+                    f"host {host} has no interface {iface!r} (trialbed_interfaces in "
+                    f"{', '.join(map(str, rack.inventory))}); it has: "
+                    f"{', '.join(facts[host].get('interfaces') or []) or '?'}"
+                )
+    for (host, iface), (rate, link) in needs_speed.items():
+        speed = facts[host].get("speed", {}).get(iface)
+        if speed and speed * 10**6 < rate:
+            problems.append(
+                f"{source}: link {link}: {format_rate(rate)} out of {host}:{iface}, whose NIC "
+                f"runs at {speed} Mbit/s (ethtool {iface}); the shaper cannot send faster "
+                "than the wire: lower the rate or use a faster port"
+            )
     for host, ccs in needs_cc.items():
         f = facts[host]
         for cc, key in ccs.items():
@@ -194,15 +240,25 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                     f"({kernel}); use droptail here, or a rack whose kernel has sch_" + qdisc
                 )
     for name, f in facts.items():
-        if f["free_disk_bytes"] < MIN_FREE_DISK:
+        points = needs_disk.get(name, {})
+        need = max(MIN_FREE_DISK, int(2 * max(points.values(), default=0)))
+        if f["free_disk_bytes"] < need:
+            why = (
+                f"the captures at {', '.join(sorted(points))} write up to "
+                f"{max(points.values()) / 1e6:.0f} MB in one trial, and twice that is kept free"
+                if need > MIN_FREE_DISK
+                else f"captures need at least {MIN_FREE_DISK / 1e6:.0f} MB"
+            )
             problems.append(
                 f"host {name}: only {f['free_disk_bytes'] / 1e6:.0f} MB free in "
-                f"{rack.host(name).workdir}; captures need at least "
-                f"{MIN_FREE_DISK / 1e6:.0f} MB"
+                f"{rack.host(name).workdir} (trialbed_dir); {why}: free space there or point "
+                "trialbed_dir at a larger disk"
             )
+    problems += clock_problems(rack, clocks)
     if problems:
         have = "\n".join(f"  {line}" for line in available(facts))
-        raise SpecError("\n".join(dict.fromkeys(problems)) + f"\nWhat the hosts have:\n{have}")
+        said = "\n".join(dict.fromkeys(problems))
+        raise SpecError(said + (f"\nWhat the hosts have:\n{have}" if facts else ""))
     return facts
 
 
@@ -223,3 +279,128 @@ def _layer_of(trials: list[Trial], cc: str, param: str) -> str:
             if param in s.cc_params.get(cc, {}):
                 return layer
     return "all"
+
+
+def capture_bytes(net: ResolvedNetwork, site: CaptureSite, duration_ns: int) -> float:
+    """What a capture point writes in one trial, at most: both directions through its
+    interface for the whole trial, CAPTURE_BYTES_PER_PACKET per MEAN_PACKET_BYTES on the wire.
+    A direction without a rate of its own counts at the fastest rate of the experiment (its
+    traffic crosses a shaped link somewhere); with no rate anywhere, 0 (MIN_FREE_DISK
+    applies)."""
+    fastest = max((e.shaping.rate or 0 for e in net.egress), default=0)
+    out = net.shaping_of(site.host, site.iface)
+    inbound = [e for e in net.egress if e.peer == site.node and (out is None or e.link == out.link)]
+    rates = [
+        out.shaping.rate if out and out.shaping.rate else fastest,
+        inbound[0].shaping.rate if len(inbound) == 1 and inbound[0].shaping.rate else fastest,
+    ]
+    return sum(rates) * duration_ns / 1e9 / 8 / MEAN_PACKET_BYTES * CAPTURE_BYTES_PER_PACKET
+
+
+def reachability(rack: Rack, names: list[str]) -> tuple[list[str], list[str]]:
+    """Run `true` on every host at once: the hosts that answered, and one line per host that
+    did not, saying what to check."""
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        futures = {n: pool.submit(rack.run, n, "true", timeout=30) for n in names}
+    answered, problems = [], []
+    for name, future in futures.items():
+        try:
+            future.result()
+            answered.append(name)
+        except RackError as exc:
+            problems.append(ssh_problem(rack, name, exc))
+    return answered, problems
+
+
+def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
+    """What went wrong reaching a host over SSH, and what to check."""
+    host = rack.host(name)
+    where = f"host {name} ({host.user}@{host.address})"
+    cause = exc.__cause__
+    key = host.vars.get("ansible_ssh_private_key_file")
+    if isinstance(cause, paramiko.AuthenticationException):
+        return (
+            f"{where}: the SSH key {key or '(none: set ansible_ssh_private_key_file)'} was "
+            f"refused. Check that {key + '.pub' if key else 'its public key'} is in "
+            f"~{host.user}/.ssh/authorized_keys there, and that sshd may read it: with "
+            "StrictModes it refuses keys below a group- or world-writable directory (a rack "
+            "whose checkout is under /tmp)"
+        )
+    known = host.vars.get("trialbed_known_hosts")
+    if isinstance(cause, paramiko.BadHostKeyException) or "known_hosts" in str(cause):
+        return (
+            f"{where}: its host key is not the one in {known or 'known_hosts'}. If the host was "
+            "reinstalled, remove its old line there and add the new key (ssh-keyscan); "
+            "otherwise something else answers at that address"
+        )
+    return (
+        f"{where} is unreachable over SSH ({cause or exc}). Check the address (ansible_host), "
+        "that the host is up and its sshd listens (port 22), and the management network"
+    )
+
+
+def clock_offset(rack: Rack, name: str) -> tuple[int, int]:
+    """The host's clock minus the controller's, and the uncertainty (half the round trip of the
+    quickest of CLOCK_SAMPLES reads), in ns. The reads run in one shell loop over one SSH
+    channel (a new command per read would cost an exec and a shell each: hundreds of ms on a
+    loaded controller); the read is trialbed_clock_read (default `date +%s%N`), for a host
+    whose clock is read otherwise."""
+    read = rack.host(name).vars.get("trialbed_clock_read", "date +%s%N")
+    conn = rack.connection(name)
+    conn.open()
+    stdin, stdout, _ = conn.client.exec_command(f"while read -r _; do {read}; done", timeout=30)
+    best: tuple[int, int] | None = None
+    try:
+        for _ in range(CLOCK_SAMPLES + 1):  # the first read waits for the shell to start
+            sent = time.time_ns()
+            stdin.write("\n")
+            stdin.flush()
+            line = stdout.readline()
+            back = time.time_ns()
+            try:
+                remote = int(line.split()[0])
+            except (IndexError, ValueError):
+                raise RackError(
+                    f"{name}: the clock read {read!r} (trialbed_clock_read) printed {line!r}, "
+                    "not nanoseconds since the epoch"
+                ) from None
+            sample = (remote - (sent + back) // 2, (back - sent) // 2)
+            if best is None or sample[1] < best[1]:
+                best = sample
+    finally:
+        stdin.close()
+    assert best is not None
+    return best
+
+
+def clock_problems(rack: Rack, clocks: dict[str, set[str]]) -> list[str]:
+    """Hosts that capture in one declared clock domain must read the same time: one line per
+    host whose offset from the domain's median host is beyond trialbed_max_clock_offset by
+    more than the measurement's uncertainty."""
+    text = str(rack.vars.get("trialbed_max_clock_offset", DEFAULT_MAX_CLOCK_OFFSET))
+    limit = parse_duration_ns(text)
+    problems = []
+    for domain, members in sorted(clocks.items()):
+        if len(members) < 2:
+            continue
+        names = sorted(members)
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            offsets = dict(
+                zip(names, pool.map(lambda n: clock_offset(rack, n), names), strict=True)
+            )
+        by_offset = sorted(names, key=lambda n: offsets[n][0])
+        ref = by_offset[(len(by_offset) - 1) // 2]
+        ref_off, ref_unc = offsets[ref]
+        for name in names:
+            off, unc = offsets[name]
+            diff, within = off - ref_off, unc + ref_unc
+            if name != ref and abs(diff) - within > limit:
+                problems.append(
+                    f"hosts {ref} and {name} capture in clock domain {domain!r}, but {name}'s "
+                    f"clock is {diff / 1e6:+.2f} ms off {ref}'s (\u00b1{within / 1e6:.2f} ms, "
+                    f"read over SSH), beyond trialbed_max_clock_offset {text}: discipline both "
+                    "to one clock (chrony against one server, or PTP with hardware timestamps), "
+                    "or give them clock domains of their own (one-way delays between their "
+                    "captures are then not computed)"
+                )
+    return problems

@@ -2,13 +2,14 @@
 tests never disturb a rack the user has up; each is removed at the end of the session.
 
 `test_rack` is the seed-000 dumbbell (prefix tt-, management 198.19.1.0/24), `chain_rack` the
-seed-001 two-router chain (prefix tc-, management 198.19.2.0/24)."""
+seed-001 two-router chain (prefix tc-, management 198.19.2.0/24; its state below /tmp)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from core.rack import Rack
 
 PROJECT = Path(__file__).resolve().parents[2]
 TOPOLOGIES = PROJECT / "inventory/virtual/topologies"
@@ -137,20 +140,22 @@ def own_topology(name: str, prefix: str, subnet: int, directory: Path) -> Path:
 
 
 def state_dir(label: str) -> Path:
-    # sshd refuses keys below a world-writable directory such as /tmp: keep state in the project.
     return PROJECT / ".state" / f"test-{label}-{os.getpid()}"
 
 
-def built_rack(tmp_path_factory, name: str, prefix: str, subnet: int) -> Iterator[TestRack]:
+def built_rack(
+    tmp_path_factory, name: str, prefix: str, subnet: int, under: Path | None = None
+) -> Iterator[TestRack]:
     """Build a test rack of topology `name`, yield it, take it down and check nothing of it
-    is left (namespaces, links, owner file, processes)."""
+    is left (namespaces, links, owner file, processes). `under`: the state directory's parent
+    (default: the project's .state)."""
     if os.geteuid() != 0:
         pytest.skip("the virtual rack needs root (network namespaces)")
     base = tmp_path_factory.mktemp(f"rack-{name}") / "inventory"
     rack = TestRack(
         topology=own_topology(name, prefix, subnet, base),
         inventory=base / "hosts.yml",
-        state_dir=state_dir(f"{prefix.rstrip('-')}-{name}"),
+        state_dir=(under / "state") if under else state_dir(f"{prefix.rstrip('-')}-{name}"),
         prefix=prefix,
     )
     up = rack.rack("present")
@@ -188,7 +193,11 @@ def test_rack(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def chain_rack(tmp_path_factory):
-    yield from built_rack(tmp_path_factory, "chain2", CHAIN_PREFIX, 2)
+    # Its state (keys, sshd files, the hosts' trial directories) below /tmp, as in a checkout
+    # under /tmp: every trial on it proves that the rack's sshd accepts keys there.
+    yield from built_rack(
+        tmp_path_factory, "chain2", CHAIN_PREFIX, 2, under=tmp_path_factory.mktemp("chain-rack")
+    )
 
 
 def trials_run(*args: str, inventory: Path, results: Path) -> list[str]:
@@ -226,3 +235,21 @@ def wait_for_daemon(proc: subprocess.Popen, rack: TestRack, host: str, daemon: s
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline, f"{daemon} did not start on {host}"
         time.sleep(0.5)
+
+
+# What a host's state is read from: everything configure.yml may change there.
+STATE = r"""
+sysctl -n net.ipv4.tcp_congestion_control net.ipv4.tcp_no_metrics_save net.ipv4.tcp_rmem \
+  net.ipv4.tcp_wmem
+for i in $(ls /sys/class/net); do
+  echo "$i mtu $(cat /sys/class/net/$i/mtu)"
+  ethtool -k $i | grep -E '^(tcp|generic)-(segmentation|receive)-offload:' || true
+  tc qdisc show dev $i
+done
+ip -4 -d route show table all
+iptables -t mangle -S
+"""
+
+
+def host_states(rack: Rack) -> dict[str, str]:
+    return {h: rack.run(h, f"bash -c {shlex.quote(STATE)}") for h in rack.hosts}

@@ -7,14 +7,13 @@ back by that next configure."""
 from __future__ import annotations
 
 import json
-import shlex
 import signal
 
 import pytest
 import yaml
 
 from core.rack import Rack
-from tests.e2e.conftest import recap, start_trials, wait_for_daemon
+from tests.e2e.conftest import host_states, recap, start_trials, wait_for_daemon
 from tests.e2e.test_interrupt import namespace_commands
 
 pytestmark = pytest.mark.rack
@@ -38,22 +37,6 @@ hosts:
 duration: 60s
 warmup: 5s
 """
-# What a host's state is read from: everything configure.yml may change there.
-STATE = r"""
-sysctl -n net.ipv4.tcp_congestion_control net.ipv4.tcp_no_metrics_save net.ipv4.tcp_rmem \
-  net.ipv4.tcp_wmem
-for i in $(ls /sys/class/net); do
-  echo "$i mtu $(cat /sys/class/net/$i/mtu)"
-  ethtool -k $i | grep -E '^(tcp|generic)-(segmentation|receive)-offload:' || true
-  tc qdisc show dev $i
-done
-ip -4 -d route show table all
-iptables -t mangle -S
-"""
-
-
-def host_states(rack: Rack) -> dict[str, str]:
-    return {h: rack.run(h, f"bash -c {shlex.quote(STATE)}") for h in rack.hosts}
 
 
 def changed(done) -> dict[str, int]:

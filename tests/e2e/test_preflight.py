@@ -1,0 +1,109 @@
+"""`make preflight` (python -m trials preflight) on the test rack: the clean rack passes; then
+one run meets, each made real on the rack, a host whose sshd refuses the key it is given, a
+host that does not answer, a host whose clock reads 50 ms ahead of its clock domain's, an
+interface the inventory names but the router lacks, and captures bigger than the free disk;
+every problem is one line naming the host and what to check, and no host is changed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from core.rack import Rack
+from tests.e2e.conftest import PROJECT, host_states
+
+pytestmark = pytest.mark.rack
+
+EXPERIMENT = """\
+experiment: preflight_probe
+description: the collateral-damage dumbbell with captures on three hosts of one clock domain
+network:
+  links:
+    - {name: downstream, from: R, to: C, rate: 1mbit, buffer: 60000B, delay: 25ms}
+    - {name: upstream, from: R, to: A, rate: 1mbit, buffer: 60000B, delay: 25ms}
+traffic:
+  - {type: bulk_tcp, name: tcp, from: A, to: C, flows: 1}
+  - {type: cbr_udp, name: voip, from: B, to: D, packet_bytes: 186, interval: 20ms}
+capture:
+  points:
+    - {name: bottleneck_in, link: upstream, at: R}
+    - {name: sender, node: A, interface: left}
+    - {name: receiver, node: C, interface: right}
+hosts:
+  all: {cc: reno}
+duration: 20s
+"""
+
+
+def preflight(inventories: list, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "trials", "preflight", *args]
+    for inventory in inventories:
+        command += ["-i", str(inventory)]
+    return subprocess.run(
+        command, cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )
+
+
+def test_a_clean_rack_passes(test_rack, tmp_path):
+    exp = tmp_path / "probe.yml"
+    exp.write_text(EXPERIMENT)
+    done = preflight([test_rack.inventory], str(exp))
+    print(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 trial(s) can run" in done.stderr
+    for host in "ABCDR":
+        assert f"\n  {host} (kernel " in done.stderr  # what each host offers
+
+
+def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
+    exp = tmp_path / "probe.yml"
+    exp.write_text(EXPERIMENT)
+    rack = Rack.load([test_rack.inventory])
+    d_address = rack.host("D").address
+    router_interfaces = dict(rack.host("R").vars["trialbed_interfaces"])
+    router_interfaces["ghost0"] = {"address": "198.18.99.1/24"}
+    stranger = tmp_path / "stranger_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    overlay = tmp_path / "broken.yml"
+    nobody = d_address.rsplit(".", 1)[0] + ".250"  # on the management bridge, no host there
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        # A's clock read 50 ms ahead (the read command is the inventory's)
+                        "A": {"trialbed_clock_read": "echo $(( $(date +%s%N) + 50000000 ))"},
+                        "R": {"trialbed_interfaces": router_interfaces},
+                        "B": {"ansible_ssh_private_key_file": str(stranger)},
+                        "D": {"ansible_host": nobody},
+                    }
+                }
+            }
+        )
+    )
+    before = host_states(rack)
+    done = preflight([test_rack.inventory, overlay], str(exp), "--set", "duration=100000000s")
+    print(done.stdout + done.stderr)
+    assert done.returncode == 1
+    lines = [" ".join(line.split()) for line in done.stderr.split("\n  ")]
+    found = {
+        "key": [ln for ln in lines if ln.startswith("host B") and "was refused" in ln],
+        "unreachable": [ln for ln in lines if ln.startswith("host D") and "unreachable" in ln],
+        "clock": [ln for ln in lines if "clock domain 'controller'" in ln and "A's clock" in ln],
+        "interface": [ln for ln in lines if ln.startswith("host R has no interface 'ghost0'")],
+        "disk": [ln for ln in lines if ln.startswith("host R: only") and "MB free" in ln],
+    }
+    assert all(found.values()), found
+    assert str(stranger) in found["key"][0] and "authorized_keys" in found["key"][0]
+    assert nobody in found["unreachable"][0]
+    # the measured offset, not the configured one: 50 ms within the SSH round trip
+    offset = float(found["clock"][0].split("A's clock is ")[1].split(" ms")[0])
+    within = float(found["clock"][0].split("\u00b1")[1].split(" ms")[0])
+    assert abs(offset - 50) <= within + 1, found["clock"]
+    assert "bottleneck_in" in found["disk"][0]
+    assert not any("C's clock" in ln or "R's clock" in ln for ln in lines)
+    assert host_states(rack) == before
+    rack.close()
