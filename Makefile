@@ -87,13 +87,13 @@ docs: setup  ## write each role's README.md from its meta/argument_specs.yml and
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
 	@$(PYTHON) -m trials status $(if $(INVENTORY),-i $(INVENTORY))
 
-test: setup  ## unit tests, then end-to-end tests on a virtual rack the tests build and remove
+test: setup lint  ## lint, unit tests, then end-to-end tests on a virtual rack the tests build and remove
 	@$(PYTHON) -m pytest
 
-lint: setup  ## ruff, ansible-lint, and a syntax check of every playbook
+lint: setup  ## ruff, ansible-lint (production profile, yamllint included; .ansible-lint), and a syntax check of every playbook
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
-	@$(VENV)/bin/ansible-lint --offline -q playbooks roles
+	@$(VENV)/bin/ansible-lint -q playbooks roles
 
 bench: setup  ## analysis of a generated trial (fresh process cold/warm, in-process, DataFrame API) against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark"); the transaction generator's own overhead on loopback
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
