@@ -317,10 +317,10 @@ class TrialRunner:
 
     @staticmethod
     def tcp_senders(generators: list[TrafficGenerator]) -> dict[str, list[str]]:
-        """Sender host -> both addresses of each of its TCP flows."""
+        """Sender host -> both addresses of each of its TCP flows whose cwnd is recorded."""
         out: dict[str, list[str]] = {}
         for g in generators:
-            if g.record().get("proto") == 6:
+            if g.records_cwnd and g.record().get("proto") == 6:
                 addrs = out.setdefault(g.sender, [])
                 addrs += [a for a in (str(g.src), str(g.dst)) if a not in addrs]
         return out

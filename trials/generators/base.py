@@ -54,6 +54,9 @@ class TrafficGenerator:
     spec_class: ClassVar[type[GeneratorSpec]]
     # Metrics the analysis computes for this type (analysis/traffic/<type>.py).
     metrics: ClassVar[tuple[str, ...]]
+    # Whether the runner records cwnd/ssthresh/srtt (tcp:tcp_probe) of this generator's TCP
+    # flows on its sender.
+    records_cwnd: ClassVar[bool] = True
 
     def __init__(self, spec: GeneratorSpec, name: str, index: int, ctx: TrialContext):
         self.spec, self.name, self.index, self.ctx = spec, name, index, ctx
