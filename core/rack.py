@@ -132,16 +132,17 @@ class Rack:
         if name not in self._connections:
             host = self.host(name)
             kwargs: dict[str, Any] = {"look_for_keys": False, "allow_agent": False}
+            # ~ as Ansible reads it (paramiko takes paths literally)
             key = host.vars.get("ansible_ssh_private_key_file")
             if key:
-                kwargs["key_filename"] = key
+                kwargs["key_filename"] = os.path.expanduser(key)
             conn = Connection(
                 host.address, user=host.user, connect_kwargs=kwargs, connect_timeout=15
             )
             known = host.vars.get("trialbed_known_hosts")
             if known:
                 # Host keys come from the inventory's known_hosts; an unknown key is refused.
-                conn.client.load_host_keys(known)
+                conn.client.load_host_keys(os.path.expanduser(known))
                 conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
             self._connections[name] = conn
         return self._connections[name]

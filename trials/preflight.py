@@ -327,6 +327,12 @@ def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
             "whose checkout is under /tmp)"
         )
     known = host.vars.get("trialbed_known_hosts")
+    if isinstance(cause, FileNotFoundError):
+        return (
+            f"{where}: {cause.filename} does not exist (trialbed_known_hosts or "
+            "ansible_ssh_private_key_file in the inventory): write it first, e.g. "
+            f"ssh-keyscan {host.address} >> {known or '~/.ssh/known_hosts'} for the host key"
+        )
     if isinstance(cause, paramiko.BadHostKeyException) or "known_hosts" in str(cause):
         return (
             f"{where}: its host key is not the one in {known or 'known_hosts'}. If the host was "
