@@ -101,8 +101,6 @@ def test_a_sysctl_set_by_one_configure_is_given_back_by_the_next(test_rack, tmp_
         assert plain.returncode == 0, plain.stdout[-3000:]
         assert changed(plain)["C"] > 0
         assert rack.run("C", "sysctl -n net.ipv4.tcp_rmem").split() == own
-        again = test_rack.playbook("configure.yml", *inventory)
-        assert set(changed(again).values()) == {0}, changed(again)
         assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
         record = test_rack.state_dir / "hosts/C/work/baseline.json"
         assert not record.exists(), json.loads(record.read_text())
