@@ -145,7 +145,7 @@ class ResolvedNetwork:
                     "host": e.host,
                     "iface": e.iface,
                     "towards": e.peer,
-                    **e.shaping.model_dump(mode="json"),
+                    **e.shaping.model_dump(mode="json", by_alias=True),
                 }
                 for e in self.egress
             ],

@@ -34,6 +34,9 @@ MEAN_PACKET_BYTES = 500
 CLOCK_SAMPLES = 5
 DEFAULT_MAX_CLOCK_OFFSET = "1ms"
 SHAPING_TOOLS = ["tc"]
+# Kernel modules of a link's qdisc where it is not sch_<qdisc> alone. rio: GRED in RIO mode,
+# whose virtual queue a clsact (sch_ingress) egress filter sets: flower for IN, matchall OUT.
+QDISC_MODULES = {"rio": ["sch_gred", "sch_ingress", "cls_flower", "cls_matchall"]}
 CAPTURE_TOOLS = ["tcpdump"]
 # Which role installs a tool on a host of its own (the virtual rack shares make setup's).
 INSTALLED_BY = {
@@ -85,12 +88,20 @@ def available(facts: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def kernel_modules(qdisc: str) -> list[str]:
+    """The kernel modules a link's qdisc needs (rio: GRED, clsact, flower and matchall)."""
+    return QDISC_MODULES.get(qdisc, [f"sch_{qdisc}"])
+
+
 def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str, set[str]]:
-    """Which of the named qdiscs each host's kernel has (loaded, built in, or loadable)."""
+    """Which of the named qdiscs each host's kernel has (every module it needs loaded, built
+    in, or loadable)."""
     if not names or not hosts:
         return {h: set() for h in hosts}
     probe = "; ".join(
-        f"(test -d /sys/module/sch_{q} || modprobe -n sch_{q}) >/dev/null 2>&1 && echo {q}"
+        "("
+        + " && ".join(f"(test -d /sys/module/{m} || modprobe -n {m})" for m in kernel_modules(q))
+        + f") >/dev/null 2>&1 && echo {q}"
         for q in sorted(names)
     )
     out = rack.run_parallel({h: probe + "; true" for h in hosts})
@@ -235,9 +246,16 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                         "pacing, per flow) instead, or a rack whose kernel has sch_fq"
                     )
                     continue
+                modules = " and ".join(kernel_modules(qdisc))
+                vm = (
+                    ""
+                    if rack.vars.get("trialbed_rack_kind") == "vm"
+                    else " (RACK=vm: the VM rack, whose Debian kernel has them)"
+                )
                 problems.append(
                     f"{source}: link {link}: qdisc {qdisc!r} is not in the kernel of host {host} "
-                    f"({kernel}); use droptail here, or a rack whose kernel has sch_" + qdisc
+                    f"({kernel}), which lacks {modules}; use droptail here, or a rack whose "
+                    f"kernel has {modules}{vm}"
                 )
     for name, f in facts.items():
         points = needs_disk.get(name, {})

@@ -14,6 +14,7 @@ from typing import Any
 from core.rack import PROJECT_DIR, Rack
 from trials import host_facts
 from trials.plan import Trial
+from trials.spec import KERNEL_QDISC
 
 KINDS = ("auto", "namespaces", "vm")
 VM_CLOCK = PROJECT_DIR / "roles/virtual_rack/files/vm/vm-clock.py"
@@ -39,7 +40,7 @@ def needs(trials: list[Trial]) -> dict[str, set[str]]:
             for which in directions:
                 q = link.direction(which).qdisc
                 if q != "droptail":
-                    qdiscs.add(q)
+                    qdiscs.add(KERNEL_QDISC.get(q, q))
     return {"cc": cc, "qdiscs": qdiscs}
 
 

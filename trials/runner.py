@@ -23,8 +23,9 @@ from typing import Any
 from collect.fetch import pull_host, write_manifest
 from collect.remote import tc_sampler_command, tcp_probe_command
 from core.daemons import Daemons
-from core.dscp import counter_delta, nft_rule_counters
+from core.dscp import counter_delta, nft_rule_counters, parse_dscp
 from core.rack import PROJECT_DIR, Rack
+from core.rio import counters_delta, gred_counters
 from core.units import format_duration, format_rate
 from trials import adaptive_marking
 from trials.ansible import configure_tags, run_playbook, write_host_vars
@@ -185,6 +186,7 @@ def host_vars(
                     "buffer": str(e.shaping.buffer) if e.shaping.buffer else None,
                     "delay_ms": e.shaping.delay / 1e6,
                     "qdisc": e.shaping.qdisc,
+                    **({"rio": e.shaping.rio.settings()} if e.shaping.rio else {}),
                 }
                 for e in links
             ]
@@ -257,8 +259,14 @@ class TrialRunner:
                 f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}" for i in ifaces
             )
             d = shlex.quote(daemons.remote[host])
+            # RIO's GRED counters per VQ, exact (the text form rounds sizes).
+            gred = "".join(
+                f"tc -s -j qdisc show dev {e.iface} > {d}/gred_{e.iface}_{tag}.json; "
+                for e in net.egress
+                if e.host == host and e.shaping.qdisc == "rio"
+            )
             commands[host] = (
-                f"{{ {show}; }} > {d}/tc_{tag}.txt; "
+                f"{{ {show}; }} > {d}/tc_{tag}.txt; {gred}"
                 f"cat /proc/net/netfilter/nfnetlink_queue > {d}/nfqueue_{tag}.txt 2>/dev/null; true"
             )
         return commands
@@ -272,6 +280,30 @@ class TrialRunner:
             f"{shlex.quote(daemons.remote[host])}/dscp_counters_{tag}.json"
             for host in sorted(net.marking)
         }
+
+    @staticmethod
+    def rio_record(trial_dir: Path, net: ResolvedNetwork) -> dict[str, Any]:
+        """Per RIO egress (host:iface): its virtual queues as configured (thresholds in packets
+        and in bytes, the mean packet size that converted them, w_q asked and used) and what
+        each VQ counted during the trial (GRED's counters, after minus before)."""
+        out: dict[str, Any] = {}
+        for e in net.egress:
+            if e.shaping.qdisc != "rio":
+                continue
+            files = [trial_dir / e.host / f"gred_{e.iface}_{t}.json" for t in ("before", "after")]
+            entry: dict[str, Any] = {
+                "link": e.link,
+                "direction": e.direction,
+                "in_dscp": [parse_dscp(d) for d in e.shaping.rio.in_dscp],  # type: ignore[union-attr]
+                "virtual_queues": [vq.record() for vq in e.shaping.virtual_queues()],
+            }
+            if all(f.exists() and f.stat().st_size for f in files):
+                before, after = (gred_counters(f.read_text()) for f in files)
+                entry["counters"] = {str(dp): c for dp, c in counters_delta(before, after).items()}
+            else:
+                entry["error"] = "no GRED counters (tc -s -j qdisc show) came back"
+            out[f"{e.host}:{e.iface}"] = entry
+        return out
 
     @staticmethod
     def marking_record(trial_dir: Path, net: ResolvedNetwork) -> dict[str, Any]:
@@ -617,6 +649,8 @@ class TrialRunner:
             record["capture"] = capture_stats(trial_dir, net)
             if net.marking:
                 record["marking"] = self.marking_record(trial_dir, net)
+            if any(e.shaping.qdisc == "rio" for e in net.egress):
+                record["rio"] = self.rio_record(trial_dir, net)
             record["times"]["collected"] = now_iso()
             record["overhead_s"] = overhead_s(record["times"])
             record["overhead_phases_s"] = overhead_phases(record["times"])

@@ -26,7 +26,9 @@ from pydantic import (
 )
 
 from core.dscp import parse_dscp
-from core.units import parse_duration_ns
+from core.rio import DEFAULTS as RIO_DEFAULTS
+from core.rio import IN_DSCP, MAX_OVER_MIN, MEAN_PACKET, RioError, virtual_queues
+from core.units import parse_bytes, parse_duration_ns
 from trials.fields import (
     BufferSize,
     Bytes,
@@ -41,7 +43,10 @@ from trials.generators import GENERATOR_TYPES, Generator
 
 # Queue disciplines of a link direction. droptail is bfifo (byte buffer) or pfifo (packet
 # buffer); the AQMs are accepted here and checked against the router's kernel by preflight.
-QDISCS = ("droptail", "red", "gred", "fq_codel", "pie", "cake")
+# rio is GRED in RIO mode with the drop precedence taken from the DSCP (core/rio.py).
+QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "cake")
+# The kernel qdisc a link's qdisc needs, where the names differ.
+KERNEL_QDISC = {"rio": "gred"}
 
 
 class SpecError(ValueError):
@@ -57,6 +62,73 @@ def require_unique(what: str, names: list[str]) -> None:
 # -- network -----------------------------------------------------------------------------------
 
 
+def _packets(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{value!r} is not a number of packets; give a whole number >= 1 (the paper's "
+            "thresholds are in packets; rio.mean_packet converts them to bytes)"
+        )
+    return value
+
+
+Packets = Annotated[int, BeforeValidator(_packets)]
+
+
+class RedLevel(Strict):
+    """RED thresholds of one drop precedence of RIO, in packets as the paper gives them."""
+
+    min: Packets | None = Field(None, description="min threshold, packets")
+    max: Packets | None = Field(
+        None, description=f"max threshold, packets (default {MAX_OVER_MIN} x min)"
+    )
+    pmax: float | None = Field(None, gt=0, le=1, description="drop probability at max")
+    w_q: float | None = Field(None, gt=0, lt=1, description="weight of the average queue")
+
+
+def _dscp_names(value: Any) -> list[int | str]:
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        parse_dscp(v)
+    return values
+
+
+class Rio(Strict):
+    """RIO (RED with IN and OUT) sharing one physical queue, the link's buffer: GRED in RIO
+    mode, IN and OUT taken from the DSCP. Defaults: ../shared/EXPERIMENTS.md §4."""
+
+    mean_packet: Bytes = Field(
+        parse_bytes(MEAN_PACKET),
+        description="bytes per packet that convert the thresholds (and GRED's avpkt)",
+    )
+    in_: RedLevel = Field(
+        default_factory=RedLevel,
+        alias="in",
+        description="IN: min {min}, max {m} x min, pmax {pmax}, w_q {w_q}".format(
+            m=MAX_OVER_MIN, **RIO_DEFAULTS["in"]
+        ),
+    )
+    out: RedLevel = Field(
+        default_factory=RedLevel,
+        description="OUT: min {min}, max {m} x min, pmax {pmax}, w_q {w_q}".format(
+            m=MAX_OVER_MIN, **RIO_DEFAULTS["out"]
+        ),
+    )
+    in_dscp: Annotated[list[int | str], BeforeValidator(_dscp_names)] = Field(
+        default_factory=lambda: list(IN_DSCP),
+        min_length=1,
+        description="DSCPs that are IN (every other packet is OUT)",
+    )
+
+    def settings(self) -> dict[str, Any]:
+        """The form core/rio.py and role linux_router take (packets, mean_packet with unit)."""
+        return {
+            "mean_packet": f"{self.mean_packet}B",
+            "in": self.in_.model_dump(exclude_none=True),
+            "out": self.out.model_dump(exclude_none=True),
+            "in_dscp": list(self.in_dscp),
+        }
+
+
 class Shaping(Strict):
     """What one direction of a link does to the packets sent into it."""
 
@@ -64,6 +136,15 @@ class Shaping(Strict):
     buffer: BufferSize | None = Field(None, description="drop-tail limit, bytes or packets")
     delay: OffsetNs = Field(0, description="one-way propagation delay")
     qdisc: Literal[QDISCS] = "droptail"  # type: ignore[valid-type]
+    rio: Rio | None = Field(None, description="qdisc rio: thresholds per drop precedence")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rio_defaults(cls, data: Any) -> Any:
+        # qdisc rio without thresholds: the defaults, written out so that the trial records them
+        if isinstance(data, dict) and data.get("qdisc") == "rio" and data.get("rio") is None:
+            return {**data, "rio": {}}
+        return data
 
     @model_validator(mode="after")
     def _buffer_with_rate(self) -> Shaping:
@@ -71,7 +152,22 @@ class Shaping(Strict):
             raise ValueError("a shaped direction (rate) needs a buffer, e.g. 60000B or 20pkt")
         if self.buffer is not None and self.rate is None:
             raise ValueError("a buffer needs a rate to drain it")
+        if self.rio is not None and self.qdisc != "rio":
+            raise ValueError(f"rio: thresholds given for qdisc {self.qdisc!r}; set qdisc: rio")
+        if self.qdisc == "rio":
+            if self.rate is None:
+                raise ValueError("qdisc rio needs a rate and a buffer (its physical queue)")
+            try:
+                virtual_queues(self.rio.settings(), self.buffer)  # type: ignore[union-attr]
+            except RioError as e:
+                raise ValueError(str(e)) from None
         return self
+
+    def virtual_queues(self):
+        """GRED's virtual queues of a rio direction (core/rio.py), else []."""
+        if self.qdisc != "rio" or self.rio is None:
+            return []
+        return virtual_queues(self.rio.settings(), self.buffer)
 
     @property
     def shaped(self) -> bool:
@@ -93,6 +189,7 @@ class Link(Strict):
     buffer: BufferSize | None = None
     delay: OffsetNs = 0
     qdisc: Literal[QDISCS] = "droptail"  # type: ignore[valid-type]
+    rio: Rio | None = Field(None, description="qdisc rio: thresholds per drop precedence")
     mtu: int = Field(1500, ge=68, le=9000)
     forward: dict[str, Any] = Field(default_factory=dict)
     reverse: dict[str, Any] = Field(default_factory=dict)
@@ -121,7 +218,9 @@ class Link(Strict):
         return self.between is None
 
     def direction(self, which: Literal["forward", "reverse"]) -> Shaping:
-        base = self.model_dump(mode="json", include={"rate", "buffer", "delay", "qdisc"})
+        base = self.model_dump(
+            mode="json", by_alias=True, include={"rate", "buffer", "delay", "qdisc", "rio"}
+        )
         override = self.forward if which == "forward" else self.reverse
         unknown = set(override) - set(base)
         if unknown:

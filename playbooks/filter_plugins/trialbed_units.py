@@ -10,16 +10,16 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from core import units
+    from core import rio, units
 except ImportError:  # ansible-playbook from outside the project's environment
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from core import units
+    from core import rio, units
 
 # Bytes a packet-counted buffer is taken to hold, where tc needs bytes (RED thresholds).
 FULL_FRAME_BYTES = 1500
 # A drop-tail limit in bytes must hold at least one full Ethernet frame.
 SMALLEST_BUFFER_BYTES = 1514
-QDISCS = ("droptail", "red", "gred", "fq_codel", "pie", "cake")
+QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "cake")
 
 
 def _given(value: object) -> bool:
@@ -70,6 +70,8 @@ def link_problems(link: dict, interfaces: list[str], forwarding: bool) -> list[s
             )
     if link.get("qdisc", "droptail") not in QDISCS:
         problems.append(f"qdisc {link.get('qdisc')!r}: one of {', '.join(QDISCS)}")
+    elif not any(p.startswith(("rate", "buffer")) for p in problems):
+        problems += rio.link_problems(link)  # qdisc rio: its thresholds against the buffer
     return problems
 
 

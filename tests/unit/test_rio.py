@@ -1,0 +1,243 @@
+"""RIO at the core (issue 8, item 3): thresholds in packets converted to bytes with the mean
+packet size, w_q written as the burst tc turns into GRED's EWMA weight, the tc lines the
+linux_router role renders (GRED in RIO mode, clsact filters from the DSCP), the messages for
+settings that cannot be built, and GRED's per-VQ counters read from `tc -s -j qdisc show`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from core import rio
+from trials.plan import load_plan
+from trials.spec import SpecError
+
+PROJECT = Path(__file__).resolve().parents[2]
+DATA = PROJECT / "tests/data/rio"
+EXPERIMENT = """\
+experiment: diffserv
+network:
+  links:
+    - {name: core, from: R, to: C, rate: 1500kbit, buffer: 60kB, qdisc: rio}
+traffic:
+  - {type: cbr_udp, name: in_flow, from: A, to: C, packet_bytes: 1500, interval: 12ms, dscp: af11}
+duration: 10s
+"""
+
+
+def _plugin(name: str):
+    path = PROJECT / "playbooks/filter_plugins" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.FilterModule().filters()
+
+
+def render(links: list[dict], backend: str = "netem") -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(PROJECT / "roles/linux_router/templates"),
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(_plugin("trialbed_units"))
+    env.filters.update(_plugin("trialbed_rio"))
+    return env.get_template("shaping.tc.j2").render(
+        linux_router_links=links,
+        __linux_router_backend=backend,
+        linux_router_htb_burst="1600b",
+        ansible_managed="managed",
+        inventory_hostname="R",
+    )
+
+
+def lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_seed004_defaults_converted_from_packets_to_bytes():
+    (vq_in, vq_out) = rio.virtual_queues({}, "60kB")
+    # EXPERIMENTS.md §4: IN min 9 (the sweep's first), max 3 min, Pmax 0.1; OUT 2/6, 0.2.
+    assert (vq_in.min_packets, vq_in.max_packets, vq_in.pmax) == (9, 27, 0.1)
+    assert (vq_out.min_packets, vq_out.max_packets, vq_out.pmax) == (2, 6, 0.2)
+    assert (vq_in.min_bytes, vq_in.max_bytes) == (9 * 1500, 27 * 1500)
+    assert (vq_out.min_bytes, vq_out.max_bytes) == (2 * 1500, 6 * 1500)
+    assert vq_in.limit == vq_out.limit == 60000  # one physical queue: the link's buffer
+    assert (vq_in.prio, vq_out.prio) == (1, 2)  # grio: OUT's average includes IN's
+    # Another mean packet size converts the same packets to other bytes, and a packet buffer
+    # is counted in it too.
+    (small_in, _) = rio.virtual_queues({"mean_packet": "1000B", "in": {"min": 30}}, "100pkt")
+    assert (small_in.min_bytes, small_in.max_bytes, small_in.limit) == (30000, 90000, 100000)
+    assert small_in.record()["mean_packet"] == 1000
+
+
+def test_w_q_becomes_the_burst_that_gives_the_nearest_power_of_two():
+    assert rio.wlog_for(0.0012) == 10  # 2^-9.7: GRED uses 2^-10
+    assert rio.wlog_for(0.002) == 9
+    for vq in rio.virtual_queues({"in": {"min": 240}, "out": {"w_q": 0.002}}, "1200kB"):
+        # iproute2's own derivation gives back the weight asked for, from the burst written
+        assert rio.tc_red_eval_ewma(vq.min_bytes, vq.burst, vq.mean_packet) == vq.wlog
+        assert vq.record()["w_q_effective"] == 2.0**-vq.wlog
+    (vq_in, vq_out) = rio.virtual_queues({}, "60kB")
+    # measured on the VM rack: tc -d showed "ewma 10" for both VQs with these bursts
+    assert (vq_in.burst, vq_out.burst) == (94, 33)
+
+
+def test_in_dscps_become_flower_tos_matches():
+    assert rio.tos_filters({}) == [
+        {"tos": "0x28", "mask": "0xfc"},  # AF11 = 10 << 2
+        {"tos": "0x48", "mask": "0xfc"},  # AF21
+        {"tos": "0x68", "mask": "0xfc"},  # AF31
+        {"tos": "0x88", "mask": "0xfc"},  # AF41
+    ]
+    assert rio.tos_filters({"in_dscp": ["ef", 0]}) == [
+        {"tos": "0xb8", "mask": "0xfc"},
+        {"tos": "0x00", "mask": "0xfc"},
+    ]
+
+
+def test_role_renders_gred_in_rio_mode_and_the_clsact_filters():
+    link = {"iface": "right", "rate": "1500kbit", "buffer": "60kB", "delay_ms": 25.0}
+    text = render([{**link, "qdisc": "rio", "rio": {"in": {"min": 5}}}])
+    assert lines(text) == [
+        "qdisc add dev right root handle 1: netem delay 25.0ms limit 1000000",
+        "qdisc add dev right parent 1:1 handle 2: htb default 10",
+        "class add dev right parent 2: classid 2:10 htb rate 1500kbit ceil 1500kbit "
+        "burst 1600b cburst 1600b",
+        "qdisc add dev right parent 2:10 handle 10: gred setup vqs 2 default 1 grio limit 60000",
+        "qdisc change dev right parent 2:10 handle 10: gred vq 0 prio 1 limit 60000 min 7500 "
+        "max 22500 avpkt 1500 burst 66 probability 0.1 bandwidth 1500kbit",
+        "qdisc change dev right parent 2:10 handle 10: gred vq 1 prio 2 limit 60000 min 3000 "
+        "max 9000 avpkt 1500 burst 33 probability 0.2 bandwidth 1500kbit",
+        "qdisc add dev right clsact",
+        "filter add dev right egress protocol ip prio 1 flower ip_tos 0x28/0xfc classid :0",
+        "filter add dev right egress protocol ip prio 1 flower ip_tos 0x48/0xfc classid :0",
+        "filter add dev right egress protocol ip prio 1 flower ip_tos 0x68/0xfc classid :0",
+        "filter add dev right egress protocol ip prio 1 flower ip_tos 0x88/0xfc classid :0",
+        "filter add dev right egress protocol all prio 2 matchall classid :1",
+    ]
+    # The render says what the bytes came from (packets, mean packet, w_q asked and used).
+    assert "# VQ 0 (IN): min 5 max 15 packets of 1500 B, Pmax 0.1, w_q 0.0012 (GRED: 2^-10)" in text
+    # The same text on a second render (the role then reports no change).
+    assert render([{**link, "qdisc": "rio", "rio": {"in": {"min": 5}}}]) == text
+    # Other qdiscs get no clsact.
+    assert "clsact" not in render([{**link, "qdisc": "droptail"}])
+
+
+def test_role_checks_name_the_key():
+    problems = _plugin("trialbed_units")["trialbed_link_problems"]
+    link = {"iface": "right", "rate": "1500kbit", "buffer": "20000B", "qdisc": "rio"}
+    found = problems(link, ["right"], True)
+    assert found == [
+        "rio.in.max: 27 packets (40500 B at mean_packet 1500B) do not fit the link's buffer "
+        "(20000 B): GRED would drop at the tail before RED's max; raise the buffer or "
+        "lower the thresholds"
+    ]
+    found = problems({**link, "buffer": "60kB", "rio": {"out": {"pmax": 0}}}, ["right"], True)
+    assert found == ["rio.out.pmax: 0 is not a probability in (0, 1]"]
+    found = problems({**link, "qdisc": "droptail", "rio": {"in": {"min": 3}}}, ["right"], True)
+    assert found == ["rio: thresholds given, but qdisc is not rio"]
+    found = problems({"iface": "right", "qdisc": "rio"}, ["right"], True)
+    assert found == ["qdisc rio needs a rate and a buffer (its physical queue)"]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yml"
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as exc:
+        load_plan(path)
+    message = " ".join(str(exc.value).split())
+    assert str(path) in message
+    return message
+
+
+def test_experiment_file_takes_rio_with_defaults_and_records_them(tmp_path):
+    plan = load_plan(write(tmp_path, EXPERIMENT))
+    shaping = plan.base.network.links[0].direction("forward")
+    assert shaping.qdisc == "rio"
+    assert shaping.rio.settings() == {
+        "mean_packet": "1500B",
+        "in": {},
+        "out": {},
+        "in_dscp": ["af11", "af21", "af31", "af41"],
+    }
+    assert [vq.max_packets for vq in shaping.virtual_queues()] == [27, 6]
+    # A factor over the IN threshold (the seed-004 sweep) gives one trial per setting.
+    swept = EXPERIMENT + "factors:\n  network.links[0].rio.in.min: [9, 13]\n"
+    plan = load_plan(write(tmp_path, swept))
+    maxes = sorted(
+        t.experiment.network.links[0].direction("forward").virtual_queues()[0].max_bytes
+        for t in plan.select(None)
+    )
+    assert maxes == [27 * 1500, 39 * 1500]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            "qdisc: rio, rio: {in: {min: 30}}",
+            "key 'network.links[0]': forward: rio.in.max: 90 packets (135000 B at mean_packet "
+            "1500B) do not fit the link's buffer (60000 B)",
+        ),
+        (
+            "qdisc: rio, rio: {in: {min: 0}}",
+            "key 'network.links[0].rio.in.min': 0 is not a number of packets",
+        ),
+        (
+            "qdisc: rio, rio: {out: {min: 4, max: 3}}",
+            "rio.out.max (3 packets) must be above rio.out.min (4 packets)",
+        ),
+        (
+            "qdisc: rio, rio: {inn: {min: 3}}",
+            "unknown key 'network.links[0].rio.inn'; allowed here: mean_packet, in, out, in_dscp",
+        ),
+        (
+            "qdisc: rio, rio: {in: {minimum: 3}}",
+            "unknown key 'network.links[0].rio.in.minimum'; allowed here: min, max, pmax, w_q",
+        ),
+        (
+            "qdisc: rio, rio: {mean_packet: 1500}",
+            "key 'network.links[0].rio.mean_packet': 1500 is not a size in bytes; write a number "
+            "and one of: B, kB, MB",
+        ),
+        ("qdisc: rio, rio: {in_dscp: [gold]}", "'gold' is not a DSCP; give 0..63 or one of"),
+        (
+            "qdisc: droptail, rio: {in: {min: 5}}",
+            "rio: thresholds given for qdisc 'droptail'; set qdisc: rio",
+        ),
+        ("qdisc: redd", "key 'network.links[0].qdisc'"),
+    ],
+)
+def test_bad_rio_settings_name_file_key_and_allowed(tmp_path, edit, expected):
+    message = error_of(tmp_path, EXPERIMENT.replace("qdisc: rio", edit))
+    assert expected in message
+    if edit == "qdisc: redd":
+        assert "'rio'" in message  # the allowed values include it
+
+
+def test_gred_counters_per_virtual_queue():
+    # Listings taken on the VM rack around a trial (two 1 Mbit/s UDP flows, AF11 and AF12,
+    # into a 1.5 Mbit/s RIO link).
+    before = rio.gred_counters((DATA / "gred_before_vm.json").read_text())
+    after = rio.gred_counters((DATA / "gred_after_vm.json").read_text())
+    assert sorted(after) == [0, 1]
+    assert after[0]["prio"] == 1 and after[1]["prio"] == 2
+    delta = rio.counters_delta(before, after)
+    for dp in (0, 1):
+        row = delta[dp]
+        assert row["drops"] == sum(
+            row[k] for k in ("forced_drops", "early_drops", "pdrop", "other_drops")
+        )
+        assert row["packets"] == after[dp]["packets"] - before.get(dp, {}).get("packets", 0)
+    raw = json.loads((DATA / "gred_after_vm.json").read_text())
+    vqs = next(q for q in raw if q["kind"] == "gred")["options"]["vqs"]
+    assert delta[1]["early_drops"] == vqs[1]["prob_drop"] - before[1]["early_drops"]
+    assert rio.gred_counters('[{"kind": "htb", "options": {}}]') == {}
