@@ -246,7 +246,8 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                         "pacing, per flow) instead, or a rack whose kernel has sch_fq"
                     )
                     continue
-                modules = " and ".join(kernel_modules(qdisc))
+                needed = kernel_modules(qdisc)
+                modules = ", ".join(needed[:-1]) + " and " + needed[-1] if needed[1:] else needed[0]
                 vm = (
                     ""
                     if rack.vars.get("trialbed_rack_kind") == "vm"
@@ -254,8 +255,8 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                 )
                 problems.append(
                     f"{source}: link {link}: qdisc {qdisc!r} is not in the kernel of host {host} "
-                    f"({kernel}), which lacks {modules}; use droptail here, or a rack whose "
-                    f"kernel has {modules}{vm}"
+                    f"({kernel}): it needs {modules}; use droptail here, or a rack whose "
+                    f"kernel has {'them' if needed[1:] else 'it'}{vm}"
                 )
     for name, f in facts.items():
         points = needs_disk.get(name, {})

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import jinja2
 import pytest
+import yaml
 
 from core import rio
+from trials import preflight
 from trials.plan import load_plan
 from trials.spec import SpecError
 
@@ -241,3 +243,77 @@ def test_gred_counters_per_virtual_queue():
     vqs = next(q for q in raw if q["kind"] == "gred")["options"]["vqs"]
     assert delta[1]["early_drops"] == vqs[1]["prob_drop"] - before[1]["early_drops"]
     assert rio.gred_counters('[{"kind": "htb", "options": {}}]') == {}
+
+
+class FakeRack:
+    """The dumbbell's hosts, a kernel without sch_gred (the namespace rack on this machine's
+    kernel), or with it (the VM rack)."""
+
+    def __init__(self, kind: str, have: set[str]):
+        import ipaddress
+
+        from core.rack import Host
+
+        topology = yaml.safe_load(
+            (PROJECT / "inventory/virtual/topologies/dumbbell.yml").read_text()
+        )
+        self.vars = {"trialbed_rack_kind": kind}
+        self.hosts = {
+            name: Host(
+                name=name,
+                address=h["mgmt"],
+                user="root",
+                groups=tuple(h["groups"]),
+                workdir="/tmp/none",
+                interfaces={k: ipaddress.IPv4Interface(v) for k, v in h["interfaces"].items()},
+                vars={},
+            )
+            for name, h in topology["hosts"].items()
+        }
+        self.have = have
+        self.probes: list[str] = []
+
+    def host(self, name):
+        return self.hosts[name]
+
+    def run_parallel(self, commands, check=True):
+        self.probes += list(commands.values())
+        # the qdisc probe echoes each qdisc whose modules all exist
+        return {
+            h: "rio" if self.have >= set(preflight.QDISC_MODULES["rio"]) else "" for h in commands
+        }
+
+
+def fake_facts(rack, names, **_):
+    tools = {t: "x" for t in ("tc", "tcpdump", "tcpreplay", "python3", "iperf3")}
+    return {
+        n: {
+            "kernel": "6.12-cloud",
+            "cc_loaded": ["reno", "cubic"],
+            "cc_modules": [],
+            "cc_params": {},
+            "tools": tools,
+            "free_disk_bytes": 10**10,
+            "qdiscs": [],
+            "tracepoints": [],
+        }
+        for n in names
+    }
+
+
+def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "host_facts", fake_facts)
+    trials = load_plan(write(tmp_path, EXPERIMENT)).select(None)
+    rack = FakeRack("namespaces", set())
+    with pytest.raises(SpecError) as exc:
+        preflight.preflight(trials, rack, "exp.yml")  # type: ignore[arg-type]
+    message = " ".join(str(exc.value).split())
+    assert (
+        "exp.yml: link core: qdisc 'rio' is not in the kernel of host R (6.12-cloud): it "
+        "needs sch_gred, sch_ingress, cls_flower and cls_matchall; use droptail here, or a "
+        "rack whose kernel has them (RACK=vm: the VM rack, whose Debian kernel has them)"
+    ) in message
+    # every module is probed on the router
+    assert all(m in rack.probes[-1] for m in preflight.QDISC_MODULES["rio"])
+    # A kernel with them (the VM rack's) passes.
+    preflight.preflight(trials, FakeRack("vm", set(preflight.QDISC_MODULES["rio"])), "exp.yml")  # type: ignore[arg-type]

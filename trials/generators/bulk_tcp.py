@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from core.dscp import parse_dscp
 from trials.fields import Bytes, CongestionControl, DurationNs
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 
@@ -25,6 +26,18 @@ class BulkTcpSpec(GeneratorSpec):
     bytes: Bytes | None = Field(None, description="send this many bytes instead (iperf3 -n)")
     pacing: bool = Field(False, description="TCP internal pacing (SO_MAX_PACING_RATE)")
     port: int | None = Field(None, ge=1024, le=65535, description="default: 5201 + index")
+    dscp: int | str | None = Field(
+        None,
+        description="DSCP of the data packets, set on the sender's socket (iperf3 -S): 0..63 "
+        "or a name (af11, af12, ef, ...); default: unmarked",
+    )
+
+    @field_validator("dscp")
+    @classmethod
+    def _dscp(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            parse_dscp(value)
+        return value
 
     @model_validator(mode="after")
     def _length(self) -> BulkTcpSpec:
@@ -58,11 +71,13 @@ class BulkTcp(TrafficGenerator):
         length = f"-n {s.bytes}" if s.bytes else f"-t {self.duration_ns / 1e9:g}"
         cc = f" -C {s.cc}" if s.cc else ""
         pacing = f" --fq-rate {PACING_CAP}" if s.pacing else ""
+        # iperf3 -S takes the whole ToS byte: the DSCP is its upper six bits.
+        tos = f" -S {parse_dscp(s.dscp) << 2}" if s.dscp is not None else ""
         self.ctx.daemons.spawn(
             self.sender,
             f"{self.name}_client",
             f"iperf3 -c {self.dst} -B {self.src} -p {self.port} {length} -P {s.flows}{cc}"
-            f"{pacing} -J --logfile {self.name}_client.json",
+            f"{pacing}{tos} -J --logfile {self.name}_client.json",
             start_at=t0 + s.start / 1e9,
         )
 
@@ -92,4 +107,5 @@ class BulkTcp(TrafficGenerator):
             "proto": 6,
             "port": self.port,
             "client_json": f"{self.sender}/{self.name}_client.json",
+            **({"dscp": parse_dscp(self.spec.dscp)} if self.spec.dscp is not None else {}),
         }
