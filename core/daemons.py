@@ -29,6 +29,7 @@ class Daemons:
         command: str,
         start_at: float | None = None,
         ready: str | None = None,
+        ready_timeout_s: float | None = None,
     ) -> None:
         """Start the shell command `command` detached in the host's trial directory; with
         `start_at`, it first sleeps until that absolute time (one clock on the virtual rack;
@@ -36,6 +37,8 @@ class Daemons:
         shows that text (one round trip instead of a start and a wait_for_log)."""
         at = ("--at", repr(start_at)) if start_at is not None else ()
         wait = ("--ready", ready) if ready else ()
+        if ready and ready_timeout_s is not None:
+            wait += ("--timeout", f"{ready_timeout_s:g}")
         self.rack.run(
             host,
             self._helper(host, "start", name, *at, *wait)

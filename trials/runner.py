@@ -40,6 +40,9 @@ from trials.spec import HostSettings, dump_json
 # Between launching the senders and their common start time T0: the launches (one SSH
 # round trip per sending host, all hosts at once) must be done by then.
 START_LEAD_S = 1.5
+# How long a recorder may take to say it records: tcp_probe sets up a tracefs instance, which
+# took over 5 s for two senders at once on the VM rack under TCG (a loaded 2-core host).
+RECORDER_READY_S = 30.0
 FINISH_GRACE_S = 60.0  # how long past its end a sender may take before it is stopped
 # The nftables table of role dscp_marker (its default dscp_marker_table): per-rule counters.
 DSCP_TABLE = "inet trialbed_dscp"
@@ -553,7 +556,9 @@ class TrialRunner:
                 (
                     host,
                     f"start {name} on {host}",
-                    lambda h=host, n=name, cmd=command, r=ready: daemons.spawn(h, n, cmd, ready=r),
+                    lambda h=host, n=name, cmd=command, r=ready: daemons.spawn(
+                        h, n, cmd, ready=r, ready_timeout_s=RECORDER_READY_S
+                    ),
                 )
             )
         must(per_host(steps))
