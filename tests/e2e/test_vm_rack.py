@@ -30,6 +30,7 @@ from tests.e2e.conftest import (
     own_topology,
     processes_mentioning,
     rack_leftovers,
+    recap,
     state_dir,
 )
 from tests.e2e.test_collateral_damage import EXPERIMENT as DUMBBELL_EXPERIMENT
@@ -367,3 +368,148 @@ def test_host_pacing_puts_fq_on_the_sender(vm_rack, trials, tmp_path):
     assert len(during) >= 2 and during[-1] > during[0] and max(during) >= len(sent) / 2
     assert a_root()["kind"] != "fq"  # teardown gave the kernel's default back
     assert summary["goodput_kBps"] > 95
+
+
+# RIO at the core (seed 004, issue 8 item 3): an IN (AF11) and an OUT (AF12) TCP flow share a
+# 1.5 Mbit/s link whose queue is GRED in RIO mode with the seed-004 thresholds (IN 9/27
+# packets, Pmax 0.1; OUT 2/6, Pmax 0.2; w_q 0.0012; 1500 B per packet).
+RIO_RATE_BPS = 1_500_000
+RIO_EXPERIMENT = yaml.safe_dump(
+    {
+        "experiment": "diffserv",
+        "description": "end-to-end test on the VM rack: RIO, one IN and one OUT TCP flow",
+        "network": {
+            "links": [
+                {"name": "core", "from": "R", "to": "C", "rate": "1500kbit", "buffer": "60kB",
+                 "delay": "10ms", "qdisc": "rio", "rio": {"mean_packet": "1500B"}},
+            ]
+        },
+        "traffic": [
+            {"type": "bulk_tcp", "name": "in_flow", "from": "A", "to": "C", "dscp": "af11"},
+            {"type": "bulk_tcp", "name": "out_flow", "from": "B", "to": "D", "dscp": "af12"},
+        ],
+        "capture": {
+            "points": [
+                {"name": "core_in", "node": "R", "interface": "left"},
+                {"name": "core_out", "node": "R", "interface": "right"},
+            ]
+        },
+        "hosts": {"all": {"cc": "reno"}},
+        "duration": "20s",
+    },
+    sort_keys=False,
+)  # fmt: skip
+
+
+def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_rack, tmp_path):
+    exp_file = tmp_path / "rio.yml"
+    exp_file.write_text(RIO_EXPERIMENT)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(vm_rack.inventory),
+         "--results", str(tmp_path / "results")],
+        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    took = time.monotonic() - start
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ((trial_dir,),) = [list((b / "trials").iterdir()) for b in (tmp_path / "results").iterdir()]
+    record = json.loads((trial_dir / "trial.json").read_text())
+    assert record["status"] == "complete", record["errors"]
+    for point, counts in record["capture"].items():
+        assert counts["dropped_by_kernel"] == 0, point
+
+    # What was configured: GRED in RIO mode, thresholds converted with the mean packet size.
+    tc = (trial_dir / "R" / "tc_before.txt").read_text()
+    assert re.search(r"qdisc gred 10: parent 2:10 vqs 2 default 1 grio limit 60000b", tc)
+    assert "qdisc clsact ffff:" in tc
+    rio = record["rio"]["R:right"]
+    vq_in, vq_out = rio["virtual_queues"]
+    assert (vq_in["min_bytes"], vq_in["max_bytes"], vq_in["mean_packet"]) == (13500, 40500, 1500)
+    assert (vq_out["min_bytes"], vq_out["max_bytes"]) == (3000, 9000)
+    assert vq_in["w_q"] == 0.0012 and vq_in["wlog"] == 10
+    assert (
+        record["traffic"]["in_flow"]["dscp"] == 10 and record["traffic"]["out_flow"]["dscp"] == 12
+    )
+
+    # From the captures on either side of R (the second one also sees the ACKs coming back:
+    # packets are told apart by sender and DSCP): what arrived for the RIO queue and what left.
+    addresses = {n: ip_to_int(a) for n, a in record["network"]["addresses"].items()}
+    arrived, left = (read_pcap(trial_dir / "R" / f"{p}.pcap") for p in ("core_in", "core_out"))
+
+    def count(df: pd.DataFrame, src: str, dscp: int | None = None) -> pd.DataFrame:
+        mine = df[(df.proto == 6) & (df.src == addresses[src])]
+        return mine if dscp is None else mine[mine.tos.astype(int) // 4 == dscp]
+
+    flows = {}
+    for name, src, dscp in (("in_flow", "A", 10), ("out_flow", "B", 12)):
+        a, lft = count(arrived, src, dscp), count(left, src, dscp)
+        span_s = (lft.ts_ns.max() - lft.ts_ns.min()) / 1e9
+        flows[name] = {
+            "arrived": len(a),
+            "left": len(lft),
+            "lost": len(a) - len(lft),
+            "loss": (len(a) - len(lft)) / len(a),
+            "goodput_bps": lft.payload_len.astype(int).sum() * 8 / span_s,
+            # the iperf3 control connection is not marked (-S marks the data connection)
+            "unmarked": len(count(arrived, src, 0)),
+            "unmarked_lost": len(count(arrived, src, 0)) - len(count(left, src, 0)),
+            "other": len(count(arrived, src)) - len(a) - len(count(arrived, src, 0)),
+        }
+    counters = rio["counters"]
+    print(
+        f"RIO trial {took:.0f} s; VQ 0 (IN): {counters['0']}; VQ 1 (OUT): {counters['1']}; "
+        + "; ".join(
+            f"{n}: {f['arrived']} packets in, {f['lost']} lost ({f['loss']:.1%}), goodput "
+            f"{f['goodput_bps'] / 1e3:.0f} kbit/s"
+            for n, f in flows.items()
+        )
+    )
+    fin, fout = flows["in_flow"], flows["out_flow"]
+    assert fin["other"] == fout["other"] == 0  # every TCP packet is AF11, AF12 or unmarked
+    # Placement: every AF11 packet went through VQ 0, every AF12 one through VQ 1 (with the
+    # unmarked ones, and the few ARP packets). GRED counts a packet on arrival, dropped or not.
+    assert counters["0"]["packets"] == fin["arrived"]
+    unmarked = fin["unmarked"] + fout["unmarked"]
+    assert 0 <= counters["1"]["packets"] - fout["arrived"] - unmarked <= 20
+    # Losses: only the RIO queue drops here (netem and HTB do not), so what VQ 0 dropped is
+    # exactly what the IN flow lost between the two captures; VQ 1 dropped what the OUT flow
+    # and the unmarked packets lost. OUT loses a larger share than IN.
+    assert counters["0"]["drops"] == fin["lost"]
+    unmarked_lost = fin["unmarked_lost"] + fout["unmarked_lost"]
+    assert 0 <= counters["1"]["drops"] - fout["lost"] - unmarked_lost <= 20
+    assert fout["lost"] > 0 and fout["loss"] > 2 * fin["loss"]
+    assert counters["1"]["early_drops"] + counters["1"]["forced_drops"] > 0
+    # IN gets the larger share of a link TCP keeps full.
+    assert fin["goodput_bps"] > fout["goodput_bps"]
+    assert fin["goodput_bps"] + fout["goodput_bps"] > 0.8 * RIO_RATE_BPS * 1448 / 1514
+
+    # The runner's teardown took RIO away (the root and the clsact with its filters); the role
+    # applies it again from the trial's variables, a second configure changes nothing, and a
+    # teardown without variables removes it from its own record.
+    key, known = vm_rack.state_dir / "id_ed25519", vm_rack.state_dir / "known_hosts"
+
+    def r_right() -> str:
+        return subprocess.run(
+            ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={known}",
+             "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
+             f"root@198.19.{SUBNET}.2", "tc qdisc show dev right; tc filter show dev right egress"],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+
+    assert "gred" not in r_right() and "clsact" not in r_right()
+    overlay = trial_dir / "ansible" / "trial_vars.yml"
+    runs = [
+        vm_rack.playbook("configure.yml", "-i", str(vm_rack.inventory), "-i", str(overlay),
+                         "--limit", "localhost,R")
+        for _ in range(2)
+    ]  # fmt: skip
+    for run in runs:
+        assert run.returncode == 0, run.stdout[-3000:]
+    assert recap(runs[0].stdout)["R"]["changed"] > 0
+    assert recap(runs[1].stdout)["R"]["changed"] == 0
+    applied = r_right()
+    assert "qdisc gred 10:" in applied and "qdisc clsact" in applied
+    assert applied.count("flower") == 4 and "matchall" in applied
+    down = vm_rack.playbook("teardown.yml", "-i", str(vm_rack.inventory), "--limit", "localhost,R")
+    assert down.returncode == 0, down.stdout[-3000:]
+    assert "gred" not in r_right() and "clsact" not in r_right()
