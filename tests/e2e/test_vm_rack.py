@@ -509,7 +509,7 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
     assert recap(runs[1].stdout)["R"]["changed"] == 0
     applied = r_right()
     assert "qdisc gred 10:" in applied and "qdisc clsact" in applied
-    assert applied.count("flower") == 4 and "matchall" in applied
+    assert applied.count("ip_tos") == 4 and "matchall" in applied  # AF11, AF21, AF31, AF41
     down = vm_rack.playbook("teardown.yml", "-i", str(vm_rack.inventory), "--limit", "localhost,R")
     assert down.returncode == 0, down.stdout[-3000:]
     assert "gred" not in r_right() and "clsact" not in r_right()
