@@ -226,8 +226,8 @@ def test_bad_rio_settings_name_file_key_and_allowed(tmp_path, edit, expected):
 
 
 def test_gred_counters_per_virtual_queue():
-    # Listings taken on the VM rack around a trial (two 1 Mbit/s UDP flows, AF11 and AF12,
-    # into a 1.5 Mbit/s RIO link).
+    # Listings taken on the VM rack around a trial (an AF11 and an AF12 TCP flow into a
+    # 1.5 Mbit/s RIO link: IN 2771 packets, 66 dropped; OUT and unmarked 354, 122 dropped).
     before = rio.gred_counters((DATA / "gred_before_vm.json").read_text())
     after = rio.gred_counters((DATA / "gred_after_vm.json").read_text())
     assert sorted(after) == [0, 1]
@@ -242,6 +242,9 @@ def test_gred_counters_per_virtual_queue():
     raw = json.loads((DATA / "gred_after_vm.json").read_text())
     vqs = next(q for q in raw if q["kind"] == "gred")["options"]["vqs"]
     assert delta[1]["early_drops"] == vqs[1]["prob_drop"] - before[1]["early_drops"]
+    assert (delta[0]["packets"], delta[0]["drops"]) == (2771, 66)
+    assert (delta[1]["packets"], delta[1]["drops"]) == (354, 122)
+    assert delta[1]["early_drops"] == 35 and delta[1]["forced_drops"] == 54
     assert rio.gred_counters('[{"kind": "htb", "options": {}}]') == {}
 
 
