@@ -98,10 +98,13 @@ def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str,
     in, or loadable)."""
     if not names or not hosts:
         return {h: set() for h in hosts}
+    # { ...; } groups, never "((": the shell would read that as arithmetic.
     probe = "; ".join(
-        "("
-        + " && ".join(f"(test -d /sys/module/{m} || modprobe -n {m})" for m in kernel_modules(q))
-        + f") >/dev/null 2>&1 && echo {q}"
+        "{ "
+        + " && ".join(
+            f"{{ test -d /sys/module/{m} || modprobe -n {m}; }}" for m in kernel_modules(q)
+        )
+        + f"; }} >/dev/null 2>&1 && echo {q}"
         for q in sorted(names)
     )
     out = rack.run_parallel({h: probe + "; true" for h in hosts})

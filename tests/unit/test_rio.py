@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 from pathlib import Path
 
 import jinja2
@@ -316,7 +317,20 @@ def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, 
         "needs sch_gred, sch_ingress, cls_flower and cls_matchall; use droptail here, or a "
         "rack whose kernel has them (RACK=vm: the VM rack, whose Debian kernel has them)"
     ) in message
-    # every module is probed on the router
-    assert all(m in rack.probes[-1] for m in preflight.QDISC_MODULES["rio"])
+    # every module is probed on the router, and the probe is a valid shell command that says
+    # rio when every module can be loaded (modprobe stubbed), nothing when one cannot
+    probe = rack.probes[-1]
+    assert all(m in probe for m in preflight.QDISC_MODULES["rio"])
+    for stub, said in (("true", "rio"), ('test "$2" != cls_flower', "")):
+        shell = f"modprobe() {{ {stub}; }}; {probe}"
+        assert subprocess.run(
+            ["sh", "-c", shell], capture_output=True, text=True
+        ).stdout.split() == ([said] if said else [])
+    # A qdisc of one module too (a "((" here would be read as arithmetic and say nothing).
+    preflight.qdiscs_available(rack, ["R"], {"fq_codel"})  # type: ignore[arg-type]
+    shell = f"modprobe() {{ true; }}; {rack.probes[-1]}"
+    assert (
+        subprocess.run(["sh", "-c", shell], capture_output=True, text=True).stdout == "fq_codel\n"
+    )
     # A kernel with them (the VM rack's) passes.
     preflight.preflight(trials, FakeRack("vm", set(preflight.QDISC_MODULES["rio"])), "exp.yml")  # type: ignore[arg-type]
