@@ -300,6 +300,8 @@ def fake_facts(rack, names, **_):
             "free_disk_bytes": 10**10,
             "qdiscs": [],
             "tracepoints": [],
+            "mtu": {itf: 1500 for itf in rack.host(n).interfaces},
+            "speed": {},
         }
         for n in names
     }
@@ -307,6 +309,7 @@ def fake_facts(rack, names, **_):
 
 def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "host_facts", fake_facts)
+    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
     trials = load_plan(write(tmp_path, EXPERIMENT)).select(None)
     rack = FakeRack("namespaces", set())
     with pytest.raises(SpecError) as exc:
