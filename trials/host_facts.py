@@ -94,13 +94,19 @@ def tracepoints_available():
     for root in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
         if os.path.isdir(f"{root}/events"):
             return [t.replace("/", ":") for t in TRACEPOINTS if os.path.isdir(f"{root}/events/{t}")]
-    wanted = {"__tracepoint_" + t.split("/")[1]: t.replace("/", ":") for t in TRACEPOINTS}
+    # __tracepoint_X is data, listed only with CONFIG_KALLSYMS_ALL; __traceiter_X (the
+    # tracepoint's iterator function, 5.10 on) is listed without it (this machine's kernel).
+    wanted = {t.split("/")[1]: t.replace("/", ":") for t in TRACEPOINTS}
     try:
         with open("/proc/kallsyms") as f:
-            found = {line.rsplit(None, 1)[-1] for line in f if "__tracepoint_" in line}
+            found = {
+                symbol.split("_", 3)[3]
+                for symbol in (line.rsplit(None, 1)[-1] for line in f)
+                if symbol.startswith(("__tracepoint_", "__traceiter_"))
+            }
     except OSError:
         return None
-    return [name for symbol, name in wanted.items() if symbol in found]
+    return [name for event, name in wanted.items() if event in found]
 
 
 def mtu(interface):
