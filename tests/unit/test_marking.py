@@ -14,10 +14,10 @@ import yaml
 
 from core.dscp import DSCP_NAMES, parse_dscp
 from core.rack import Host, Rack, RackError
+from tests.unit.spec_files import error_of, write
 from trials.network import resolve_network
 from trials.plan import load_plan
 from trials.runner import host_vars
-from trials.spec import SpecError
 
 PROJECT = Path(__file__).resolve().parents[2]
 GOOD = """\
@@ -36,21 +36,6 @@ duration: 10s
 factors:
   network.marking[voip_cs5].dscp: [cs5, af41]
 """
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "exp.yml"
-    path.write_text(text)
-    return path
-
-
-def error_of(tmp_path: Path, text: str) -> str:
-    path = write(tmp_path, text)
-    with pytest.raises(SpecError) as exc:
-        load_plan(path)
-    message = " ".join(str(exc.value).split())
-    assert str(path) in message  # every message names the file
-    return message
 
 
 def dumbbell(router_group: str = "linux_routers") -> Rack:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from core import rio
+from tests.unit.spec_files import error_of, write
 from trials import preflight
 from trials.plan import load_plan
 from trials.spec import SpecError
@@ -144,21 +145,6 @@ def test_role_checks_name_the_key():
     assert found == ["rio: thresholds given, but qdisc is not rio"]
     found = problems({"iface": "right", "qdisc": "rio"}, ["right"], True)
     assert found == ["qdisc rio needs a rate and a buffer (its physical queue)"]
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "exp.yml"
-    path.write_text(text)
-    return path
-
-
-def error_of(tmp_path: Path, text: str) -> str:
-    path = write(tmp_path, text)
-    with pytest.raises(SpecError) as exc:
-        load_plan(path)
-    message = " ".join(str(exc.value).split())
-    assert str(path) in message
-    return message
 
 
 def test_experiment_file_takes_rio_with_defaults_and_records_them(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.units import Buffer, parse_buffer, parse_bytes, parse_duration_ns, parse_rate
+from tests.unit.spec_files import error_of, write
 from trials.plan import load_plan, parse_key, set_key
 from trials.spec import SpecError
 
@@ -37,21 +38,6 @@ factors:
   traffic[late].start: [0s, 15s]
 repetitions: 2
 """
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "exp.yml"
-    path.write_text(text)
-    return path
-
-
-def error_of(tmp_path: Path, text: str, sets: tuple[str, ...] = ()) -> str:
-    path = write(tmp_path, text)
-    with pytest.raises(SpecError) as exc:
-        load_plan(path, sets)
-    message = " ".join(str(exc.value).split())
-    assert str(path) in message  # every message names the file
-    return message
 
 
 def test_shipped_experiments_load():
