@@ -158,55 +158,6 @@ def test_drops_from_captures_match_the_queue_counter(trial):
     assert int(owd.lost.sum()) == s["udp_lost"]
 
 
-def test_reapplying_the_configuration_changes_nothing(trial, test_rack):
-    overlay = trial["dir"] / "ansible" / "trial_vars.yml"
-    args = ("-i", str(test_rack.inventory), "-i", str(overlay))
-    first = test_rack.playbook("configure.yml", *args)
-    assert first.returncode == 0, first.stdout[-3000:]
-    second = test_rack.playbook("configure.yml", *args)
-    assert second.returncode == 0, second.stdout[-3000:]
-    changed = {host: counts["changed"] for host, counts in recap(second.stdout).items()}
-    assert changed and all(v == 0 for v in changed.values()), changed
-    down = test_rack.playbook("teardown.yml", *args)
-    assert down.returncode == 0, down.stdout[-3000:]
-
-
-def test_a_tagged_configure_leaves_the_hosts_as_a_full_one_would(trial, test_rack, tmp_path):
-    """The runner re-runs only the tags of the variables that changed (trials.ansible
-    .configure_tags); a full configure.yml afterwards must find nothing to change."""
-    import yaml
-
-    from trials.ansible import configure_tags
-
-    first = trial["dir"] / "ansible" / "trial_vars.yml"
-    before = yaml.safe_load(first.read_text())["all"]["hosts"]
-    after = json.loads(json.dumps(before))  # the next trial: another CC, another delay
-    for host in after.values():
-        if "testbed_host_cc" in host:
-            host["testbed_host_cc"] = "reno"
-        for link in host.get("linux_router_links", []):
-            link["delay_ms"] = link["delay_ms"] * 2
-    second = tmp_path / "next_trial_vars.yml"
-    second.write_text(yaml.safe_dump({"all": {"hosts": after}}))
-    tags = set().union(*(configure_tags(before[h], after[h]) for h in after))
-    assert tags == {"cc", "shaping"}
-
-    inventory = ("-i", str(test_rack.inventory))
-    full = test_rack.playbook("configure.yml", *inventory, "-i", str(first))
-    assert full.returncode == 0, full.stdout[-3000:]
-    tagged = test_rack.playbook(
-        "configure.yml", *inventory, "-i", str(second), "--tags", ",".join(sorted(tags))
-    )
-    assert tagged.returncode == 0, tagged.stdout[-3000:]
-    assert all(c["changed"] > 0 for c in recap(tagged.stdout).values() if c["ok"] > 4)
-    check = test_rack.playbook("configure.yml", *inventory, "-i", str(second))
-    assert check.returncode == 0, check.stdout[-3000:]
-    changed = {host: counts["changed"] for host, counts in recap(check.stdout).items()}
-    assert changed and all(v == 0 for v in changed.values()), changed
-    down = test_rack.playbook("teardown.yml", *inventory, "-i", str(second))
-    assert down.returncode == 0, down.stdout[-3000:]
-
-
 def status(test_rack, *args: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [sys.executable, "-m", "trials", "status", "-i", str(test_rack.inventory), *args],
@@ -216,11 +167,70 @@ def status(test_rack, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
-def test_status_shows_what_the_rack_is_doing(trial, test_rack):
-    overlay = trial["dir"] / "ansible" / "trial_vars.yml"
-    args = ("-i", str(test_rack.inventory), "-i", str(overlay))
-    assert test_rack.playbook("configure.yml", *args).returncode == 0
-    shaped = json.loads(status(test_rack, "--json").stdout)
+def changed(done: subprocess.CompletedProcess) -> dict[str, int]:
+    counts = {host: c["changed"] for host, c in recap(done.stdout).items()}
+    assert counts and done.returncode == 0, done.stdout[-3000:]
+    return counts
+
+
+@pytest.fixture(scope="module")
+def by_hand(trial, test_rack, tmp_path_factory):
+    """The trial's variables applied by hand after the runner, twice; then the next trial's
+    (another CC, another delay) by the tags the runner would re-run (trials.ansible
+    .configure_tags), then in full; then teardown without variables, twice. Each playbook
+    run's output and what `trials status` saw, in order: six playbook runs serve the four
+    tests below (each run takes tens of seconds on five hosts)."""
+    import yaml
+
+    from trials.ansible import configure_tags
+
+    first = trial["dir"] / "ansible" / "trial_vars.yml"
+    before = yaml.safe_load(first.read_text())["all"]["hosts"]
+    after = json.loads(json.dumps(before))
+    for host in after.values():
+        if "testbed_host_cc" in host:
+            host["testbed_host_cc"] = "reno"
+        for link in host.get("linux_router_links", []):
+            link["delay_ms"] = link["delay_ms"] * 2
+    second = tmp_path_factory.mktemp("by-hand") / "next_trial_vars.yml"
+    second.write_text(yaml.safe_dump({"all": {"hosts": after}}))
+    tags = set().union(*(configure_tags(before[h], after[h]) for h in after))
+
+    inventory = ("-i", str(test_rack.inventory))
+    out = {"tags": tags, "clean": json.loads(status(test_rack, "--json").stdout)}
+    out["configure"] = test_rack.playbook("configure.yml", *inventory, "-i", str(first))
+    out["configure_again"] = test_rack.playbook("configure.yml", *inventory, "-i", str(first))
+    out["configured"] = json.loads(status(test_rack, "--json").stdout)
+    out["configured_table"] = status(test_rack).stdout
+    out["tagged"] = test_rack.playbook(
+        "configure.yml", *inventory, "-i", str(second), "--tags", ",".join(sorted(tags))
+    )
+    out["full_after_tagged"] = test_rack.playbook("configure.yml", *inventory, "-i", str(second))
+    out["teardown"] = test_rack.playbook("teardown.yml", *inventory)  # no trial variables
+    out["torn_down"] = json.loads(status(test_rack, "--json").stdout)
+    out["teardown_again"] = test_rack.playbook("teardown.yml", *inventory)
+    return out
+
+
+def test_reapplying_the_configuration_changes_nothing(by_hand):
+    assert changed(by_hand["configure"])
+    again = changed(by_hand["configure_again"])
+    assert all(v == 0 for v in again.values()), again
+
+
+def test_a_tagged_configure_leaves_the_hosts_as_a_full_one_would(by_hand):
+    """The runner re-runs only the tags of the variables that changed; a full configure.yml
+    afterwards must find nothing to change."""
+    assert by_hand["tags"] == {"cc", "shaping"}
+    tagged = recap(by_hand["tagged"].stdout)
+    assert by_hand["tagged"].returncode == 0, by_hand["tagged"].stdout[-3000:]
+    assert all(c["changed"] > 0 for c in tagged.values() if c["ok"] > 4), tagged
+    full = changed(by_hand["full_after_tagged"])
+    assert all(v == 0 for v in full.values()), full
+
+
+def test_status_shows_what_the_rack_is_doing(by_hand):
+    shaped = by_hand["configured"]
     for iface in ("left", "right"):
         link = shaped["R"]["interfaces"][iface]
         assert (link["chain"], link["rate"], link["limit"], link["delay"]) == (
@@ -231,10 +241,9 @@ def test_status_shows_what_the_rack_is_doing(trial, test_rack):
     own = shaped["A"]["own_settings_recorded"]
     assert own["sysctls"]["net.ipv4.tcp_congestion_control"] and "left" in own["interfaces"]
     assert [d["name"] for d in shaped["R"]["running"]] == ["delayline"]
-    assert "25 ms (delay line)" in status(test_rack).stdout  # the table a person reads
+    assert "25 ms (delay line)" in by_hand["configured_table"]  # the table a person reads
 
-    assert test_rack.playbook("teardown.yml", *args).returncode == 0
-    clean = json.loads(status(test_rack, "--json").stdout)
+    clean = by_hand["torn_down"]
     for iface in ("left", "right"):
         link = clean["R"]["interfaces"][iface]
         assert "htb" not in link["chain"] and link["rate"] == link["delay"] == "-", link
@@ -242,21 +251,12 @@ def test_status_shows_what_the_rack_is_doing(trial, test_rack):
     assert all(host["own_settings_recorded"] is None for host in clean.values())
 
 
-def test_teardown_without_variables_removes_what_was_applied(trial, test_rack):
-    clean = json.loads(status(test_rack, "--json").stdout)
-    overlay = trial["dir"] / "ansible" / "trial_vars.yml"
-    inventory = ("-i", str(test_rack.inventory))
-    assert test_rack.playbook("configure.yml", *inventory, "-i", str(overlay)).returncode == 0
-    assert json.loads(status(test_rack, "--json").stdout)["R"]["running"]  # the delay line
-
-    first = test_rack.playbook("teardown.yml", *inventory)  # no trial variables
-    assert first.returncode == 0, first.stdout[-3000:]
-    assert recap(first.stdout)["R"]["changed"] > 0
-    assert json.loads(status(test_rack, "--json").stdout) == clean
-    second = test_rack.playbook("teardown.yml", *inventory)
-    assert second.returncode == 0, second.stdout[-3000:]
-    changed = {host: counts["changed"] for host, counts in recap(second.stdout).items()}
-    assert changed and all(v == 0 for v in changed.values()), changed
+def test_teardown_without_variables_removes_what_was_applied(by_hand):
+    assert by_hand["configured"]["R"]["running"]  # the delay line
+    assert changed(by_hand["teardown"])["R"] > 0
+    assert by_hand["torn_down"] == by_hand["clean"]
+    again = changed(by_hand["teardown_again"])
+    assert all(v == 0 for v in again.values()), again
 
 
 def test_by_hand_configure_check_and_teardown_with_the_examples(test_rack):

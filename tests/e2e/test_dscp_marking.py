@@ -145,7 +145,9 @@ def test_the_runners_teardown_left_other_tables_alone(trial):
 def test_configure_validates_applies_once_and_teardown_removes_only_its_table(trial, test_rack):
     rack = trial["rack"]
     overlay = trial["dir"] / "ansible" / "trial_vars.yml"
-    inventory = ("-i", str(test_rack.inventory))
+    # The two hosts that mark (and the controller's play): B, C and D take no part, and each
+    # playbook run on five hosts costs tens of seconds.
+    inventory = ("-i", str(test_rack.inventory), "--limit", "localhost,A,R")
     first = test_rack.playbook("configure.yml", *inventory, "-i", str(overlay))
     assert first.returncode == 0, first.stdout[-3000:]
     assert recap(first.stdout)["R"]["changed"] > 0
@@ -203,4 +205,5 @@ def test_a_ruleset_nft_refuses_is_not_applied(trial, test_rack, tmp_path):
     said = " ".join(done.stdout.split())
     assert "Render the marking table" in said and "198.18.1.300" in said, said[-2000:]
     assert nft(rack, "R", f"-s list table {TABLE}") == live
-    assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+    down = test_rack.playbook("teardown.yml", *inventory, "--limit", "localhost,R")
+    assert down.returncode == 0, down.stdout[-3000:]
