@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_preflight(plan, trials, args.inventory or [DEFAULT_INVENTORY])
         rack = Rack.load(args.inventory)
         try:
-            batch_dir, _ = run_plan(
+            batch_dir, records = run_plan(
                 plan,
                 trials,
                 rack,
@@ -234,9 +234,18 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             rack.close()
-        print_batch(analyse_batch(batch_dir))
+        try:
+            print_batch(analyse_batch(batch_dir))
+        except (OSError, ValueError) as exc:  # e.g. the results disk full: causes follow
+            console.print(f"[red]analysis not written:[/red] {escape(str(exc))}", highlight=False)
         console.print(f"results: {batch_dir}")
-        return 0
+        failed = [r for r in records if r.get("status") != "complete"]
+        for r in failed:
+            causes = "; ".join(r.get("errors") or []) or r.get("status", "?")
+            console.print(
+                f"[red]trial {r['trial']} failed:[/red] {escape(causes)}", highlight=False
+            )
+        return 1 if failed else 0
     except (SpecError, RackError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,15 @@ def failure_lines(output: str) -> list[str]:
 
 
 def run_playbook(
-    playbook: str, inventory: list[Path], log: Path, extra_args: tuple[str, ...] = ()
+    playbook: str,
+    inventory: list[Path],
+    log: Path,
+    extra_args: tuple[str, ...] = (),
+    unreachable_ok: bool = False,
 ) -> dict[str, dict[str, int]]:
-    """Run a playbook, log its output, return the recap {host: {ok, changed, ...}}."""
+    """Run a playbook, log its output, return the recap {host: {ok, changed, unreachable,
+    failed}}. With `unreachable_ok`, hosts that did not answer (and nothing else) are left to
+    the caller, who finds them in the recap."""
     cmd = [
         str(PROJECT_DIR / ".venv/bin/ansible-playbook"),
         str(PROJECT_DIR / "playbooks" / playbook),
@@ -104,14 +111,24 @@ def run_playbook(
     done = subprocess.run(
         cmd, capture_output=True, text=True, env=env, check=False, stdin=subprocess.DEVNULL
     )
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as f:
-        f.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}\n")
+    text = f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}\n"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as f:
+            f.write(text)
+    except OSError:  # e.g. the results disk full: the playbook ran, its log goes elsewhere
+        with tempfile.NamedTemporaryFile(
+            "w", prefix=f"trialbed-{log.stem}-", suffix=".log", delete=False
+        ) as f:
+            f.write(text)
+        log = Path(f.name)
     recap = {
         m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
         for m in _RECAP.finditer(done.stdout)
     }
-    if done.returncode != 0:
+    # ansible-playbook exits 4 when hosts were unreachable (2 when a task failed).
+    only_unreachable = done.returncode == 4 and not any(r["failed"] for r in recap.values())
+    if done.returncode != 0 and not (unreachable_ok and only_unreachable):
         detail = (
             "\n".join(failure_lines(done.stdout)[-12:])
             or (done.stderr or done.stdout).strip()[-1500:]

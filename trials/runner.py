@@ -8,19 +8,23 @@ captured, records the trial's status and restores the network.
 
 from __future__ import annotations
 
+import errno
 import json
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collect.fetch import pull_host, write_manifest
+from collect.fetch import CollectError, pull_host, write_manifest
+from collect.pcap_count import pcap_packets
 from collect.remote import tc_sampler_command, tcp_probe_command
 from core.daemons import Daemons
 from core.dscp import counter_delta, nft_rule_counters, parse_dscp
@@ -36,6 +40,7 @@ from trials.plan import Plan, Trial
 from trials.preflight import available, host_facts, preflight
 from trials.rack_kind import vm_record
 from trials.spec import HostSettings, dump_json
+from trials.watch import ENDS_EARLY_SLACK_S, TrialWatch, WatchFailure
 
 # Between launching the senders and their common start time T0: the launches (one SSH
 # round trip per sending host, all hosts at once) must be done by then.
@@ -211,6 +216,7 @@ class TrialRunner:
         self.applied: dict[str, dict[str, Any]] = {}
         self.applied_by = ""
         self.static_facts: dict[str, dict[str, Any]] = {}  # per host, read on its first trial
+        self.watching: TrialWatch | None = None  # the running trial's watch
 
     # -- steps on the rack ----------------------------------------------------------------------
 
@@ -246,9 +252,14 @@ class TrialRunner:
         self.applied_by = trial
         return {"overlay": overlay.name, "recap": recap, "hosts": changed, "tags": tags or "all"}
 
-    def shaping_snapshot(self, net: ResolvedNetwork, daemons: Daemons, tag: str) -> None:
-        """`tc -s` of every shaped interface and the NFQUEUE counters, per host."""
-        commands = self.snapshot_commands(net, daemons, tag)
+    def shaping_snapshot(
+        self, net: ResolvedNetwork, daemons: Daemons, tag: str, skip: Container[str] = ()
+    ) -> None:
+        """`tc -s` of every shaped interface and the NFQUEUE counters, per host (but those
+        in `skip`)."""
+        commands = {
+            h: c for h, c in self.snapshot_commands(net, daemons, tag).items() if h not in skip
+        }
         if commands:
             self.rack.run_parallel(commands)
 
@@ -394,6 +405,7 @@ class TrialRunner:
             GENERATOR_TYPES[spec.type](spec, name, i, ctx)
             for i, (spec, name) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))
         ]
+        self.watching = None
         record: dict[str, Any] = {
             "trial": trial.name,
             "id": trial.id,
@@ -454,7 +466,7 @@ class TrialRunner:
                     f"after T0 (START_LEAD_S {START_LEAD_S:g} s was too short on this rack)"
                 )
             end = t0 + max(g.spec.start + g.duration_ns for g in generators) / 1e9
-            time.sleep(max(0.0, end - time.time()))
+            self.watch(net, daemons, generators, record, t0, end).until(end)
             senders = [p for g in generators for p in g.senders()]
             while time.time() < end + FINISH_GRACE_S and any(
                 daemons.running(h, n) for h, n in senders
@@ -468,6 +480,12 @@ class TrialRunner:
             record["status"] = "interrupted"
             record["errors"].append(f"interrupted ({exc or 'SIGINT'})")
             raise Interrupted(str(exc)) from None
+        except WatchFailure as exc:
+            self.applied = {}
+            record["status"] = "failed"
+            record["times"]["failed_at"] = now_iso()
+            record["errors"].append(str(exc))
+            raise
         except Exception as exc:
             self.applied = {}
             record["status"] = "failed"
@@ -478,6 +496,31 @@ class TrialRunner:
         if record["status"] != "complete":
             self.applied = {}  # the next trial configures everything again
         return record
+
+    def watch(
+        self,
+        net: ResolvedNetwork,
+        daemons: Daemons,
+        generators: list[TrafficGenerator],
+        record: dict[str, Any],
+        t0: float,
+        end: float,
+    ) -> TrialWatch:
+        """What must keep running, and until when: captures, recorders and markers until the
+        end, each generator's processes until its own schedule ends."""
+        self.watching = watch = TrialWatch(daemons, t0)
+        for c in net.captures:
+            watch.expect(c.host, f"{c.name}.tcpdump", f"capture {c.name}", end)
+        for host, name in self.recorder_names(net, generators):
+            watch.expect(host, name, f"recorder {name}", end)
+        for name, m in (record.get("markers") or {}).items():
+            watch.expect(m["host"], m["daemon"], f"marker {name}", end)
+        for g in generators:
+            if g.runs_to_its_end:
+                until = t0 + (g.spec.start + g.duration_ns) / 1e9 - ENDS_EARLY_SLACK_S
+                for host, name in g.daemon_names():
+                    watch.expect(host, name, f"{g.name} ({g.type})", until)
+        return watch
 
     def arm(
         self,
@@ -577,6 +620,14 @@ class TrialRunner:
         """Stop everything of the trial, bring the files back, write trial.json and the manifest.
         Runs on every exit path; each step is attempted even when an earlier one fails."""
         with ignore_signals():
+            # A host the watch saw stop answering is left alone (each step would wait for
+            # its SSH timeout): what runs there and its files stay until it answers again.
+            gone = self.watching.unreachable if self.watching else {}
+            for host, seen in gone.items():
+                record["errors"].append(
+                    f"{host} not stopped nor collected: it {seen}; its processes and files stay "
+                    f"on it ({daemons.remote[host]}) until teardown.yml, once it answers"
+                )
             # Traffic first (every host at once), then what recorded it: a capture stops only
             # after every sender and receiver has.
             # One call per host and stage stops all of that host's daemons of the stage.
@@ -599,12 +650,17 @@ class TrialRunner:
                         lambda h=h, n=names: daemons.stop_all(h, n),
                     )
                     for h, names in stage.items()
+                    if h not in gone
                 ]
                 for stage in (traffic, recording)
             ]
             # One after the other (the snapshot itself reaches every host at once).
             counters: list[Step] = [
-                ("", "snapshot shaping", lambda: self.shaping_snapshot(net, daemons, "after"))
+                (
+                    "",
+                    "snapshot shaping",
+                    lambda: self.shaping_snapshot(net, daemons, "after", skip=gone),
+                )
             ]
             if net.marking:
                 counters.append(
@@ -612,7 +668,11 @@ class TrialRunner:
                         "",
                         "read marking counters",
                         lambda: self.rack.run_parallel(
-                            self.marking_commands(net, daemons, "after")
+                            {
+                                h: c
+                                for h, c in self.marking_commands(net, daemons, "after").items()
+                                if h not in gone
+                            }
                         ),
                     )
                 )
@@ -626,20 +686,32 @@ class TrialRunner:
                         ),
                     )
                     for host in nfqueue
+                    if host not in gone
                 ]
             for steps in (*stages, counters):
                 record["errors"].extend(per_host(steps))
             record["times"]["stopped"] = now_iso()
 
             def pull(host: str) -> None:
-                record["files"][host] = pull_host(
-                    self.rack, host, daemons.remote[host], trial_dir / host
-                )
+                try:
+                    record["files"][host] = pull_host(
+                        self.rack, host, daemons.remote[host], trial_dir / host
+                    )
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    raise CollectError(
+                        f"the results disk is full ({shutil.disk_usage(trial_dir).free} bytes "
+                        f"free in {trial_dir}): {host} keeps its copies in "
+                        f"{daemons.remote[host]}"
+                    ) from None
 
             record["files"] = {}
-            failed = per_host([(h, f"collect {h}", lambda h=h: pull(h)) for h in daemons.remote])
+            failed = per_host(
+                [(h, f"collect {h}", lambda h=h: pull(h)) for h in daemons.remote if h not in gone]
+            )
             record["errors"].extend(failed)
-            if failed and record["status"] == "complete":
+            if (failed or gone) and record["status"] == "complete":
                 record["status"] = "failed"
             adaptive_marking.collect(trial_dir, record)
             for host in nfqueue:
@@ -652,6 +724,10 @@ class TrialRunner:
                 if record["errors"]:
                     record["status"] = "failed"
             record["capture"] = capture_stats(trial_dir, net)
+            cut_short = truncated_captures(record["capture"], net)
+            if cut_short:
+                record["errors"].extend(cut_short)
+                record["status"] = "failed"
             if net.marking:
                 record["marking"] = self.marking_record(trial_dir, net)
             if any(e.shaping.qdisc == "rio" for e in net.egress):
@@ -659,8 +735,17 @@ class TrialRunner:
             record["times"]["collected"] = now_iso()
             record["overhead_s"] = overhead_s(record["times"])
             record["overhead_phases_s"] = overhead_phases(record["times"])
-            (trial_dir / "trial.json").write_text(dump_json(record))
-            write_manifest(trial_dir)
+            tmp = trial_dir / "trial.json.tmp"
+            try:
+                # Whole or not at all: a full disk must not leave half a record behind.
+                tmp.write_text(dump_json(record))
+                tmp.replace(trial_dir / "trial.json")
+                write_manifest(trial_dir)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise CollectError(
+                    "; ".join([f"cannot write {trial_dir}/trial.json ({exc})", *record["errors"]])
+                ) from None
 
 
 # Where the overhead goes: (phase, from, to) over the times a trial records.
@@ -701,7 +786,8 @@ def overhead_s(times: dict[str, Any]) -> float | None:
 
 
 def capture_stats(trial_dir: Path, net: ResolvedNetwork) -> dict[str, dict[str, int]]:
-    """tcpdump's own counters (received by filter, dropped by kernel) per capture point."""
+    """tcpdump's own counters (captured, received by filter, dropped by kernel) per capture
+    point, and the packets its file holds (`in_file`)."""
     out = {}
     for c in net.captures:
         log = trial_dir / c.host / f"{c.name}.tcpdump.log"
@@ -711,7 +797,23 @@ def capture_stats(trial_dir: Path, net: ResolvedNetwork) -> dict[str, dict[str, 
                 words = line.split()
                 if len(words) >= 3 and words[0].isdigit():
                     counts[" ".join(words[2:]).replace(" ", "_")] = int(words[0])
+        pcap = trial_dir / c.host / f"{c.name}.pcap"
+        if pcap.exists():
+            counts["in_file"] = pcap_packets(pcap)
         out[c.name] = counts
+    return out
+
+
+def truncated_captures(stats: dict[str, dict[str, int]], net: ResolvedNetwork) -> list[str]:
+    """Capture points whose file holds fewer packets than tcpdump captured (a full disk)."""
+    out = []
+    for c in net.captures:
+        counts = stats.get(c.name, {})
+        if "captured" in counts and counts.get("in_file", 0) < counts["captured"]:
+            out.append(
+                f"capture {c.name} on {c.host}: its file holds {counts.get('in_file', 0)} of "
+                f"the {counts['captured']} packets tcpdump captured (was its disk full?)"
+            )
     return out
 
 
@@ -729,14 +831,39 @@ def new_batch_dir(results: Path, exp_path: Path) -> Path:
 def restore(runner: TrialRunner, rack: Rack, log_stem: Path, log: Callable[[str], None]) -> None:
     """Take the last trial's shaping and delay line off the rack (teardown.yml)."""
     log("restore the network (ansible-playbook teardown.yml)")
-    overlay = write_host_vars(
-        log_stem.with_name(log_stem.name + "_vars.yml"),
-        {
-            h: {k: v for k, v in hv.items() if k.startswith("linux_router")}
-            for h, hv in (runner.last_vars or {}).items()
-        },
+    variables = {
+        h: {k: v for k, v in hv.items() if k.startswith("linux_router")}
+        for h, hv in (runner.last_vars or {}).items()
+    }
+    try:
+        overlay = write_host_vars(log_stem.with_name(log_stem.name + "_vars.yml"), variables)
+    except OSError as exc:  # the results disk is full: the rack is restored all the same
+        log_stem = Path(tempfile.mkdtemp(prefix="trialbed-restore-")) / log_stem.name
+        log(f"restore: cannot write under the results ({exc}); its files go to {log_stem.parent}")
+        overlay = write_host_vars(log_stem.with_name(log_stem.name + "_vars.yml"), variables)
+    recap = run_playbook(
+        "teardown.yml",
+        [*rack.inventory, overlay],
+        log_stem.with_suffix(".log"),
+        unreachable_ok=True,
     )
-    run_playbook("teardown.yml", [*rack.inventory, overlay], log_stem.with_suffix(".log"))
+    for host in sorted(h for h, r in recap.items() if r["unreachable"]):
+        log(
+            f"restore: {host} did not answer; it stays as the trial left it (shaping, settings, "
+            f"processes): run teardown.yml (make teardown) once it answers"
+        )
+
+
+def failed_record(batch_dir: Path, trial: Trial, exc: Exception) -> dict[str, Any]:
+    """The failed trial's record as written, or (when the final one could not be written, and
+    the one on disk still says it runs) its cause."""
+    try:
+        record = json.loads((batch_dir / "trials" / trial.name / "trial.json").read_text())
+    except (OSError, ValueError):
+        record = {}
+    if record.get("status") == "failed" and record.get("errors"):
+        return record
+    return {"trial": trial.name, "status": "failed", "errors": [str(exc)]}
 
 
 def run_plan(
@@ -760,7 +887,13 @@ def run_plan(
         try:
             with interruptible():
                 for trial in trials:
-                    records.append(runner.run(trial))
+                    try:
+                        records.append(runner.run(trial))
+                    except Interrupted:
+                        raise
+                    except Exception as exc:  # recorded in its trial.json; the others go on
+                        log(f"[{trial.name}] failed: {exc}")
+                        records.append(failed_record(batch_dir, trial, exc))
         finally:
             with ignore_signals():
                 restore(runner, rack, batch_dir / "ansible" / "teardown", log)

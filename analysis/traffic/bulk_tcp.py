@@ -24,9 +24,13 @@ KEY = ["src", "dst", "sport", "dport"]
 TCP_PROBE = "tcp_probe.txt"  # collect/remote/tcp_probe.py's output in the sender's dir
 
 
-def data_ports(client_json: Path) -> set[int]:
-    """Local ports of iperf3's data connections (its control connection carries no bulk data)."""
-    report = json.loads(client_json.read_text())
+def data_ports(client_json: Path) -> set[int] | None:
+    """Local ports of iperf3's data connections (its control connection carries no bulk data);
+    None when iperf3 left no report (it writes it at its end: a killed one leaves none)."""
+    try:
+        report = json.loads(client_json.read_text())
+    except ValueError:
+        return None
     return {c["local_port"] for c in report.get("start", {}).get("connected", [])}
 
 

@@ -72,3 +72,40 @@ def test_a_daemon_that_ignores_its_signal_is_killed_after_the_timeout(tmp_path):
     assert stopped.stdout.split() == ["stopped-now"]
     assert 1 <= time.monotonic() - t < 10
     assert not alive(pid)
+
+
+def test_check_tells_a_running_daemon_from_one_that_ended_and_one_never_started(tmp_path):
+    """The trial's watch: `check` reports per daemon running / ended (with its log's last
+    lines) / absent, and the free bytes of the directory's file system, as JSON."""
+    import json
+    import os
+    import signal
+
+    up = helper(tmp_path, "start", "server", "--ready", "up", "--", sys.executable, "-c",
+                IGNORES_TERM)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    crash = "import sys; print('disk full', flush=True); sys.exit(1)"
+    assert helper(tmp_path, "start", "writer", "--", sys.executable, "-c", crash).returncode == 0
+    deadline = time.monotonic() + 10
+    while alive(pid_of(tmp_path, "writer")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done = helper(tmp_path, "check", "server", "writer", "never")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    fs = os.statvfs(tmp_path)
+    assert abs(answer["free_bytes"] - fs.f_bavail * fs.f_frsize) < 64 * 2**20
+    assert answer["daemons"]["server"] == {"state": "running"}
+    assert answer["daemons"]["writer"] == {"state": "ended", "log": "disk full"}
+    assert answer["daemons"]["never"] == {"state": "absent"}
+    # A daemon killed from outside ends too (no stop removed its pid file).
+    os.kill(pid_of(tmp_path, "server"), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(pid_of(tmp_path, "server")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    answer = json.loads(helper(tmp_path, "check", "server").stdout)
+    assert answer["daemons"]["server"] == {"state": "ended", "log": "up"}
+    # After a stop it is absent again: a stopped daemon did not end on its own.
+    assert helper(tmp_path, "stop", "server").returncode == 0
+    assert json.loads(helper(tmp_path, "check", "server").stdout)["daemons"]["server"] == {
+        "state": "absent"
+    }

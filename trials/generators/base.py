@@ -65,6 +65,13 @@ class TrafficGenerator:
         self.src, self.dst = net.address_of(spec.from_), net.address_of(spec.to)
 
     @property
+    def runs_to_its_end(self) -> bool:
+        """Its processes run until start + duration_ns (the trial's watch takes an earlier end
+        for a crash); False where it may finish sooner (a set number of bytes or
+        transactions)."""
+        return True
+
+    @property
     def duration_ns(self) -> int:
         """How long it sends: its own duration, else until the end of the trial."""
         own = getattr(self.spec, "duration", None)

@@ -81,6 +81,10 @@ class BulkTcp(TrafficGenerator):
             start_at=t0 + s.start / 1e9,
         )
 
+    @property
+    def runs_to_its_end(self) -> bool:
+        return self.spec.bytes is None  # iperf3 -n ends when the bytes are sent
+
     def daemon_names(self) -> list[tuple[str, str]]:
         return [(self.sender, f"{self.name}_client"), (self.receiver, f"{self.name}_server")]
 

@@ -183,6 +183,10 @@ class Transaction(TrafficGenerator):
             start_at=t0 + s.start / 1e9,
         )
 
+    @property
+    def runs_to_its_end(self) -> bool:
+        return self.spec.count is None  # a set number of transactions ends when done
+
     def daemon_names(self) -> list[tuple[str, str]]:
         return [(self.sender, f"{self.name}_client"), (self.receiver, f"{self.name}_server")]
 

@@ -10,11 +10,16 @@ Each daemon NAME lives in a directory DIR: DIR/NAME.pid holds its pid and kernel
   trialbed-daemon restart NAME [--dir DIR] [--ready TEXT] -- CMD...
   trialbed-daemon stop NAME[:SIG]... [--dir DIR] [--signal SIG] [--timeout S]
   trialbed-daemon status NAME [--dir DIR]
+  trialbed-daemon check NAME... [--dir DIR]
   trialbed-daemon signal NAME SIG [--dir DIR] [--wait-file FILE]
   trialbed-daemon wait-log NAME TEXT [--dir DIR] [--timeout S]
 
 `stop` with several names signals them all (each NAME:SIG with its own signal, else --signal)
 before it waits for any: a host's daemons end in one round trip and one wait.
+
+`check` is the trial's watch, one round trip per host: a JSON object with the free bytes of
+DIR's file system and, per NAME, its state (running; ended: started and gone without a stop;
+absent: no pid file) and, when it ended, its log's last lines.
 
 Prints one word (started, running, restarted, stopped-now, stopped) so that Ansible can tell
 a change from none; exits non-zero with the log's last lines when a daemon does not come up.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -182,6 +188,21 @@ def stop_all(daemons: list[tuple[Daemon, int]], timeout: float) -> list[bool]:
     return [pid is not None for pid in pids]
 
 
+def check(daemons: list[Daemon], directory: str) -> dict:
+    """What the trial's watch needs of a host: free space where its files go, and which of
+    its daemons ended on their own (their pid file stays until a stop removes it)."""
+    fs = os.statvfs(directory)
+    out: dict = {"free_bytes": fs.f_bavail * fs.f_frsize, "daemons": {}}
+    for daemon in daemons:
+        if daemon.pid() is not None:
+            out["daemons"][daemon.name] = {"state": "running"}
+        elif os.path.exists(daemon.pidfile):
+            out["daemons"][daemon.name] = {"state": "ended", "log": daemon.log_tail(3)}
+        else:
+            out["daemons"][daemon.name] = {"state": "absent"}
+    return out
+
+
 def state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -212,9 +233,9 @@ def main(argv: list[str]) -> int:
         argv, command = argv[:i], argv[i + 1 :]
     parser = argparse.ArgumentParser(prog="trialbed-daemon", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
-    for action in ("start", "restart", "stop", "status", "signal", "wait-log"):
+    for action in ("start", "restart", "stop", "status", "check", "signal", "wait-log"):
         p = sub.add_parser(action)
-        p.add_argument("name", nargs="+" if action == "stop" else None)
+        p.add_argument("name", nargs="+" if action in ("stop", "check") else None)
         if action == "signal":
             p.add_argument("sig")
         if action == "wait-log":
@@ -239,6 +260,9 @@ def main(argv: list[str]) -> int:
             targets.append((Daemon(name, args.dir), signal_number(sig or args.signal)))
         for was_running in stop_all(targets, args.timeout):
             print("stopped-now" if was_running else "stopped")
+        return 0
+    if args.action == "check":
+        print(json.dumps(check([Daemon(n, args.dir) for n in args.name], args.dir)))
         return 0
     daemon = Daemon(args.name, args.dir)
 

@@ -1,0 +1,205 @@
+"""What goes wrong on a lab rack in the middle of a trial, made real on the test rack: a capture
+and a sender killed, a host's sshd killed, a host's disk filled, the controller's results
+disk full. Each trial fails at once (the trial's watch, trials/watch.py) with the cause named,
+the network is restored where hosts answer, and nothing already captured is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from collect.fetch import verify_manifest
+from core.rack import Rack
+from tests.e2e.conftest import PREFIX, recap, start_trials, wait_for_daemon
+from tests.e2e.test_interrupt import namespace_commands
+
+pytestmark = pytest.mark.rack
+
+DURATION_S = 40  # long enough that a trial ending before it can only be the watch's doing
+EXPERIMENT = """\
+experiment: collateral_damage
+network:
+  links:
+    - {name: downstream, from: R, to: C, rate: 1mbit, buffer: 60000B, delay: 20ms}
+    - {name: upstream, from: R, to: A, rate: 1mbit, buffer: 60000B, delay: 20ms}
+traffic:
+  - {type: bulk_tcp, name: tcp, from: A, to: C, flows: 1}
+  - {type: cbr_udp, name: voip, from: B, to: D}
+capture:
+  points:
+    - {name: bottleneck_in, link: upstream, at: R}
+    - {name: bottleneck_out, link: downstream, at: R}
+hosts:
+  all: {cc: reno}
+"""
+
+
+def trials_dir(test_rack, host: str) -> Path:
+    return test_rack.state_dir / "hosts" / host / "work" / "trials"
+
+
+def daemon_pid(test_rack, host: str, name: str) -> int:
+    (pidfile,) = trials_dir(test_rack, host).glob(f"*/*/{name}.pid")
+    return int(pidfile.read_text().split()[0])
+
+
+def start(
+    test_rack, tmp_path: Path, results: Path | None = None, duration_s: int = DURATION_S
+) -> subprocess.Popen:
+    exp_file = tmp_path / "fail.yml"
+    exp_file.write_text(EXPERIMENT + f"duration: {duration_s}s\n")
+    return start_trials(
+        str(exp_file), inventory=test_rack.inventory, results=results or tmp_path / "results"
+    )
+
+
+def finish(proc: subprocess.Popen, results: Path) -> tuple[str, dict, Path]:
+    out, err = proc.communicate(timeout=300)
+    said = " ".join((out + err).split())  # rich wraps long lines
+    assert proc.returncode == 1, said[-3000:]
+    (trial_dir,) = results.glob("*/trials/*")
+    return said, json.loads((trial_dir / "trial.json").read_text()), trial_dir
+
+
+def ran_for_s(record: dict) -> float:
+    from datetime import datetime
+
+    failed_at = datetime.fromisoformat(record["times"]["failed_at"]).timestamp()
+    return failed_at - record["times"]["t0"]
+
+
+def rack_is_clean(test_rack, hosts: str = "ABCDR") -> None:
+    rack = Rack.load([test_rack.inventory])
+    try:
+        if "R" in hosts:
+            assert "htb" not in rack.run("R", "tc qdisc show")
+            assert "TRIALBED_DELAY" not in rack.run("R", "iptables -t mangle -S")
+    finally:
+        rack.close()
+    for host in hosts:
+        assert namespace_commands(host) <= {"sshd"}, host
+
+
+def test_a_capture_and_a_sender_killed_fail_the_trial_at_once(test_rack, tmp_path):
+    proc = start(test_rack, tmp_path)
+    wait_for_daemon(proc, test_rack, "A", "tcp_client")
+    time.sleep(4)
+    os.kill(daemon_pid(test_rack, "R", "bottleneck_in.tcpdump"), signal.SIGKILL)
+    os.kill(daemon_pid(test_rack, "A", "tcp_client"), signal.SIGKILL)
+    said, record, trial_dir = finish(proc, tmp_path / "results")
+    print(f"failed after {ran_for_s(record):.1f} s: {record['errors']}")
+    assert record["status"] == "failed"
+    errors = " ".join(record["errors"])
+    assert "capture bottleneck_in on R ended at +" in errors
+    assert "tcp (bulk_tcp) on A ended at +" in errors
+    assert f"trial {record['trial']} failed:" in said
+    assert "capture bottleneck_in on R ended at +" in said
+    assert ran_for_s(record) < DURATION_S / 2  # stopped by the watch, not by the schedule
+    # Everything was collected, the dead capture's file as far as it got.
+    assert verify_manifest(trial_dir) == []
+    assert (trial_dir / "R" / "bottleneck_in.pcap").stat().st_size > 10_000
+    assert (trial_dir / "R" / "bottleneck_out.pcap").stat().st_size > 10_000
+    rack_is_clean(test_rack)
+
+
+def test_a_host_whose_sshd_is_killed_fails_the_trial_and_the_others_are_restored(
+    test_rack, tmp_path
+):
+    proc = start(test_rack, tmp_path)
+    wait_for_daemon(proc, test_rack, "B", "voip_replay")
+    time.sleep(4)
+    pids = subprocess.run(
+        ["ip", "netns", "pids", PREFIX + "D"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for pid in pids:  # the listener and the runner's session: D no longer answers over SSH
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                os.kill(int(pid), signal.SIGKILL)
+    try:
+        said, record, trial_dir = finish(proc, tmp_path / "results")
+        print(f"failed after {ran_for_s(record):.1f} s: {record['errors']}")
+        errors = " ".join(record["errors"])
+        assert "D stopped answering at +" in errors
+        assert "D not stopped nor collected" in errors
+        assert ran_for_s(record) < DURATION_S / 2
+        assert "restore: D did not answer" in said
+        # The hosts that answer were collected and restored.
+        assert verify_manifest(trial_dir) == []
+        assert (trial_dir / "R" / "bottleneck_in.pcap").stat().st_size > 10_000
+        assert not (trial_dir / "D").exists()
+        rack_is_clean(test_rack, "ABCR")
+        # D keeps what it had: the UDP sink still runs, its files are where they were.
+        assert "voip_sink.log" in {p.name for p in trials_dir(test_rack, "D").glob("*/*/*")}
+    finally:
+        # D answers again (rack-up starts its sshd); teardown.yml stops what it still ran.
+        up = test_rack.rack("present")
+        assert up.returncode == 0, up.stdout[-3000:]
+    down = test_rack.playbook("teardown.yml", "-i", str(test_rack.inventory))
+    assert down.returncode == 0, down.stdout[-3000:]
+    assert recap(down.stdout)["D"]["unreachable"] == 0
+    rack_is_clean(test_rack)
+
+
+def mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+
+
+def umount(path: Path) -> None:
+    subprocess.run(["umount", str(path)], check=False)
+
+
+def test_a_host_disk_filled_mid_trial_fails_it_and_says_the_capture_was_cut(test_rack, tmp_path):
+    # R's own small disk where it writes the trial's files, made and filled from a shell on R
+    # (each host has a mount namespace of its own).
+    rack = Rack.load([test_rack.inventory])
+    on_r = f"{rack.host('R').workdir}/trials"
+    rack.run("R", f"mkdir -p {on_r} && mount -t tmpfs -o size=16m tmpfs {on_r}")
+    try:
+        proc = start(test_rack, tmp_path)
+        wait_for_daemon(proc, test_rack, "A", "tcp_client")
+        time.sleep(4)
+        rack.run("R", f"dd if=/dev/zero of={on_r}/filler bs=64k", check=False)
+        said, record, trial_dir = finish(proc, tmp_path / "results")
+    finally:
+        rack.run("R", f"umount {on_r}", check=False)
+        rack.close()
+    print(f"failed after {ran_for_s(record):.1f} s: {record['errors']}; {record['capture']}")
+    errors = " ".join(record["errors"])
+    assert "R: its disk is full (0.0 MiB free in" in errors
+    assert ran_for_s(record) < DURATION_S / 2
+    # tcpdump kept counting what it could no longer write: the file is shorter than its count.
+    cut = record["capture"]["bottleneck_in"]
+    assert cut["in_file"] < cut["captured"]
+    assert "capture bottleneck_in on R: its file holds" in errors
+    assert "its disk is full" in said
+    assert verify_manifest(trial_dir) == []  # what R had written came back intact
+    rack_is_clean(test_rack)
+
+
+def test_a_full_results_disk_keeps_the_captures_on_the_host(test_rack, tmp_path):
+    results = tmp_path / "results"
+    # Room for the run's logs and the small files, not for a 20-s capture (~30 kB/s here).
+    mount_tmpfs(results, "400k")
+    try:
+        proc = start(test_rack, tmp_path, results=results, duration_s=20)
+        wait_for_daemon(proc, test_rack, "A", "tcp_client")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        umount(results)
+    said = " ".join((out + err).split())
+    print(said[-1500:])
+    assert proc.returncode == 1, said[-3000:]
+    assert "the results disk is full" in said and "R keeps its copies in" in said
+    # Nothing is lost: R's copies of the captures are still on R, whole.
+    (kept,) = trials_dir(test_rack, "R").glob("*/*/bottleneck_in.pcap")
+    assert kept.stat().st_size > 400_000
+    rack_is_clean(test_rack)
+    subprocess.run(["rm", "-rf", str(kept.parent.parent)], check=True)

@@ -1,0 +1,101 @@
+"""The trial's watch: while the traffic runs, what would spoil the trial without anyone
+noticing is looked for, and stops it at once with the cause.
+
+Every WATCH_EVERY_S, one `trialbed-daemon check` per host (all hosts at once) reports which of
+the trial's processes ended on their own and how much room is left where the host writes the
+trial's files. A trial fails when:
+- a capture, a recorder, a marker or a receiver ended before the trial did;
+- a sender ended before its own schedule did (one that sends a set number of bytes or
+  transactions may end early and is not watched);
+- a host stopped answering over SSH (its sshd killed, the host down);
+- a host's file system has less than MIN_FREE_BYTES free: tcpdump goes on "capturing" with a
+  full disk and writes nothing (measured here: 3000 packets captured, a 64 KB file), so the
+  trial must stop before that happens.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from core.daemons import Daemons
+from core.rack import RackError
+
+# One check per host costs a Python start on the host: every 5 s is well under 1 % of a core
+# for a five-host rack, and a failure is seen within 5 s.
+WATCH_EVERY_S = 5.0
+CHECK_TIMEOUT_S = 15.0  # an answer slower than this counts as the host not answering
+MIN_FREE_BYTES = 4 * 2**20
+# A sender's process may end this long before its schedule ends (start-up, rounding).
+ENDS_EARLY_SLACK_S = 2.0
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+class WatchFailure(RuntimeError):
+    """The watch saw the trial spoiled; the message names every cause found."""
+
+
+@dataclass
+class TrialWatch:
+    daemons: Daemons
+    t0: float
+    # host -> daemon -> (what it is, watched until this epoch time)
+    expected: dict[str, dict[str, tuple[str, float]]] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> what was seen
+
+    def expect(self, host: str, name: str, what: str, until: float) -> None:
+        self.expected.setdefault(host, {})[name] = (what, until)
+
+    def since_t0(self, when: float | None = None) -> str:
+        return f"+{(when or time.time()) - self.t0:.1f} s"
+
+    def check_host(self, host: str, now: float) -> list[str]:
+        watched = [n for n, (_, until) in self.expected.get(host, {}).items() if now < until]
+        helper = self.daemons._helper(host, "check", *(watched or ["-"]))
+        try:
+            answer = json.loads(self.daemons.rack.run(host, helper, timeout=CHECK_TIMEOUT_S))
+        except (RackError, ValueError) as exc:
+            cause = str(exc.__cause__ or exc)[-300:]  # the SSH error, not the command
+            self.unreachable[host] = f"stopped answering at {self.since_t0(now)} ({cause})"
+            return [f"{host} {self.unreachable[host]}"]
+        problems = []
+        free = int(answer["free_bytes"])
+        if free < MIN_FREE_BYTES:
+            problems.append(
+                f"{host}: its disk is full ({mib(free)} free in {self.daemons.remote[host]} "
+                f"at {self.since_t0(now)}; at least {mib(MIN_FREE_BYTES)} must stay free, or "
+                f"captures are cut short)"
+            )
+        for name, state in answer["daemons"].items():
+            if name in watched and state["state"] != "running":
+                what = self.expected[host][name][0]
+                said = f": its log ends {state['log']!r}" if state.get("log") else ""
+                problems.append(
+                    f"{what} on {host} ended at {self.since_t0(now)}, before the trial "
+                    f"({name}: {state['state']}{said})"
+                )
+        return problems
+
+    def check(self) -> list[str]:
+        """One round of checks, every host at once; the problems found."""
+        now = time.time()
+        hosts = [h for h in self.daemons.remote if h not in self.unreachable]
+        with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+            found = pool.map(lambda h: self.check_host(h, now), hosts)
+            return [p for problems in found for p in problems]
+
+    def until(self, end: float, every_s: float = WATCH_EVERY_S) -> None:
+        """Check every `every_s` until `end` (epoch time); raise WatchFailure at the first
+        round that finds a problem."""
+        while (left := end - time.time()) > 0:
+            time.sleep(min(every_s, left))
+            if time.time() >= end:
+                return
+            problems = self.check()
+            if problems:
+                raise WatchFailure("; ".join(problems))
