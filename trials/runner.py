@@ -718,7 +718,9 @@ class TrialRunner:
                 stats = trial_dir / host / "delayline_stats.json"
                 if stats.exists() and host in record.get("delay", {}):
                     record["delay"][host]["delayline_stats"] = json.loads(stats.read_text())
-            if record["status"] == "complete":
+            if record["status"] in ("complete", "failed") and "t0" in record["times"]:
+                # The tools' own words (a refused connection, an empty report): the cause when
+                # the trial completed, what a failure did to them otherwise.
                 for g in generators:
                     record["errors"].extend(g.problems(trial_dir))
                 if record["errors"]:
