@@ -217,6 +217,7 @@ class TrialRunner:
         self.applied_by = ""
         self.static_facts: dict[str, dict[str, Any]] = {}  # per host, read on its first trial
         self.watching: TrialWatch | None = None  # the running trial's watch
+        self.pacing: dict[str, list[str]] = {}  # the running trial's fq hosts: their interfaces
 
     # -- steps on the rack ----------------------------------------------------------------------
 
@@ -294,6 +295,37 @@ class TrialRunner:
             f"{shlex.quote(daemons.remote[host])}/dscp_counters_{tag}.json"
             for host in sorted(net.marking)
         }
+
+    @staticmethod
+    def pacing_commands(pacing: dict[str, list[str]], daemons: Daemons, tag: str) -> dict[str, str]:
+        """Per pacing host: the command that writes the root qdisc of each of its interfaces
+        (`tc -s -j`: fq and its counters) into the trial directory."""
+        return {
+            host: "; ".join(
+                f"tc -s -j qdisc show dev {i} root > "
+                f"{shlex.quote(daemons.remote[host])}/pacing_{i}_{tag}.json"
+                for i in ifaces
+            )
+            for host, ifaces in pacing.items()
+        }
+
+    @staticmethod
+    def pacing_record(trial_dir: Path, pacing: dict[str, list[str]]) -> dict[str, Any]:
+        """Per pacing host and interface: its root qdisc during the trial and the packets and
+        bytes that went through it (after minus before): that the flows were paced by fq."""
+        out: dict[str, Any] = {}
+        for host, ifaces in pacing.items():
+            for iface in ifaces:
+                files = [trial_dir / host / f"pacing_{iface}_{t}.json" for t in ("before", "after")]
+                if not all(f.exists() for f in files):
+                    continue
+                before, after = ((json.loads(f.read_text()) or [{}])[0] for f in files)
+                out.setdefault(host, {})[iface] = {
+                    "qdisc": after.get("kind"),
+                    "packets": after.get("packets", 0) - before.get("packets", 0),
+                    "bytes": after.get("bytes", 0) - before.get("bytes", 0),
+                }
+        return out
 
     @staticmethod
     def rio_record(trial_dir: Path, net: ResolvedNetwork) -> dict[str, Any]:
@@ -400,6 +432,11 @@ class TrialRunner:
             h: f"{self.rack.host(h).workdir}/trials/{self.batch_id}/{trial.name}" for h in hosts
         }
         daemons = Daemons(self.rack, remote)
+        self.pacing = {
+            net.nodes[n]: sorted(net.hosts[net.nodes[n]].interfaces)
+            for n, s in settings.items()
+            if s.pacing
+        }
         ctx = TrialContext(self.rack, net, daemons, exp.duration)
         generators: list[TrafficGenerator] = [
             GENERATOR_TYPES[spec.type](spec, name, i, ctx)
@@ -564,6 +601,10 @@ class TrialRunner:
             for host, command in self.marking_commands(net, daemons, "before").items()
         ]
         steps += [
+            (host, f"read pacing qdisc on {host}", lambda h=host, c=command: self.rack.run(h, c))
+            for host, command in self.pacing_commands(self.pacing, daemons, "before").items()
+        ]
+        steps += [
             # Resets the delay line's counters for this trial.
             (
                 host,
@@ -676,6 +717,22 @@ class TrialRunner:
                         ),
                     )
                 )
+            if self.pacing:
+                counters.append(
+                    (
+                        "",
+                        "read pacing qdiscs",
+                        lambda: self.rack.run_parallel(
+                            {
+                                h: c
+                                for h, c in self.pacing_commands(
+                                    self.pacing, daemons, "after"
+                                ).items()
+                                if h not in gone
+                            }
+                        ),
+                    )
+                )
             if "t0" in record["times"]:
                 counters += [
                     (
@@ -732,6 +789,8 @@ class TrialRunner:
                 record["status"] = "failed"
             if net.marking:
                 record["marking"] = self.marking_record(trial_dir, net)
+            if self.pacing:
+                record["pacing"] = self.pacing_record(trial_dir, self.pacing)
             if any(e.shaping.qdisc == "rio" for e in net.egress):
                 record["rio"] = self.rio_record(trial_dir, net)
             record["times"]["collected"] = now_iso()
