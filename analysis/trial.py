@@ -111,8 +111,11 @@ def bottleneck_queue(
     )
     t0 = record["times"]["t0_ns"]
     duration = parse_duration_ns(record["parameters"]["duration"])
-    mid = t0 + duration // 2
-    window = (max(t0, mid - QUEUE_WINDOW_NS // 2), min(t0 + duration, mid + QUEUE_WINDOW_NS // 2))
+    run_end = t0 + duration
+    if record.get("status") != "complete" and end_ns:
+        run_end = max(t0, min(run_end, end_ns))  # stopped early: only what ran is judged
+    mid = t0 + (run_end - t0) // 2
+    window = (max(t0, mid - QUEUE_WINDOW_NS // 2), min(run_end, mid + QUEUE_WINDOW_NS // 2))
     full = queue_full_events(judged, start_ns=window[0], end_ns=window[1])
     host_dir = trial_dir / host
     drops_tc = None

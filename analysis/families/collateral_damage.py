@@ -144,7 +144,7 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
         ),
         (
             "queue-full events",
-            f"{r.queue_full_events} in {r.queue_window_s:g} s "
+            f"{r.queue_full_events} in {r.queue_window_s:.3g} s "
             f"({fmt(r.queue_full_events_per_min)} per minute)",
         ),
     ]
