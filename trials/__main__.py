@@ -315,10 +315,11 @@ def run_batch(args: argparse.Namespace) -> int:
     todo = [t for t in trials if not batch.done(t.name)]
     if problems := controller_problems(PROJECT_DIR):
         raise SpecError("\n".join(problems))
-    for inventory, label in zip(racks, labels, strict=True):
+    for i, (inventory, label) in enumerate(zip(racks, labels, strict=True)):
         rack = Rack.load(inventory)
         try:
-            preflight(todo, rack, str(plan.source))
+            # The results disk once: every rack's captures come back to the one batch.
+            preflight(todo, rack, str(plan.source), batch.path if i == 0 else None)
             with RackLock.for_rack(rack, batch.name, label, warn=console.print):
                 pass  # free now (a stale holder is replaced); the worker takes it for real
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -111,9 +112,13 @@ def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str,
     return {h: set(text.split()) for h, text in out.items()}
 
 
-def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[str, Any]]:
-    """Raise SpecError listing every problem of the selected trials on this rack."""
+def preflight(
+    trials: list[Trial], rack: Rack, source: str, results: Path | None = None
+) -> dict[str, dict[str, Any]]:
+    """Raise SpecError listing every problem of the selected trials on this rack (and, given
+    the results directory, on the controller's disk that receives their captures)."""
     problems: list[str] = []
+    batch_volume = 0.0  # every capture of every selected trial, brought back to `results`
     needs_cc: dict[str, dict[str, str]] = {}  # host -> cc -> key that asks for it
     needs_params: dict[tuple[str, str], dict[str, str]] = {}  # (host, cc) -> param -> key
     needs_tools: dict[str, dict[str, str]] = {}  # host -> tool -> why
@@ -173,6 +178,7 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                 needs_tools.setdefault(c.host, {})[tool] = f"capture {c.name}"
             clocks.setdefault(c.clock, set()).add(c.host)
             volume = capture_bytes(net, c, exp.duration + exp.drain)
+            batch_volume += volume
             if volume > needs_disk.get(c.host, {}).get(c.name, 0):
                 needs_disk.setdefault(c.host, {})[c.name] = volume
         for host, rules in net.marking.items():  # role dscp_marker renders an nftables table
@@ -277,6 +283,8 @@ def preflight(trials: list[Trial], rack: Rack, source: str) -> dict[str, dict[st
                 "trialbed_dir at a larger disk"
             )
     problems += clock_problems(rack, clocks)
+    if results is not None:
+        problems += results_disk_problems(results, batch_volume, len(trials))
     if problems:
         have = "\n".join(f"  {line}" for line in available(facts))
         said = "\n".join(dict.fromkeys(problems))
@@ -301,6 +309,24 @@ def _layer_of(trials: list[Trial], cc: str, param: str) -> str:
             if param in s.cc_params.get(cc, {}):
                 return layer
     return "all"
+
+
+def results_disk_problems(results: Path, volume: float, trials: int) -> list[str]:
+    """The controller's disk under `results` must hold what the trials bring back: their
+    captures (`volume`, at most), with MIN_FREE_DISK as a floor."""
+    existing = results.resolve()
+    while not existing.exists():  # it is made by the run
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    need = max(MIN_FREE_DISK, int(volume))
+    if free >= need:
+        return []
+    return [
+        f"results {results}: only {free / 1e6:.0f} MB free on its disk; the {trials} trial(s) "
+        f"bring back up to {volume / 1e6:.0f} MB of captures (at least "
+        f"{MIN_FREE_DISK / 1e6:.0f} MB must be free): free space there or give --results "
+        "a larger disk"
+    ]
 
 
 def capture_bytes(net: ResolvedNetwork, site: CaptureSite, duration_ns: int) -> float:

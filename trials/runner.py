@@ -938,7 +938,7 @@ def run_plan(
     batch dir and the trial records. The network is restored on every exit path."""
     from trials.batch import RackLock
 
-    for line in available(preflight(trials, rack, str(plan.source))):
+    for line in available(preflight(trials, rack, str(plan.source), results)):
         log(f"preflight: {line}")
     batch_dir = new_batch_dir(results, plan.source)
     (batch_dir / "experiment.yml").write_text(plan.source.read_text())

@@ -17,7 +17,7 @@ import pytest
 
 from collect.fetch import verify_manifest
 from core.rack import Rack
-from tests.e2e.conftest import PREFIX, recap, start_trials, wait_for_daemon
+from tests.e2e.conftest import PREFIX, PROJECT, recap, start_trials, trials_run, wait_for_daemon
 from tests.e2e.test_interrupt import namespace_commands
 
 pytestmark = pytest.mark.rack
@@ -184,13 +184,40 @@ def test_a_host_disk_filled_mid_trial_fails_it_and_says_the_capture_was_cut(test
     rack_is_clean(test_rack)
 
 
-def test_a_full_results_disk_keeps_the_captures_on_the_host(test_rack, tmp_path):
+def test_a_results_disk_too_small_is_refused_before_any_host_is_touched(test_rack, tmp_path):
     results = tmp_path / "results"
-    # Room for the run's logs and the small files, not for a 20-s capture (~30 kB/s here).
-    mount_tmpfs(results, "400k")
+    mount_tmpfs(results, "100m")  # under the 200 MB every run needs free
+    try:
+        exp_file = tmp_path / "fail.yml"
+        exp_file.write_text(EXPERIMENT + f"duration: {DURATION_S}s\n")
+        done = subprocess.run(
+            trials_run(str(exp_file), inventory=test_rack.inventory, results=results),
+            cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert list(results.iterdir()) == []
+    finally:
+        umount(results)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, said[-2000:]
+    assert f"results {results}: only 105 MB free on its disk" in said
+    assert "free space there or give --results a larger disk" in said
+    assert not list(trials_dir(test_rack, "A").glob("*/*"))  # nothing started on the hosts
+
+
+def test_a_results_disk_filled_mid_trial_keeps_the_captures_on_the_host(test_rack, tmp_path):
+    results = tmp_path / "results"
+    mount_tmpfs(results, "300m")  # enough for preflight; filled while the trial runs
     try:
         proc = start(test_rack, tmp_path, results=results, duration_s=20)
         wait_for_daemon(proc, test_rack, "A", "tcp_client")
+        # All but 400 kB: room for the run's logs and small files, not for a 20-s capture
+        # (about 30 kB/s here).
+        free = os.statvfs(results).f_bavail * os.statvfs(results).f_frsize
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={results / 'filler'}", "bs=64k",
+             f"count={(free - 400_000) // 65536}"],
+            capture_output=True, check=True,
+        )  # fmt: skip
         out, err = proc.communicate(timeout=300)
     finally:
         umount(results)
