@@ -139,12 +139,22 @@ def bottleneck_queue(
         "queue_full_events": full["events"],
         "queue_full_events_per_min": full["events_per_minute"],
         "queue_window_s": (window[1] - window[0]) / 1e9,
+        # Capture to capture across the router (its queue, its link's delay, an edge
+        # marker's time), mean over the packets forwarded in the window (seed 004's delay).
+        "transit_mean_ms_in_window": transit_mean_ms(judged, window),
         **{
             f"queue_{k}_in_window": v
             for k, v in queue_summary(queue, start_ns=window[0], end_ns=window[1]).items()
         },
         **check,
     }, tables
+
+
+def transit_mean_ms(matched: pd.DataFrame, window: tuple[int, int]) -> float | None:
+    inside = matched[matched.forwarded & (matched.ts_ns >= window[0]) & (matched.ts_ns < window[1])]
+    if inside.empty:
+        return None
+    return float((inside.ts_out_ns - inside.ts_ns).mean() / 1e6)
 
 
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis.captures import Captures, bottleneck_hop
 from analysis.pcap import ip_to_int
+from core.units import parse_offset_ns
 
 SYN, ACK = 0x02, 0x10
 SEQ_MOD = 1 << 32
@@ -183,6 +184,13 @@ def analyse(
         & (end.payload_len > 0)
     ]
     codes, counts = np.unique((data.tos.to_numpy() >> 2).astype(np.int64), return_counts=True)
+    # Payload that crossed the bottleneck in the steady window (seed 004's goodput axis);
+    # retransmitted bytes count once, at their first crossing.
+    t0 = record["times"]["t0_ns"]
+    steady_start = t0 + parse_offset_ns(record["parameters"].get("warmup") or 0)
+    steady_end = t0 + gen["start_ns"] + gen["duration_ns"]
+    steady = data[(data.ts_ns >= steady_start) & (data.ts_ns < steady_end)]
+    steady = steady.drop_duplicates(["sport", "seq"])
     listed_path = trial_dir / gen["flows_file"]
     listed = read_flow_list(listed_path) if listed_path.exists() else read_flow_list_empty()
     flows = attach_schedule(flows, listed)
@@ -199,6 +207,8 @@ def analyse(
         backlogged_bytes=int(flows[flows.backlogged].bytes_seen.sum()),
         # DSCP of the data packets after the bottleneck (what markers wrote and RIO kept)
         dscp_data_packets={int(d): int(n) for d, n in zip(codes, counts, strict=True)},
+        steady_payload_bytes=int(steady.payload_len.astype(np.int64).sum()),
+        steady_window_s=max(0, steady_end - steady_start) / 1e9,
         syn_rtt_ms_min=float(rtt.min()) if len(rtt) else None,
         syn_rtt_ms_median=float(rtt.median()) if len(rtt) else None,
         **fct_summary(flows),

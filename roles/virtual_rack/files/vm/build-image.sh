@@ -10,7 +10,11 @@ cache=${1:?cache directory}
 mirror=${2:-http://deb.debian.org/debian}
 suite=bookworm
 recipe=("$here/build-image.sh" "$here/trialbed-init" "$here/image-packages.txt")
-hash=$( { cat "${recipe[@]}"; echo "$suite $mirror"; } | sha256sum | cut -c1-16)
+# NetfilterQueue for the VM's Python 3.11 (Debian has no package of it): the project's own build,
+# from its pinned PyPI release, in the controller's venv (the same Debian 12 and Python 3.11).
+nfq=${TRIALBED_NETFILTERQUEUE:-$here/../../../../.venv/lib/python3.11/site-packages/netfilterqueue}
+nfq_version=$(cat "$nfq/_version.py" 2>/dev/null || echo none)
+hash=$( { cat "${recipe[@]}"; echo "$suite $mirror $nfq_version"; } | sha256sum | cut -c1-16)
 dir=$cache/$hash
 mkdir -p "$cache"
 chmod 0755 "$cache"
@@ -37,6 +41,13 @@ rm -f "$root/usr/sbin/policy-rc.d"
 # Host keys come with each boot (the seed disk), never with the shared image.
 rm -f "$root"/etc/ssh/ssh_host_*
 install -m 0755 "$here/trialbed-init" "$root/sbin/trialbed-init"
+if [ -d "$nfq" ]; then
+  mkdir -p "$root/usr/local/lib/python3.11/dist-packages"
+  cp -r "$nfq" "$root/usr/local/lib/python3.11/dist-packages/"
+  rm -rf "$root/usr/local/lib/python3.11/dist-packages/netfilterqueue/__pycache__"
+else
+  echo "build-image: no NetfilterQueue at $nfq (make setup builds it): the VM has no edge marker" >&2
+fi
 echo trialbed-vm > "$root/etc/hostname"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 mkdir -p "$work/out"

@@ -1,0 +1,179 @@
+"""Seed 004 (Neglia, Bianchi, Sottile): adaptive markers over a RIO core.
+
+Per trial: the marker at the edge; IN % (of the packets that reached the RIO queue, the share
+its IN virtual queue received) and drop % (total, IN, OUT), from GRED's own per-VQ counters;
+the goodput that crossed the bottleneck (web payload in the steady window, from the capture
+after it) as a share of the link's rate; the mean transit of a packet across the router (its
+queue, plus the core link's delay and the edge marker's time: constant per setting), from the
+captures on both sides; and the mean flow completion time of 1-, 18- and 190-packet flows.
+
+Over a batch: one row per marker and IN threshold (the frontier's points: delay and FCT
+against goodput, one curve per marker), and the IN % / drop % table per marker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from analysis.families.common import fmt
+from core.units import parse_duration_ns, parse_offset_ns
+
+FCT_CLASSES = (1, 18, 190)
+
+
+def _rio(record: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    rio = record.get("rio") or {}
+    return next(iter(sorted(rio.items())), None)
+
+
+def _marker(record: dict[str, Any]) -> str:
+    markers = record.get("markers") or {}
+    return ",".join(sorted({m.get("marker", "?") for m in markers.values()})) or "none"
+
+
+PAPER_LENGTH = (500 * 10**9, 50 * 10**9)  # duration, warmup (discarded), ns
+
+
+def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    params = record["parameters"]
+    length = (parse_duration_ns(params["duration"]), parse_offset_ns(params.get("warmup") or 0))
+    out: dict[str, Any] = {
+        "marker": _marker(record),
+        "shortened": None
+        if length == PAPER_LENGTH
+        else f"{params['duration']}, {params.get('warmup')} discarded",
+    }
+    found = _rio(record)
+    if found:
+        where, rio = found
+        vq_in, vq_out = rio["virtual_queues"][:2]
+        counters = rio.get("counters") or {}
+        c_in, c_out = counters.get("0", {}), counters.get("1", {})
+        n_in, n_out = c_in.get("packets", 0), c_out.get("packets", 0)
+        d_in, d_out = c_in.get("drops", 0), c_out.get("drops", 0)
+        total = n_in + n_out
+        out.update(
+            rio_at=where,
+            rio_in_min_pkt=vq_in.get("min_packets"),
+            rio_out_min_pkt=vq_out.get("min_packets"),
+            in_packets=n_in,
+            out_packets=n_out,
+            in_share=n_in / total if total else None,
+            drop_total=(d_in + d_out) / total if total else None,
+            drop_in=d_in / n_in if n_in else None,
+            drop_out=d_out / n_out if n_out else None,
+        )
+    web = {
+        n: s
+        for n, s in summary["generators"].items()
+        if record["traffic"][n]["type"] == "web_poisson"
+    }
+    payload = sum(s.get("steady_payload_bytes", 0) for s in web.values())
+    window = max((s.get("steady_window_s") or 0 for s in web.values()), default=0)
+    bottleneck = next(
+        (
+            (g["path"].get("bottleneck") or {})
+            for g in record["traffic"].values()
+            if g["type"] == "web_poisson"
+        ),
+        {},
+    )
+    rate = bottleneck.get("rate_bps")
+    out["goodput_bps"] = payload * 8 / window if window else None
+    out["utilization"] = out["goodput_bps"] / rate if rate and out["goodput_bps"] else None
+    queue = (summary.get("queues") or {}).get(bottleneck.get("link"), {})
+    out["transit_mean_ms"] = queue.get("transit_mean_ms_in_window")
+    for packets in FCT_CLASSES:
+        n = sum(s.get(f"fct_{packets}pkt_flows") or 0 for s in web.values())
+        weighted = sum(
+            (s.get(f"fct_{packets}pkt_mean_ms") or 0) * (s.get(f"fct_{packets}pkt_flows") or 0)
+            for s in web.values()
+        )
+        out[f"fct_{packets}pkt_flows"] = n
+        out[f"fct_{packets}pkt_mean_ms"] = weighted / n if n else None
+    return out
+
+
+def frontier_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per marker and IN threshold (complete trials, means over their runs): the frontier's
+    points and the IN / drop shares."""
+    ok = table[table.status == "complete"]
+    if ok.empty or "marker" not in ok:
+        return pd.DataFrame()
+    by = ["marker", "rio_in_min_pkt", "rio_out_min_pkt"]
+    load = "factor:traffic[*].load"
+    if load in ok:
+        by.append(load)
+    rows = []
+    for key, r in ok.groupby(by, dropna=False):
+        rows.append(
+            {
+                "marker": key[0],
+                "IN min (pkt)": key[1],
+                "OUT min (pkt)": key[2],
+                **({"load each": key[3]} if len(key) > 3 else {}),
+                "runs": len(r),
+                "IN %": 100 * r.in_share.mean(),
+                "drop %": 100 * r.drop_total.mean(),
+                "drop IN %": 100 * r.drop_in.mean(),
+                "drop OUT %": 100 * r.drop_out.mean(),
+                "goodput Mbit/s": r.goodput_bps.mean() / 1e6,
+                "utilization %": 100 * r.utilization.mean(),
+                "transit ms": r.transit_mean_ms.mean(),
+                **{f"FCT {p} pkt ms": r[f"fct_{p}pkt_mean_ms"].mean() for p in FCT_CLASSES},
+            }
+        )
+    return pd.DataFrame(rows).sort_values(["marker", "IN min (pkt)", "OUT min (pkt)"])
+
+
+def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
+    front = frontier_table(table)
+    if front.empty:
+        return
+    shortened = sorted({x for x in table.get("shortened", []) if isinstance(x, str)})
+    note = (
+        f" — SHORTENED: {'; '.join(shortened)} (the paper: 500 s, 50 s discarded)"
+        if shortened
+        else ""
+    )
+    t = Table(
+        title="Seed 004: per marker and RIO threshold — IN % and drops (GRED's counters), "
+        "goodput and transit (captures), mean FCT" + note
+    )
+    for col in front.columns:
+        t.add_column(col, justify="right")
+    for _, row in front.iterrows():
+        t.add_row(*[v if isinstance(v, str) else fmt(v) for v in row.tolist()])
+    console.print(t)
+
+
+def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
+    rows = [("marker", str(r.get("marker")))]
+    if pd.notna(r.get("in_share")):
+        rows.append(
+            (
+                "RIO (GRED counters)",
+                f"IN {100 * r.in_share:.1f} % of {int(r.in_packets + r.out_packets)} packets; "
+                f"drops {100 * r.drop_total:.2f} % (IN {fmt(100 * (r.drop_in or 0), 2)} %, "
+                f"OUT {fmt(100 * (r.drop_out or 0), 2)} %)",
+            )
+        )
+    if pd.notna(r.get("utilization")):
+        rows.append(
+            (
+                "goodput",
+                f"{r.goodput_bps / 1e6:.2f} Mbit/s ({100 * r.utilization:.1f} % of the link); "
+                f"transit {fmt(r.get('transit_mean_ms'))} ms",
+            )
+        )
+    fct = "; ".join(
+        f"{p} pkt {fmt(r.get(f'fct_{p}pkt_mean_ms'))} ms ({int(r.get(f'fct_{p}pkt_flows') or 0)})"
+        for p in FCT_CLASSES
+    )
+    rows.append(("mean FCT (flows)", fct))
+    return rows
