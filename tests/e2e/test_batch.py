@@ -141,15 +141,31 @@ def test_a_rack_in_use_is_refused_naming_the_holder(test_rack, experiment, tmp_p
     assert not (tmp_path / "batch" / "trials").exists()
 
 
+# Takes C's iperf3 port. An earlier test's iperf3 server may have left connections in
+# TIME_WAIT on it for up to 60 s (measured: EADDRINUSE once in a full run): bind until it may.
+BIND_5201 = """
+import errno, socket, time
+s = socket.socket()
+for _ in range(90):
+    try:
+        s.bind(("198.18.2.13", 5201))
+        break
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        time.sleep(1)
+print("bound", flush=True)
+time.sleep(600)
+"""
+
+
 def test_a_failing_trial_is_recorded_retried_and_the_batch_goes_on(test_rack, experiment, tmp_path):
     """The TCP receiver's port is taken during the first trial (iperf3 cannot listen), then
     freed: that trial fails with iperf3's own error, the next one runs, the retry passes."""
     batch = tmp_path / "batch"
     ns = f"{test_rack.prefix}C"
     blocker = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-c",
-         "import socket, time; s = socket.socket(); s.bind(('198.18.2.13', 5201)); "
-         "print('bound', flush=True); time.sleep(600)"],
+        ["ip", "netns", "exec", ns, sys.executable, "-c", BIND_5201],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
