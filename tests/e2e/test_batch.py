@@ -154,6 +154,8 @@ for _ in range(90):
         if e.errno != errno.EADDRINUSE:
             raise
         time.sleep(1)
+else:
+    raise SystemExit("198.18.2.13:5201 stayed in use for 90 s")
 print("bound", flush=True)
 time.sleep(600)
 """
