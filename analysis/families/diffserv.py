@@ -147,8 +147,14 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
     )
     for col in front.columns:
         t.add_column(col, justify="right")
+    counts = {"IN min (pkt)", "OUT min (pkt)", "runs"}
     for _, row in front.iterrows():
-        t.add_row(*[v if isinstance(v, str) else fmt(v) for v in row.tolist()])
+        t.add_row(
+            *[
+                v if isinstance(v, str) else f"{v:.0f}" if col in counts else fmt(v)
+                for col, v in row.items()
+            ]
+        )
     console.print(t)
 
 
@@ -175,5 +181,6 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
         f"{p} pkt {fmt(r.get(f'fct_{p}pkt_mean_ms'))} ms ({int(r.get(f'fct_{p}pkt_flows') or 0)})"
         for p in FCT_CLASSES
     )
-    rows.append(("mean FCT (flows)", fct))
+    if any(r.get(f"fct_{p}pkt_flows") for p in FCT_CLASSES):
+        rows.append(("mean FCT (flows)", fct))
     return rows
