@@ -1,0 +1,80 @@
+"""The seed-004 report's per-trial figures (analysis/families/diffserv.py) from a trial record's
+GRED counters and the web generators' summaries, and the batch table built from them."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.families import diffserv
+
+
+def record(marker: str, in_min: int, counters: dict, duration: str = "500s") -> dict:
+    path = {"bottleneck": {"link": "core", "rate_bps": 6_000_000}}
+    return {
+        "parameters": {"duration": duration, "warmup": "50s"},
+        "markers": {"edge": {"marker": marker}},
+        "rio": {
+            "R1:core": {
+                "virtual_queues": [{"min_packets": in_min}, {"min_packets": 2}],
+                "counters": counters,
+            }
+        },
+        "traffic": {
+            "web1": {"type": "web_poisson", "path": path},
+            "web2": {"type": "web_poisson", "path": path},
+        },
+    }
+
+
+def summary(payload: tuple[int, int], fct1: tuple[float, float]) -> dict:
+    gen = [
+        {
+            "steady_payload_bytes": payload[i],
+            "steady_window_s": 450.0,
+            "fct_1pkt_flows": 10 * (i + 1),
+            "fct_1pkt_mean_ms": fct1[i],
+        }
+        for i in range(2)
+    ]
+    return {
+        "generators": {"web1": gen[0], "web2": gen[1]},
+        "queues": {"core": {"transit_mean_ms_in_window": 80.0}},
+    }
+
+
+def test_shares_from_the_counters_and_goodput_from_the_payload():
+    counters = {"0": {"packets": 900, "drops": 9}, "1": {"packets": 100, "drops": 30}}
+    s = diffserv.trial_summary(
+        record("APM", 40, counters), summary((150_000_000, 90_000_000), (100.0, 200.0))
+    )
+    assert s["marker"] == "APM" and s["shortened"] is None
+    assert s["in_share"] == 0.9 and s["drop_total"] == 39 / 1000
+    assert s["drop_in"] == 0.01 and s["drop_out"] == 0.3
+    assert s["goodput_bps"] == 240_000_000 * 8 / 450
+    assert abs(s["utilization"] - s["goodput_bps"] / 6e6) < 1e-12
+    assert s["transit_mean_ms"] == 80.0
+    # FCT means are weighted by each generator's flow count (10 and 20).
+    assert s["fct_1pkt_flows"] == 30 and abs(s["fct_1pkt_mean_ms"] - 500 / 3) < 1e-9
+    assert (
+        diffserv.trial_summary(record("NM", 9, counters, "120s"), summary((1, 1), (1, 1)))[
+            "shortened"
+        ]
+        == "120s, 50s discarded"
+    )
+
+
+def test_one_row_per_marker_and_threshold():
+    rows = []
+    for marker, in_min, in_share in (("NM", 9, 1.0), ("APM", 9, 0.6), ("APM", 9, 0.8)):
+        rows.append(
+            {"status": "complete", "marker": marker, "rio_in_min_pkt": in_min,
+             "rio_out_min_pkt": 2, "in_share": in_share, "drop_total": 0.01, "drop_in": 0.0,
+             "drop_out": 0.02, "goodput_bps": 5e6, "utilization": 5 / 6, "transit_mean_ms": 70.0,
+             **{f"fct_{p}pkt_mean_ms": 100.0 for p in diffserv.FCT_CLASSES}}
+        )  # fmt: skip
+    rows.append({**rows[0], "status": "failed", "in_share": 0.0})
+    table = diffserv.frontier_table(pd.DataFrame(rows))
+    assert list(table.marker) == ["APM", "NM"]
+    apm = table[table.marker == "APM"].iloc[0]
+    assert apm.runs == 2 and abs(apm["IN %"] - 70.0) < 1e-9
+    assert table[table.marker == "NM"].iloc[0]["IN %"] == 100.0  # the failed run left out
