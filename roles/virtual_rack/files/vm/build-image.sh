@@ -54,7 +54,8 @@ mkdir -p "$work/out"
 cp -L "$root/vmlinuz" "$work/out/vmlinuz"
 cp -L "$root/initrd.img" "$work/out/initrd.img"
 ls "$root/lib/modules" > "$work/out/kernel-release"
-mke2fs -q -t ext4 -L trialbed-root -d "$root" "$work/out/root.raw" 2G
+# (stdout carries only the JSON line: mke2fs says "Creating regular file" there)
+mke2fs -q -t ext4 -L trialbed-root -d "$root" "$work/out/root.raw" 2G >&2
 printf '%s\n' "$hash" > "$work/out/recipe.sha256"
 date -u +%Y-%m-%dT%H:%M:%SZ > "$work/out/done"
 chmod 0644 "$work"/out/*
