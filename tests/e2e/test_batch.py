@@ -71,7 +71,7 @@ def experiment(tmp_path) -> Path:
 
 def test_a_sigkilled_batch_resumes_with_every_trial_run_once(test_rack, experiment, tmp_path):
     batch = tmp_path / "batch"
-    cmd = batch_cmd(experiment, batch, test_rack.inventory)
+    cmd = batch_cmd(experiment, batch, test_rack.inventory, reps=2)
     proc = subprocess.Popen(
         cmd, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         stdin=subprocess.DEVNULL, start_new_session=True,
@@ -100,9 +100,9 @@ def test_a_sigkilled_batch_resumes_with_every_trial_run_once(test_rack, experime
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "taking over the rack lock of a process that is gone" in " ".join(again.stderr.split())
     status = trial_status(batch)
-    assert status == {"r1": "complete", "r2": "complete", "r3": "complete"}, status
+    assert status == {"r1": "complete", "r2": "complete"}, status
     done = Counter(e["trial"] for e in events(batch) if e["event"] == "done")
-    assert done == Counter({"r1": 1, "r2": 1, "r3": 1}), done
+    assert done == Counter({"r1": 1, "r2": 1}), done
     assert any(e["event"] == "takeover" and e["trial"] == killed for e in events(batch))
     for name in status:
         assert verify_manifest(batch / "trials" / name) == []
