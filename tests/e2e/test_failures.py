@@ -115,8 +115,8 @@ def test_processes_killed_and_a_full_disk_fail_the_trial_at_once(test_rack, tmp_
     print(f"failed after {ran_for_s(record):.1f} s: {record['errors']}; {record['capture']}")
     assert record["status"] == "failed"
     errors = " ".join(record["errors"])
-    assert "capture bottleneck_in on R ended at +" in errors
-    assert "tcp (bulk_tcp) on A ended at +" in errors
+    assert "capture bottleneck_in on R ended by +" in errors
+    assert "tcp (bulk_tcp) on A ended by +" in errors
     assert "R: its disk is full (0.0 MiB free in" in errors
     assert f"trial {record['trial']} failed:" in said and "its disk is full" in said
     assert ran_for_s(record) < DURATION_S / 2  # stopped by the watch, not by the schedule

@@ -1,0 +1,60 @@
+"""The trial's watch (trials/watch.py) against a host whose answers are scripted: what counts
+as a failure, and what is a process that ended on schedule while it was asked."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from core.daemons import Daemons
+from core.rack import RackError
+from trials.watch import MIN_FREE_BYTES, TrialWatch, WatchFailure
+
+
+class ScriptedRack:
+    """Answers `trialbed-daemon check` with the states given, after `delay_s`."""
+
+    def __init__(self, states: dict[str, str], free: int = 10**9, delay_s: float = 0.0):
+        self.states, self.free, self.delay_s = states, free, delay_s
+
+    def host(self, name):
+        return type("H", (), {"workdir": "/w"})()
+
+    def run(self, host, command, check=True, timeout=None):
+        if host == "gone":
+            raise RackError(f"{host}: cannot run 'x': refused") from OSError("refused")
+        time.sleep(self.delay_s)
+        asked = command.split(" check ", 1)[1].split(" --dir ")[0].split()
+        daemons = {n: {"state": self.states.get(n, "absent")} for n in asked}
+        return json.dumps({"free_bytes": self.free, "daemons": daemons})
+
+
+def watch(rack, hosts=("A",)) -> TrialWatch:
+    return TrialWatch(Daemons(rack, {h: f"/w/t/{h}" for h in hosts}), t0=time.time())
+
+
+def test_a_capture_that_ended_fails_the_trial_naming_it():
+    w = watch(ScriptedRack({"p.tcpdump": "ended", "tcp_client": "running"}))
+    w.expect("A", "p.tcpdump", "capture p", time.time() + 60)
+    w.expect("A", "tcp_client", "tcp (bulk_tcp)", time.time() + 60)
+    (problem,) = w.check()
+    assert problem.startswith("capture p on A ended by +") and "p.tcpdump: ended" in problem
+    with pytest.raises(WatchFailure, match="capture p on A"):
+        w.until(time.time() + 0.5, every_s=0.1)
+
+
+def test_a_sender_that_ends_on_schedule_while_asked_is_no_failure():
+    # The round starts before the sender's end and the answer comes after it (a slow host).
+    w = watch(ScriptedRack({"tcp_client": "ended"}, delay_s=0.3))
+    w.expect("A", "tcp_client", "tcp (bulk_tcp)", time.time() + 0.1)
+    assert w.check() == []
+
+
+def test_a_full_disk_and_a_host_that_does_not_answer():
+    w = watch(ScriptedRack({}, free=MIN_FREE_BYTES - 1), hosts=("A", "gone"))
+    problems = w.check()
+    assert any(p.startswith("A: its disk is full (4.0 MiB free in /w/t/A") for p in problems)
+    assert any(p.startswith("gone stopped answering at +") and "refused" in p for p in problems)
+    assert "gone" in w.unreachable and w.check() == [p for p in problems if p.startswith("A")]
