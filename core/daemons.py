@@ -49,6 +49,12 @@ class Daemons:
         answer = self.rack.run(host, self._helper(host, "status", name), check=False)
         return answer.strip() == "running"
 
+    def check(self, host: str, names: list[str], timeout_s: float) -> str:
+        """`trialbed-daemon check`: JSON with the free bytes of the host's trial directory and
+        each daemon's state (running, ended, absent); RackError if the host does not answer
+        within `timeout_s`."""
+        return self.rack.run(host, self._helper(host, "check", *names), timeout=timeout_s)
+
     def wait_for_log(self, host: str, name: str, text: str, timeout_s: float = 5.0) -> None:
         """Wait until the daemon's log contains `text` (e.g. tcpdump's 'listening on')."""
         self.rack.run(host, self._helper(host, "wait-log", name, text, "--timeout", str(timeout_s)))

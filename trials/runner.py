@@ -253,16 +253,18 @@ class TrialRunner:
         self.applied_by = trial
         return {"overlay": overlay.name, "recap": recap, "hosts": changed, "tags": tags or "all"}
 
+    def run_on(self, commands: dict[str, str], skip: Container[str] = ()) -> None:
+        """One command per host, the hosts at once, but those in `skip` (not answering)."""
+        todo = {h: c for h, c in commands.items() if h not in skip}
+        if todo:
+            self.rack.run_parallel(todo)
+
     def shaping_snapshot(
         self, net: ResolvedNetwork, daemons: Daemons, tag: str, skip: Container[str] = ()
     ) -> None:
         """`tc -s` of every shaped interface and the NFQUEUE counters, per host (but those
         in `skip`)."""
-        commands = {
-            h: c for h, c in self.snapshot_commands(net, daemons, tag).items() if h not in skip
-        }
-        if commands:
-            self.rack.run_parallel(commands)
+        self.run_on(self.snapshot_commands(net, daemons, tag), skip)
 
     @staticmethod
     def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
@@ -704,35 +706,11 @@ class TrialRunner:
                 )
             ]
             if net.marking:
-                counters.append(
-                    (
-                        "",
-                        "read marking counters",
-                        lambda: self.rack.run_parallel(
-                            {
-                                h: c
-                                for h, c in self.marking_commands(net, daemons, "after").items()
-                                if h not in gone
-                            }
-                        ),
-                    )
-                )
+                marking = self.marking_commands(net, daemons, "after")
+                counters.append(("", "read marking counters", lambda: self.run_on(marking, gone)))
             if self.pacing:
-                counters.append(
-                    (
-                        "",
-                        "read pacing qdiscs",
-                        lambda: self.rack.run_parallel(
-                            {
-                                h: c
-                                for h, c in self.pacing_commands(
-                                    self.pacing, daemons, "after"
-                                ).items()
-                                if h not in gone
-                            }
-                        ),
-                    )
-                )
+                pacing = self.pacing_commands(self.pacing, daemons, "after")
+                counters.append(("", "read pacing qdiscs", lambda: self.run_on(pacing, gone)))
             if "t0" in record["times"]:
                 counters += [
                     (

@@ -56,9 +56,8 @@ class TrialWatch:
 
     def check_host(self, host: str, now: float) -> list[str]:
         watched = [n for n, (_, until) in self.expected.get(host, {}).items() if now < until]
-        helper = self.daemons._helper(host, "check", *(watched or ["-"]))
         try:
-            answer = json.loads(self.daemons.rack.run(host, helper, timeout=CHECK_TIMEOUT_S))
+            answer = json.loads(self.daemons.check(host, watched or ["-"], CHECK_TIMEOUT_S))
         except (RackError, ValueError) as exc:
             cause = str(exc.__cause__ or exc)[-300:]  # the SSH error, not the command
             self.unreachable[host] = f"stopped answering at {self.since_t0(now)} ({cause})"
