@@ -66,7 +66,11 @@ def main() -> int:
                 missed = (now - next_ns) // period + 1
                 skipped += missed
                 next_ns += missed * period
-            time.sleep((next_ns - time.time_ns()) / 1e9 if next_ns > time.time_ns() else 0)
+            # One reading of the clock: two could straddle the deadline and ask for a
+            # negative sleep (seen once in CI: the sampler died with ValueError).
+            wait_ns = next_ns - time.time_ns()
+            if wait_ns > 0:
+                time.sleep(wait_ns / 1e9)
     except Stop:
         pass
     out.write(

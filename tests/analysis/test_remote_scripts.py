@@ -50,6 +50,17 @@ def test_tc_sampler_every_10_ms(tmp_path: Path) -> None:
     assert gaps.min() > 0 and off_grid.median() < 2_000_000  # on the 10 ms grid
 
 
+def test_tc_sampler_survives_overrunning_every_slot(tmp_path: Path) -> None:
+    # A 1 µs grid: every tc call overruns and each wait is computed a hair from its deadline
+    # (once in CI a wait came out negative and the sampler died with ValueError mid-trial).
+    proc = start(tc_sampler_command(["lo"], out="tc_samples.jsonl", interval_ms=0.001), tmp_path)
+    time.sleep(3)
+    assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+    stop(proc)
+    end = (tmp_path / "tc_samples.jsonl").read_text().splitlines()[-1]
+    assert '"end": true' in end and '"skipped": 0' not in end
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="tracefs needs root")
 def test_tcp_probe_records_a_loopback_transfer(tmp_path: Path) -> None:
     cmd = tcp_probe_command(["127.0.0.1"], out="tcp_probe.txt", tag="test trial/1")

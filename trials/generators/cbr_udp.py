@@ -122,7 +122,11 @@ class CbrUdp(TrafficGenerator):
         log = trial_dir / self.sender / f"{self.name}_replay.log"
         text = log.read_text(errors="replace") if log.exists() else ""
         if "Actual:" not in text:
-            said = text.strip()[-300:] or "no output"
+            # "File Cache is enabled" is tcpreplay's banner for --preload-pcap, not a cause.
+            lines = [ln for ln in text.splitlines() if ln.strip() and "File Cache" not in ln]
+            said = "\n".join(lines).strip()[-300:]
+            if not said:
+                said = "it printed no statistics (stopped before its end, or never started)"
             return [f"{self.name}: tcpreplay on {self.sender} did not finish: {said}"]
         return []
 
