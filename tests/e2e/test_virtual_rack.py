@@ -117,6 +117,37 @@ def test_second_chain_rack_up_changes_nothing(chain_rack):
     assert recap(again.stdout)["localhost"]["changed"] == 0
 
 
+def test_experiment_neighbours_are_permanent(test_rack):
+    # No ARP on the experiment links: a router's probe would queue (and drop) with the traffic.
+    rack = Rack.load([test_rack.inventory])
+    try:
+        links = {h: json.loads(rack.run(h, "ip -j addr show")) for h in rack.hosts}
+        mac_of = {
+            a["local"]: link["address"]
+            for h in links
+            for link in links[h]
+            if link["ifname"] != "mgmt"
+            for a in link.get("addr_info", [])
+            if a["family"] == "inet" and a["local"].startswith("198.18.")
+        }
+        neighbours = {
+            h: {
+                n["dst"]: (n["lladdr"], n["state"])
+                for n in json.loads(rack.run(h, "ip -j neigh show"))
+                if n["dev"] != "mgmt"
+            }
+            for h in rack.hosts
+        }
+    finally:
+        rack.close()
+    assert neighbours["R"] == {
+        ip: (mac, ["PERMANENT"]) for ip, mac in mac_of.items() if not ip.endswith(".1")
+    }
+    assert neighbours["A"] == {
+        ip: (mac_of[ip], ["PERMANENT"]) for ip in ("198.18.1.1", "198.18.1.12")
+    }
+
+
 def route(rack: Rack, host: str, to: str) -> dict:
     return json.loads(rack.run(host, f"ip -j route get {to}"))[0]
 

@@ -163,6 +163,39 @@ class Net:
         for host, ifs in plan.items():
             ns = p["prefix"] + host
             self.ensure_host(ns, ifs, topo["hosts"][host] or {}, root, ns in existing)
+        self.ensure_neighbours(plan, p["prefix"])
+
+    def ensure_neighbours(self, plan: dict[str, list[dict]], prefix: str) -> None:
+        """Permanent ARP entries between the hosts of each experiment segment. A router's ARP
+        probe otherwise waits in the bottleneck queue with the traffic: dropped there, it is a
+        tc drop no capture sees, and unanswered probes make the kernel drop traffic itself."""
+        present = self.namespaces()
+        on_segment: dict[str, list[tuple[str, str, str, str]]] = {}
+        for host, ifs in plan.items():
+            ns = prefix + host
+            if ns not in present:  # check mode on a rack not built yet
+                continue
+            links = self.ip_json(ns, "link", "show")
+            macs = {link["ifname"]: link.get("address") for link in links}
+            for itf in ifs:
+                name = itf["name"]
+                if name != "mgmt" and macs.get(name):
+                    address = itf["address"].split("/")[0]
+                    on_segment.setdefault(itf["bridge"], []).append((ns, name, address, macs[name]))
+        for members in on_segment.values():
+            for ns, dev, _, _ in members:
+                have = {
+                    (n.get("dst"), n.get("lladdr"))
+                    for n in self.ip_json(ns, "neigh", "show", "dev", dev)
+                    if "PERMANENT" in n.get("state", [])
+                }
+                for other_ns, _, address, mac in members:
+                    if other_ns != ns and (address, mac) not in have:
+                        self.change(
+                            f"{ns}:{dev} neighbour {address} at {mac}",
+                            *self.ip(ns, "neigh", "replace", address, "lladdr", mac),
+                            *("dev", dev, "nud", "permanent"),
+                        )
 
     def ensure_host(self, ns: str, ifs: list[dict], spec: dict, root: dict, exists: bool) -> None:
         if exists:
