@@ -221,8 +221,14 @@ def first_flight(rack: Rack, tag: str, local: Path) -> dict:
     rack.run(SENDER, f"rm -f {shlex.quote(pcap)}")
     packets = read_pcap(local)
     data = packets[(packets.src == ip_to_int(str(src))) & (packets.payload_len > 0)]
+    seen = (
+        f"{len(packets)} packets in {SENDER}'s capture on {iface}, {len(data)} with data from "
+        f"{src}; the sink's log: {rack.run(RECEIVER, f'cat {remote[RECEIVER]}/sink.log')!r}"
+    )
+    assert len(data), seen
     start = data.ts_ns.iloc[0]
     back = packets[(packets.dst == ip_to_int(str(src))) & (packets.ts_ns > start)]
+    assert len(back), seen
     first_ack = back.ts_ns.iloc[0]
     before = data[data.ts_ns < first_ack]
     new = before.drop_duplicates("seq")
