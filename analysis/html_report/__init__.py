@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pandas as pd
 
-from analysis.html_report import collateral_damage, compare, eft, provenance, startup
+from analysis.html_report import collateral_damage, compare, diffserv, eft, provenance, startup
 from analysis.html_report.page import Page
 from analysis.results import load
 from core.units import parse_duration_ns
@@ -26,6 +26,7 @@ __all__ = ["AUTO", "FAMILIES", "write_report"]
 
 FAMILIES: dict[str, ModuleType] = {
     "collateral_damage": collateral_damage,
+    "diffserv": diffserv,
     "eft": eft,
     "startup": startup,
 }

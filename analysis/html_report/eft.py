@@ -23,6 +23,13 @@ METRICS = {
 DIGITS = {k: 3 for k in METRICS} | {"throughput_median_mbps": 2}
 
 
+def groups(trials: pd.DataFrame) -> list[str]:
+    """What a batch is compared with the previous one by (the comparison needs it; without it
+    a second EFT batch's report failed)."""
+    wanted = ["workload", "protocol", "rate_mbps", "send_bytes", "file_bytes", "pairs"]
+    return [c for c in wanted if c in trials] or ["family"]
+
+
 def usable(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[(trials.status == "complete") & trials.analysed.astype(bool)]
 

@@ -78,3 +78,29 @@ def test_one_row_per_marker_and_threshold():
     apm = table[table.marker == "APM"].iloc[0]
     assert apm.runs == 2 and abs(apm["IN %"] - 70.0) < 1e-9
     assert table[table.marker == "NM"].iloc[0]["IN %"] == 100.0  # the failed run left out
+
+
+def test_html_sections_write_the_table_and_one_curve_per_marker(tmp_path):
+    from analysis.html_report import diffserv as html
+    from analysis.html_report.page import Page
+
+    rows = []
+    for marker, in_min, goodput in (("APM", 9, 4e6), ("APM", 27, 5e6), ("NM", 9, 5.5e6)):
+        rows.append(
+            {"trial": f"{marker}{in_min}", "status": "complete", "analysed": True,
+             "marker": marker, "rio_in_min_pkt": in_min, "rio_out_min_pkt": 2,
+             "in_share": 0.5, "drop_total": 0.01, "drop_in": 0.0, "drop_out": 0.02,
+             "goodput_bps": goodput, "utilization": goodput / 6e6, "transit_mean_ms": in_min,
+             **{f"fct_{p}pkt_mean_ms": float(p) for p in diffserv.FCT_CLASSES}}
+        )  # fmt: skip
+    rows.append({**rows[0], "trial": "x", "status": "failed", "goodput_bps": 1.0})
+    page = Page("t", tmp_path)
+    html.sections(page, tmp_path, pd.DataFrame(rows))
+    assert {"diffserv_frontier.csv", "diffserv_delay_frontier.png"} <= set(page.files)
+    csv = pd.read_csv(tmp_path / "diffserv_frontier.csv")
+    assert list(zip(csv.marker, csv["goodput Mbit/s"], strict=True)) == [
+        ("APM", 4.0), ("APM", 5.0), ("NM", 5.5)
+    ]  # fmt: skip
+    lines = dict(html.curves(diffserv.frontier_table(pd.DataFrame(rows))))
+    assert list(lines["APM"]["transit ms"]) == [9, 27] and len(lines["NM"]) == 1
+    assert html.groups(pd.DataFrame(rows))[0] == "marker"

@@ -1,0 +1,107 @@
+"""The DiffServ family (seed 004, ../shared/EXPERIMENTS.md §4) in the HTML report: the table of
+IN % and drop % per marker and RIO threshold (the same numbers as the terminal report,
+analysis/families/diffserv.py), and the paper's performance frontiers: mean packet delay vs
+goodput, and mean flow completion time vs goodput for 1-, 18- and 190-packet flows, one point
+per threshold setting, one curve per marker (and offered load)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.families import diffserv as family
+from analysis.html_report.page import Page, plt
+
+TITLE = "Adaptive packet marking over DiffServ (Neglia, Bianchi, Sottile)"
+METRICS = {
+    "in_share": "IN share of the packets at the core",
+    "drop_total": "drop share at the core",
+    "goodput_bps": "goodput of the web flows (bit/s)",
+    "transit_mean_ms": "mean transit through the core (ms)",
+}
+DIGITS = {"in_share": 3, "drop_total": 4, "goodput_bps": 0, "transit_mean_ms": 1}
+LOAD = "load each"
+
+
+def usable(trials: pd.DataFrame) -> pd.DataFrame:
+    return trials[(trials.status == "complete") & trials.analysed.astype(bool)]
+
+
+def groups(trials: pd.DataFrame) -> list[str]:
+    """What a batch is compared with the previous one by: marker, RIO thresholds, load."""
+    wanted = ["marker", "rio_in_min_pkt", "rio_out_min_pkt", "factor:traffic[*].load"]
+    return [c for c in wanted if c in trials] or ["family"]
+
+
+def curves(front: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One curve per marker (and offered load when the batch has several), its points ordered
+    by goodput."""
+    by = ["marker", LOAD] if LOAD in front and front[LOAD].nunique() > 1 else ["marker"]
+    out = []
+    for key, rows in front.groupby(by, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        label = " ".join(str(k) for k in key if pd.notna(k))
+        out.append((label, rows.sort_values("goodput Mbit/s")))
+    return out
+
+
+def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
+    ok = usable(trials)
+    page.section("DiffServ: IN and drop shares per marker")
+    front = family.frontier_table(ok) if not ok.empty else pd.DataFrame()
+    if front.empty:
+        page.warn("No complete, analysed trial in this batch: no table or figure of the family.")
+        return
+    shortened = sorted({x for x in ok.get("shortened", []) if isinstance(x, str)})
+    if shortened:
+        page.warn(
+            f"SHORTENED: {'; '.join(shortened)} (the paper: 500 s per run, the first 50 s "
+            "discarded); the numbers below are not the paper's setting."
+        )
+    page.text(
+        "IN % and drop %: GRED's per-virtual-queue counters at the core (VQ 0 IN, VQ 1 OUT), "
+        "over the whole trial. Goodput: the web flows' payload delivered in the steady window "
+        "(after the warm-up), from the captures. Transit: capture before the core to capture "
+        "after it (queue, link delay, the edge marker's time), mean over the packets forwarded "
+        "in the middle window. FCT: SYN to last data packet, mean weighted by each "
+        "generator's number of flows of that size."
+    )
+    page.table(
+        front,
+        "Per marker and RIO threshold (means over the runs): the paper's table of IN % and "
+        "drop % (total, IN, OUT), with goodput, delay and FCT",
+        csv="diffserv_frontier.csv",
+        digits={"IN min (pkt)": 0, "OUT min (pkt)": 0, "runs": 0, "goodput Mbit/s": 3},
+    )
+    lines = curves(front)
+    page.section("DiffServ: performance frontiers")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, rows in lines:
+        ax.plot(rows["goodput Mbit/s"], rows["transit ms"], marker="o", label=label)
+    ax.set_xlabel("goodput (Mbit/s)")
+    ax.set_ylabel("mean packet delay through the core (ms)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    page.figure(
+        fig,
+        "diffserv_delay_frontier.png",
+        "Mean packet delay vs goodput: one point per RIO threshold setting, one curve per "
+        "marker (the paper's delay frontier).",
+    )
+    fig, axes = plt.subplots(1, len(family.FCT_CLASSES), figsize=(12, 4))
+    for ax, packets in zip(axes, family.FCT_CLASSES, strict=True):
+        column = f"FCT {packets} pkt ms"
+        for label, rows in lines:
+            ax.plot(rows["goodput Mbit/s"], rows[column], marker="o", label=label)
+        ax.set_title(f"{packets}-packet flows")
+        ax.set_xlabel("goodput (Mbit/s)")
+        ax.set_ylabel("mean FCT (ms)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    page.figure(
+        fig,
+        "diffserv_fct_frontier.png",
+        "Mean flow completion time vs goodput for 1-, 18- and 190-packet flows: one point per "
+        "RIO threshold setting, one curve per marker (the paper's FCT frontiers).",
+    )
