@@ -142,6 +142,8 @@ def bottleneck_queue(
         # Capture to capture across the router (its queue, its link's delay, an edge
         # marker's time), mean over the packets forwarded in the window (seed 004's delay).
         "transit_mean_ms_in_window": transit_mean_ms(judged, window),
+        # The least of them (an empty queue): seed 004's delay is normalized by it.
+        "transit_min_ms_in_window": transit_mean_ms(judged, window, "min"),
         **{
             f"queue_{k}_in_window": v
             for k, v in queue_summary(queue, start_ns=window[0], end_ns=window[1]).items()
@@ -150,11 +152,13 @@ def bottleneck_queue(
     }, tables
 
 
-def transit_mean_ms(matched: pd.DataFrame, window: tuple[int, int]) -> float | None:
+def transit_mean_ms(
+    matched: pd.DataFrame, window: tuple[int, int], how: str = "mean"
+) -> float | None:
     inside = matched[matched.forwarded & (matched.ts_ns >= window[0]) & (matched.ts_ns < window[1])]
     if inside.empty:
         return None
-    return float((inside.ts_out_ns - inside.ts_ns).mean() / 1e6)
+    return float((inside.ts_out_ns - inside.ts_ns).agg(how) / 1e6)
 
 
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:

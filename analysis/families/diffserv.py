@@ -88,6 +88,9 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     out["utilization"] = out["goodput_bps"] / rate if rate and out["goodput_bps"] else None
     queue = (summary.get("queues") or {}).get(bottleneck.get("link"), {})
     out["transit_mean_ms"] = queue.get("transit_mean_ms_in_window")
+    least = queue.get("transit_min_ms_in_window")
+    # Normalized per-packet delay: the mean transit over the least one (an empty queue).
+    out["delay_normalized"] = out["transit_mean_ms"] / least if least else None
     for packets in FCT_CLASSES:
         n = sum(s.get(f"fct_{packets}pkt_flows") or 0 for s in web.values())
         weighted = sum(
@@ -125,6 +128,7 @@ def frontier_table(table: pd.DataFrame) -> pd.DataFrame:
                 "goodput Mbit/s": r.goodput_bps.mean() / 1e6,
                 "utilization %": 100 * r.utilization.mean(),
                 "transit ms": r.transit_mean_ms.mean(),
+                "normalized delay": r.delay_normalized.mean(),
                 **{f"FCT {p} pkt ms": r[f"fct_{p}pkt_mean_ms"].mean() for p in FCT_CLASSES},
             }
         )

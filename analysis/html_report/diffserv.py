@@ -89,6 +89,20 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "Mean packet delay vs goodput: one point per RIO threshold setting, one curve per "
         "marker (the paper's delay frontier).",
     )
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, rows in lines:
+        by_use = rows.sort_values("utilization %")
+        ax.plot(by_use["utilization %"], by_use["normalized delay"], marker="o", label=label)
+    ax.set_xlabel("utilization of the bottleneck (%)")
+    ax.set_ylabel("mean packet delay / least packet delay")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    page.figure(
+        fig,
+        "diffserv_normalized_delay.png",
+        "Normalized per-packet delay vs utilization: the mean transit through the core over "
+        "the least one seen (an empty queue), one point per RIO threshold setting.",
+    )
     fig, axes = plt.subplots(1, len(family.FCT_CLASSES), figsize=(12, 4))
     for ax, packets in zip(axes, family.FCT_CLASSES, strict=True):
         column = f"FCT {packets} pkt ms"

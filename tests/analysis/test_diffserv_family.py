@@ -38,7 +38,7 @@ def summary(payload: tuple[int, int], fct1: tuple[float, float]) -> dict:
     ]
     return {
         "generators": {"web1": gen[0], "web2": gen[1]},
-        "queues": {"core": {"transit_mean_ms_in_window": 80.0}},
+        "queues": {"core": {"transit_mean_ms_in_window": 80.0, "transit_min_ms_in_window": 40.0}},
     }
 
 
@@ -52,7 +52,7 @@ def test_shares_from_the_counters_and_goodput_from_the_payload():
     assert s["drop_in"] == 0.01 and s["drop_out"] == 0.3
     assert s["goodput_bps"] == 240_000_000 * 8 / 450
     assert abs(s["utilization"] - s["goodput_bps"] / 6e6) < 1e-12
-    assert s["transit_mean_ms"] == 80.0
+    assert s["transit_mean_ms"] == 80.0 and s["delay_normalized"] == 2.0
     # FCT means are weighted by each generator's flow count (10 and 20).
     assert s["fct_1pkt_flows"] == 30 and abs(s["fct_1pkt_mean_ms"] - 500 / 3) < 1e-9
     assert (
@@ -70,6 +70,7 @@ def test_one_row_per_marker_and_threshold():
             {"status": "complete", "marker": marker, "rio_in_min_pkt": in_min,
              "rio_out_min_pkt": 2, "in_share": in_share, "drop_total": 0.01, "drop_in": 0.0,
              "drop_out": 0.02, "goodput_bps": 5e6, "utilization": 5 / 6, "transit_mean_ms": 70.0,
+             "delay_normalized": 1.5,
              **{f"fct_{p}pkt_mean_ms": 100.0 for p in diffserv.FCT_CLASSES}}
         )  # fmt: skip
     rows.append({**rows[0], "status": "failed", "in_share": 0.0})
@@ -91,12 +92,16 @@ def test_html_sections_write_the_table_and_one_curve_per_marker(tmp_path):
              "marker": marker, "rio_in_min_pkt": in_min, "rio_out_min_pkt": 2,
              "in_share": 0.5, "drop_total": 0.01, "drop_in": 0.0, "drop_out": 0.02,
              "goodput_bps": goodput, "utilization": goodput / 6e6, "transit_mean_ms": in_min,
+             "delay_normalized": in_min / 9,
              **{f"fct_{p}pkt_mean_ms": float(p) for p in diffserv.FCT_CLASSES}}
         )  # fmt: skip
     rows.append({**rows[0], "trial": "x", "status": "failed", "goodput_bps": 1.0})
     page = Page("t", tmp_path)
     html.sections(page, tmp_path, pd.DataFrame(rows))
-    assert {"diffserv_frontier.csv", "diffserv_delay_frontier.png"} <= set(page.files)
+    assert {
+        "diffserv_frontier.csv", "diffserv_delay_frontier.png", "diffserv_fct_frontier.png",
+        "diffserv_normalized_delay.png",
+    } <= set(page.files)  # fmt: skip
     csv = pd.read_csv(tmp_path / "diffserv_frontier.csv")
     assert list(zip(csv.marker, csv["goodput Mbit/s"], strict=True)) == [
         ("APM", 4.0), ("APM", 5.0), ("NM", 5.5)
