@@ -18,6 +18,7 @@ import pandas as pd
 from analysis.captures import Captures, bottleneck_hop
 from analysis.dscp import dscp_per_flow, marking_counters
 from analysis.families import FAMILIES
+from analysis.gred_lockout import gred_lockout
 from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
@@ -161,6 +162,23 @@ def transit_mean_ms(
     return float((inside.ts_out_ns - inside.ts_ns).agg(how) / 1e6)
 
 
+def rio_lockout(trial_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Per RIO queue ("host:iface"), the time its IN queue was locked out during the trial
+    (analysis.gred_lockout), from the router's tc samples."""
+    t0 = record.get("times", {}).get("t0_ns")
+    if not t0:
+        return {}
+    end = t0 + parse_duration_ns(record["parameters"]["duration"])
+    out = {}
+    for where in record.get("rio") or {}:
+        host, iface = where.split(":", 1)
+        samples = trial_dir / host / TC_SAMPLES
+        found = gred_lockout(samples, iface, t0, end) if samples.exists() else None
+        if found:
+            out[where] = found
+    return out
+
+
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     record = json.loads((trial_dir / "trial.json").read_text())
     caps = Captures(trial_dir, record)
@@ -184,6 +202,7 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
             queues[link], tables = result
             for kind, frame in tables.items():
                 frames.setdefault(kind, []).append(frame)
+    lockout = rio_lockout(trial_dir, record)
     for kind, parts in frames.items():
         table = addresses_as_strings(pd.concat(parts, ignore_index=True))
         table.to_parquet(out_dir / f"{kind}.parquet", index=False)
@@ -200,6 +219,7 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
             k: v.get("dropped_by_kernel", 0) for k, v in record.get("capture", {}).items()
         },
         **({"marking": marking_counters(record)} if record.get("marking") else {}),
+        **({"rio_lockout": lockout} if lockout else {}),
     }
     family = FAMILIES.get(record.get("family"))
     if family is not None:

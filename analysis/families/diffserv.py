@@ -67,6 +67,8 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
             drop_total=(d_in + d_out) / total if total else None,
             drop_in=d_in / n_in if n_in else None,
             drop_out=d_out / n_out if n_out else None,
+            # Seconds its IN queue was locked out (analysis.gred_lockout): None without samples.
+            lockout_s=((summary.get("rio_lockout") or {}).get(where) or {}).get("locked_s"),
         )
     web = {
         n: s
@@ -129,6 +131,7 @@ def frontier_table(table: pd.DataFrame) -> pd.DataFrame:
                 "utilization %": 100 * r.utilization.mean(),
                 "transit ms": r.transit_mean_ms.mean(),
                 "normalized delay": r.delay_normalized.mean(),
+                "IN locked out s": r.lockout_s.mean() if "lockout_s" in r else None,
                 **{f"FCT {p} pkt ms": r[f"fct_{p}pkt_mean_ms"].mean() for p in FCT_CLASSES},
             }
         )
@@ -173,6 +176,8 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
                 f"OUT {fmt(100 * (r.drop_out or 0), 2)} %)",
             )
         )
+    if r.get("lockout_s"):
+        rows.append(("RIO lockout", f"IN average above max, queue empty, for {r.lockout_s:.1f} s"))
     if pd.notna(r.get("utilization")):
         rows.append(
             (

@@ -59,6 +59,16 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
             f"SHORTENED: {'; '.join(shortened)} (the paper: 500 s per run, the first 50 s "
             "discarded); the numbers below are not the paper's setting."
         )
+    locked = ok[ok.lockout_s.fillna(0) > 1] if "lockout_s" in ok else ok.iloc[:0]
+    if len(locked):
+        page.warn(
+            f"{len(locked)} trial(s) had their IN queue locked out for more than 1 s (longest "
+            f"{locked.lockout_s.max():.1f} s; {', '.join(locked.trial)}): GRED's IN average "
+            "stayed at or above its max with the queue empty, so every IN packet was dropped. "
+            "Linux GRED does not restart its idle clock after dropping into an empty queue: "
+            "its average decays per arriving packet, not with idle time as in ns-2's RED "
+            "(the paper's). Read these trials' IN/drop shares with that in mind."
+        )
     page.text(
         "IN % and drop %: GRED's per-virtual-queue counters at the core (VQ 0 IN, VQ 1 OUT), "
         "over the whole trial. Goodput: the web flows' payload delivered in the steady window "
