@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import shlex
+import socket
 import subprocess
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -129,6 +130,7 @@ class Rack:
         return None
 
     def connection(self, name: str) -> Connection:
+        """The host's SSH connection (opened at its first use, then kept)."""
         if name not in self._connections:
             host = self.host(name)
             kwargs: dict[str, Any] = {"look_for_keys": False, "allow_agent": False}
@@ -139,6 +141,7 @@ class Rack:
             conn = Connection(
                 host.address, user=host.user, connect_kwargs=kwargs, connect_timeout=15
             )
+            conn.open = _failing_fast(conn.open, conn)  # type: ignore[method-assign]
             known = host.vars.get("trialbed_known_hosts")
             if known:
                 # Host keys come from the inventory's known_hosts; an unknown key is refused.
@@ -186,3 +189,27 @@ class Rack:
         for conn in self._connections.values():
             conn.close()
         self._connections.clear()
+
+
+# A host whose link goes down (a cable pulled, a host hung) must fail a call within seconds:
+# without this, opening a channel to it waited for TCP's retransmissions (about 15 minutes),
+# since neither Fabric's command timeout nor paramiko's channel open covers that wait.
+UNACKED_LIMIT_MS = 15_000  # data unacknowledged this long ends the connection
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 3, 3  # idle: about 14 s
+
+
+def _failing_fast(open_connection: Any, conn: Connection) -> Any:
+    """Wrap Connection.open: once open, its TCP socket gives up on an unreachable peer."""
+
+    def opened(*args: Any, **kwargs: Any) -> Any:
+        result = open_connection(*args, **kwargs)
+        sock = getattr(conn.client.get_transport(), "sock", None)
+        if isinstance(sock, socket.socket):  # not through a ProxyCommand
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, UNACKED_LIMIT_MS)
+        return result
+
+    return opened

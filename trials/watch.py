@@ -59,7 +59,9 @@ class TrialWatch:
         try:
             answer = json.loads(self.daemons.check(host, watched or ["-"], CHECK_TIMEOUT_S))
         except (RackError, ValueError) as exc:
-            cause = str(exc.__cause__ or exc)[-300:]  # the SSH error, not the command
+            error = exc.__cause__ or exc  # the SSH error, not the command
+            # A link that went down times out with no words of its own: name the error.
+            cause = str(error)[-300:] or f"{type(error).__name__}: no answer within its timeout"
             self.unreachable[host] = f"stopped answering at {self.since_t0(now)} ({cause})"
             return [f"{host} {self.unreachable[host]}"]
         # Judged at the answer, not at the question: on a slow host (the VM rack under TCG:

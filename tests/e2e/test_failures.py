@@ -1,7 +1,8 @@
 """What goes wrong on a lab rack in the middle of a trial, made real on the test rack: a capture
-and a sender killed, a host's sshd killed, a host's disk filled, the controller's results
-disk full. Each trial fails at once (the trial's watch, trials/watch.py) with the cause named,
-the network is restored where hosts answer, and nothing already captured is lost."""
+and a sender killed, a host's sshd killed, a host's management link down, a host's disk filled,
+the controller's results disk full. Each trial fails at once (the trial's watch,
+trials/watch.py) with the cause named, the network is restored where hosts answer, and nothing
+already captured is lost."""
 
 from __future__ import annotations
 
@@ -131,12 +132,18 @@ def test_processes_killed_and_a_full_disk_fail_the_trial_at_once(test_rack, tmp_
     rack_is_clean(test_rack)
 
 
-def test_a_host_whose_sshd_is_killed_fails_the_trial_and_the_others_are_restored(
-    test_rack, tmp_path
-):
+def mgmt_link(host: str, state: str) -> None:
+    """The host's management link (its cable to the controller) up or down."""
+    subprocess.run(["ip", "-n", PREFIX + host, "link", "set", "mgmt", state], check=True)
+
+
+def test_hosts_that_stop_answering_fail_the_trial_and_the_others_are_restored(test_rack, tmp_path):
+    """D's sshd is killed (SSH is refused at once) and B's management link goes down (SSH
+    waits until its timeout, as when a cable is pulled or a host hangs)."""
     proc = start(test_rack, tmp_path)
     wait_for_daemon(proc, test_rack, "B", "voip_replay")
     time.sleep(4)
+    mgmt_link("B", "down")
     pids = subprocess.run(
         ["ip", "netns", "pids", PREFIX + "D"], capture_output=True, text=True, check=True
     ).stdout.split()
@@ -148,24 +155,28 @@ def test_a_host_whose_sshd_is_killed_fails_the_trial_and_the_others_are_restored
         said, record, trial_dir = finish(proc, tmp_path / "results")
         print(f"failed after {ran_for_s(record):.1f} s: {record['errors']}")
         errors = " ".join(record["errors"])
-        assert "D stopped answering at +" in errors
-        assert "D not stopped nor collected" in errors
+        for host in "BD":
+            assert f"{host} stopped answering at +" in errors
+            assert f"{host} not stopped nor collected" in errors
+            assert f"restore: {host} did not answer" in said
         assert ran_for_s(record) < DURATION_S / 2
-        assert "restore: D did not answer" in said
         # The hosts that answer were collected and restored.
         assert verify_manifest(trial_dir) == []
         assert (trial_dir / "R" / "bottleneck_in.pcap").stat().st_size > 10_000
-        assert not (trial_dir / "D").exists()
-        rack_is_clean(test_rack, "ABCR")
-        # D keeps what it had: the UDP sink still runs, its files are where they were.
+        assert not (trial_dir / "D").exists() and not (trial_dir / "B").exists()
+        rack_is_clean(test_rack, "ACR")
+        # D and B keep what they had: D's UDP sink, B's UDP sender (its link is down, the
+        # process does not know), their files where they were.
         assert "voip_sink.log" in {p.name for p in trials_dir(test_rack, "D").glob("*/*/*")}
+        assert "voip_replay.log" in {p.name for p in trials_dir(test_rack, "B").glob("*/*/*")}
     finally:
-        # D answers again (rack-up starts its sshd); teardown.yml stops what it still ran.
+        mgmt_link("B", "up")
+        # D answers again (rack-up starts its sshd); teardown.yml stops what they still ran.
         up = test_rack.rack("present")
         assert up.returncode == 0, up.stdout[-3000:]
     down = test_rack.playbook("teardown.yml", "-i", str(test_rack.inventory))
     assert down.returncode == 0, down.stdout[-3000:]
-    assert recap(down.stdout)["D"]["unreachable"] == 0
+    assert recap(down.stdout)["D"]["unreachable"] == recap(down.stdout)["B"]["unreachable"] == 0
     rack_is_clean(test_rack)
 
 
