@@ -82,9 +82,11 @@ class TrialWatch:
             if answered >= until:
                 continue  # it may have ended on schedule before the check ran
             said = f": its log ends {state['log']!r}" if state.get("log") else ""
+            # A writer that found no room ends for that reason: say so next to it.
+            full = "; the host's disk is full, which may be why" if free < MIN_FREE_BYTES else ""
             problems.append(
                 f"{what} on {host} ended by {self.since_t0(answered)}, before the trial "
-                f"({name}: {state['state']}{said})"
+                f"({name}: {state['state']}{said}{full})"
             )
         return problems
 

@@ -58,3 +58,17 @@ def test_a_full_disk_and_a_host_that_does_not_answer():
     assert any(p.startswith("A: its disk is full (4.0 MiB free in /w/t/A") for p in problems)
     assert any(p.startswith("gone stopped answering at +") and "refused" in p for p in problems)
     assert "gone" in w.unreachable and w.check() == [p for p in problems if p.startswith("A")]
+
+
+def test_a_process_that_ended_on_a_full_disk_is_tied_to_it():
+    w = watch(ScriptedRack({"tc_sampler": "ended"}, free=MIN_FREE_BYTES - 1))
+    w.expect("A", "tc_sampler", "recorder tc_sampler", time.time() + 60)
+    disk, sampler = w.check()
+    assert disk.startswith("A: its disk is full")
+    assert sampler.startswith("recorder tc_sampler on A ended by +")
+    assert sampler.endswith("the host's disk is full, which may be why)")
+    # With room left, no such remark.
+    w = watch(ScriptedRack({"tc_sampler": "ended"}))
+    w.expect("A", "tc_sampler", "recorder tc_sampler", time.time() + 60)
+    (alone,) = w.check()
+    assert "disk" not in alone
