@@ -86,33 +86,20 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     )
     lines = curves(front)
     page.section("DiffServ: performance frontiers")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, rows in lines:
-        ax.plot(rows["goodput Mbit/s"], rows["transit ms"], marker="o", label=label)
-    ax.set_xlabel("goodput (Mbit/s)")
-    ax.set_ylabel("mean packet delay through the core (ms)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    page.figure(
-        fig,
+    one_curve_per_marker(
+        page, lines, ("goodput Mbit/s", "goodput (Mbit/s)"),
+        ("transit ms", "mean packet delay through the core (ms)"),
         "diffserv_delay_frontier.png",
         "Mean packet delay vs goodput: one point per RIO threshold setting, one curve per "
         "marker (the paper's delay frontier).",
-    )
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, rows in lines:
-        by_use = rows.sort_values("utilization %")
-        ax.plot(by_use["utilization %"], by_use["normalized delay"], marker="o", label=label)
-    ax.set_xlabel("utilization of the bottleneck (%)")
-    ax.set_ylabel("mean packet delay / least packet delay")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    page.figure(
-        fig,
+    )  # fmt: skip
+    one_curve_per_marker(
+        page, lines, ("utilization %", "utilization of the bottleneck (%)"),
+        ("normalized delay", "mean packet delay / least packet delay"),
         "diffserv_normalized_delay.png",
         "Normalized per-packet delay vs utilization: the mean transit through the core over "
         "the least one seen (an empty queue), one point per RIO threshold setting.",
-    )
+    )  # fmt: skip
     fig, axes = plt.subplots(1, len(family.FCT_CLASSES), figsize=(12, 4))
     for ax, packets in zip(axes, family.FCT_CLASSES, strict=True):
         column = f"FCT {packets} pkt ms"
@@ -129,3 +116,23 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "Mean flow completion time vs goodput for 1-, 18- and 190-packet flows: one point per "
         "RIO threshold setting, one curve per marker (the paper's FCT frontiers).",
     )
+
+
+def one_curve_per_marker(
+    page: Page,
+    lines: list[tuple[str, pd.DataFrame]],
+    x: tuple[str, str],
+    y: tuple[str, str],
+    name: str,
+    caption: str,
+) -> None:
+    """One figure: column x[0] against y[0] (axis labels x[1], y[1]), one curve per marker."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, rows in lines:
+        ordered = rows.sort_values(x[0])
+        ax.plot(ordered[x[0]], ordered[y[0]], marker="o", label=label)
+    ax.set_xlabel(x[1])
+    ax.set_ylabel(y[1])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    page.figure(fig, name, caption)
