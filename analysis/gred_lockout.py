@@ -12,9 +12,10 @@ lasts seconds: measured on the VM rack, 15 s of a 20 s trial at 1.5 Mbit/s under
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
+
+from analysis.tc_samples import sample_records
 
 __all__ = ["gred_lockout"]
 
@@ -24,25 +25,20 @@ def gred_lockout(samples: Path, dev: str, start_ns: int, end_ns: int) -> dict[st
     GRED had its IN queue (VQ 0) average, with the VQs of better priority in RIO mode, at or
     above VQ 0's max while its backlog was zero; None without GRED samples of `dev`."""
     points: list[tuple[int, bool]] = []
-    with open(samples) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a last line cut short
-            if rec.get("end") or rec.get("dev") != dev:
-                continue
-            gred = next((q for q in rec["qdiscs"] if q.get("kind") == "gred"), None)
-            if gred is None:
-                continue
-            opts = gred.get("options", {})
-            vqs = {vq["vq"]: vq for vq in opts.get("vqs", [])}
-            if 0 not in vqs:
-                continue
-            avg = vqs[0]["qave"]
-            if opts.get("grio"):
-                avg += sum(v["qave"] for v in vqs.values() if v["prio"] < vqs[0]["prio"])
-            points.append((rec["ts_ns"], avg >= vqs[0]["max"] and gred.get("backlog", 0) == 0))
+    for rec in sample_records(samples):
+        if rec.get("dev") != dev:
+            continue
+        gred = next((q for q in rec["qdiscs"] if q.get("kind") == "gred"), None)
+        if gred is None:
+            continue
+        opts = gred.get("options", {})
+        vqs = {vq["vq"]: vq for vq in opts.get("vqs", [])}
+        if 0 not in vqs:
+            continue
+        avg = vqs[0]["qave"]
+        if opts.get("grio"):
+            avg += sum(v["qave"] for v in vqs.values() if v["prio"] < vqs[0]["prio"])
+        points.append((rec["ts_ns"], avg >= vqs[0]["max"] and gred.get("backlog", 0) == 0))
     if not points:
         return None
     total = longest = run = 0

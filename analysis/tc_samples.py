@@ -5,17 +5,39 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis.queue import occupancy_at
 
-__all__ = ["LEAF_KINDS", "compare_with_samples", "leaf_samples", "read_tc_samples"]
+__all__ = [
+    "LEAF_KINDS",
+    "compare_with_samples",
+    "leaf_samples",
+    "read_tc_samples",
+    "sample_records",
+]
 
 LEAF_KINDS = ("bfifo", "pfifo", "dummynet")  # the drop-tail queue under the shaper; a dummynet pipe
 _COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
+
+
+def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The sampler's records (one per sample and device) of a file, gzipped or not, without
+    its closing line and a last line cut short (sampler killed mid-write)."""
+    path = Path(path)
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not rec.get("end"):
+                yield rec
 
 
 def read_tc_samples(path: str | Path) -> pd.DataFrame:
@@ -24,27 +46,19 @@ def read_tc_samples(path: str | Path) -> pd.DataFrame:
     counters (bytes, packets, drops, overlimits, requeues, backlog = queued bytes, qlen =
     queued packets). A last line cut short (sampler killed mid-write) is ignored."""
     rows = []
-    path = Path(path)
-    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("end"):
-                continue
-            for q in rec["qdiscs"]:
-                rows.append(
-                    {
-                        "ts_ns": rec["ts_ns"],
-                        "spread_ns": rec["spread_ns"],
-                        "dev": rec["dev"],
-                        "kind": q.get("kind", ""),
-                        "handle": q.get("handle", ""),
-                        "parent": q.get("parent", "root" if q.get("root") else ""),
-                        **{c: q.get(c, 0) for c in _COUNTERS},
-                    }
-                )
+    for rec in sample_records(path):
+        for q in rec["qdiscs"]:
+            rows.append(
+                {
+                    "ts_ns": rec["ts_ns"],
+                    "spread_ns": rec["spread_ns"],
+                    "dev": rec["dev"],
+                    "kind": q.get("kind", ""),
+                    "handle": q.get("handle", ""),
+                    "parent": q.get("parent", "root" if q.get("root") else ""),
+                    **{c: q.get(c, 0) for c in _COUNTERS},
+                }
+            )
     cols = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *_COUNTERS]
     df = pd.DataFrame(rows, columns=cols)
     return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *_COUNTERS)})

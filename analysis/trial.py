@@ -142,9 +142,9 @@ def bottleneck_queue(
         "queue_window_s": (window[1] - window[0]) / 1e9,
         # Capture to capture across the router (its queue, its link's delay, an edge
         # marker's time), mean over the packets forwarded in the window (seed 004's delay).
-        "transit_mean_ms_in_window": transit_mean_ms(judged, window),
+        "transit_mean_ms_in_window": transit_ms(judged, window, "mean"),
         # The least of them (an empty queue): seed 004's delay is normalized by it.
-        "transit_min_ms_in_window": transit_mean_ms(judged, window, "min"),
+        "transit_min_ms_in_window": transit_ms(judged, window, "min"),
         **{
             f"queue_{k}_in_window": v
             for k, v in queue_summary(queue, start_ns=window[0], end_ns=window[1]).items()
@@ -153,9 +153,9 @@ def bottleneck_queue(
     }, tables
 
 
-def transit_mean_ms(
-    matched: pd.DataFrame, window: tuple[int, int], how: str = "mean"
-) -> float | None:
+def transit_ms(matched: pd.DataFrame, window: tuple[int, int], how: str) -> float | None:
+    """`how` (mean, min) of the capture-to-capture transit of the packets forwarded in the
+    window, in ms."""
     inside = matched[matched.forwarded & (matched.ts_ns >= window[0]) & (matched.ts_ns < window[1])]
     if inside.empty:
         return None
