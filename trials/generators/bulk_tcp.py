@@ -29,7 +29,9 @@ class BulkTcpSpec(GeneratorSpec):
     dscp: int | str | None = Field(
         None,
         description="DSCP of the data packets, set on the sender's socket (iperf3 -S): 0..63 "
-        "or a name (af11, af12, ef, ...); default: unmarked",
+        "or a name (af11, af12, ef, ...); default: unmarked. iperf3's control connection stays "
+        "unmarked: to mark every packet of the flow (e.g. into a RIO queue's IN class), use a "
+        "network.marking rule with flow: instead",
     )
 
     @field_validator("dscp")
