@@ -193,13 +193,14 @@ def second_rack(tmp_path_factory):
 def test_two_racks_share_one_plan(test_rack, second_rack, experiment, tmp_path):
     batch = tmp_path / "batch"
     started = time.monotonic()
-    done = run(batch_cmd(experiment, batch, test_rack.inventory, second_rack.inventory, reps=4))
+    done = run(batch_cmd(experiment, batch, test_rack.inventory, second_rack.inventory, reps=2))
     wall = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     finished = [e for e in events(batch) if e["event"] == "done"]
-    assert Counter(e["trial"] for e in finished) == Counter({f"r{i}": 1 for i in range(1, 5)})
+    assert Counter(e["trial"] for e in finished) == Counter({"r1": 1, "r2": 1})
+    # Each rack claims a trial as it starts: one each, at the same time.
     per_rack = Counter(e["rack"] for e in finished)
-    assert len(per_rack) == 2 and min(per_rack.values()) >= 1, per_rack
+    assert sorted(per_rack.values()) == [1, 1], per_rack
     assert all(s == "complete" for s in trial_status(batch).values())
     busy = sum(e["seconds"] for e in finished)
     print(f"two racks: {busy:.0f} s of trials in {wall:.0f} s wall ({busy / wall:.2f}x)")

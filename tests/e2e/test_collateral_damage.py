@@ -38,7 +38,7 @@ capture:
     - {name: bottleneck_out, link: downstream, at: R}
 hosts:
   all: {cc: cubic}
-duration: 45s
+duration: 30s
 warmup: 5s
 """
 ETHERNET_HEADER = 14
