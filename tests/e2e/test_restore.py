@@ -108,3 +108,35 @@ def test_a_sysctl_set_by_one_configure_is_given_back_by_the_next(test_rack, tmp_
         assert not record.exists(), json.loads(record.read_text())
     finally:
         rack.close()
+
+
+def test_a_link_shaped_by_one_configure_and_not_by_the_next_is_unshaped(test_rack, tmp_path):
+    """An end host's access link (A's egress) shaped by one configure; the next configure
+    shapes nothing on A: A's qdisc is the kernel's again before any teardown, and a third
+    configure changes nothing."""
+    inventory = ("-i", str(test_rack.inventory), "--limit", "localhost,A")
+    rack = Rack.load([test_rack.inventory])
+
+    def root() -> str:
+        return rack.run("A", "tc qdisc show dev left root").split()[1]
+
+    try:
+        assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+        own = root()
+        shaped = tmp_path / "access_link.yml"
+        link = {"iface": "left", "rate": "2mbit", "buffer": "30000B"}
+        shaped.write_text(yaml.safe_dump({"all": {"hosts": {"A": {"linux_router_links": [link]}}}}))
+        done = test_rack.playbook("configure.yml", *inventory, "-i", str(shaped))
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert root() == "htb"
+
+        runs = [test_rack.playbook("configure.yml", *inventory) for _ in range(2)]
+        for run in runs:
+            assert run.returncode == 0, run.stdout[-3000:]
+        print(f"A's root: {own} before, htb shaped, {root()} after the next configure")
+        assert changed(runs[0])["A"] > 0 and root() == own
+        assert changed(runs[1])["A"] == 0
+        assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+        assert root() == own
+    finally:
+        rack.close()
