@@ -13,6 +13,7 @@ import pandas as pd
 from analysis.captures import Captures, bottleneck_hop
 from analysis.metrics import tcp_goodput, tcp_retransmissions
 from analysis.pcap import int_to_ip, ip_to_int
+from analysis.siftr import read_siftr
 from analysis.startup import delivered_by, loss_events, loss_summary, slow_start_exit
 from analysis.tcp_probe import congestion_events, for_flows, read_tcp_probe
 from core.units import parse_duration_ns, parse_offset_ns
@@ -22,6 +23,7 @@ ETHERNET_HEADER = 14
 DEFAULT_RTO_MIN_NS = 200_000_000  # Linux TCP_RTO_MIN
 KEY = ["src", "dst", "sport", "dport"]
 TCP_PROBE = "tcp_probe.txt"  # collect/remote/tcp_probe.py's output in the sender's dir
+SIFTR_LOG = "siftr.log"  # a FreeBSD sender's SIFTR log (net.inet.siftr.logfile) in its dir
 
 
 def data_ports(client_json: Path) -> set[int] | None:
@@ -146,7 +148,12 @@ def analyse(
             payload_capacity_bps=payload_capacity_bps(data, rate) if rate else None,
         )
     tables = {"flows": flows.assign(generator=name)}
-    probe = trial_dir / gen.get("sender", gen["from"]) / TCP_PROBE
+    sender_dir = trial_dir / gen.get("sender", gen["from"])
+    # Linux senders record tcp:tcp_probe; FreeBSD senders a SIFTR log (the same table).
+    probe = next(
+        (p for p in (sender_dir / TCP_PROBE, sender_dir / SIFTR_LOG) if p.exists()),
+        sender_dir / TCP_PROBE,
+    )
     if probe.exists() and len(flows):
         cwnd, epochs = sender_state(probe, flows, gen)
         tables["cwnd"] = cwnd.assign(generator=name)
@@ -164,5 +171,6 @@ def sender_state(
     (its sockets only: src is the sender), and the congestion epochs (ssthresh reductions)."""
     data = flows[flows.src == ip_to_int(gen["src"])][KEY]
     wanted = data.assign(src=[int_to_ip(v) for v in data.src], dst=[int_to_ip(v) for v in data.dst])
-    cwnd = for_flows(read_tcp_probe(probe), wanted)
+    events = read_siftr(probe) if probe.name == SIFTR_LOG else read_tcp_probe(probe)
+    cwnd = for_flows(events, wanted)
     return cwnd, congestion_events(cwnd)

@@ -28,6 +28,7 @@ SCRIPTS = {
     "tc_sampler": HERE / "tc_sampler.py",
     "tcp_probe": HERE / "tcp_probe.py",
     "ipfw_sampler": HERE / "ipfw_sampler.py",
+    "siftr": HERE / "siftr.py",
 }
 
 
@@ -59,3 +60,9 @@ def tcp_probe_command(addresses: list[str], out: str = "tcp_probe.txt", tag: str
     own tracefs instance, mounting tracefs if needed) into `out` until SIGTERM/SIGINT."""
     extra = ["--tag", tag] if tag else []
     return command("tcp_probe", "--out", out, *extra, *addresses)
+
+
+def siftr_command(out: str = "siftr.log", port: int | None = None) -> str:
+    """Records SIFTR on a FreeBSD sender into `out` (every packet; only `port`'s flows if
+    given) until SIGTERM/SIGINT; prints "recording siftr" once enabled."""
+    return command("siftr", "--out", out, *(["--port", str(port)] if port is not None else []))
