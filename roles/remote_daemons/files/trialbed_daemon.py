@@ -106,6 +106,11 @@ class Daemon:
             try:
                 os.close(read_fd)
                 os.setsid()
+                # The signals the runner stops daemons with take their default action: a
+                # helper started from a background job inherits SIGINT ignored (sh does that),
+                # and a Python daemon started so would never see KeyboardInterrupt.
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1):
+                    signal.signal(sig, signal.SIG_DFL)
                 os.chdir(self.dir)
                 mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
                 log = os.open(self.logfile, mode, 0o644)
