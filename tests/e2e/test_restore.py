@@ -140,3 +140,21 @@ def test_a_link_shaped_by_one_configure_and_not_by_the_next_is_unshaped(test_rac
         assert root() == own
     finally:
         rack.close()
+
+
+def test_check_mode_on_a_host_that_has_not_built_the_tools_yet(test_rack):
+    """`make configure CHECK=1`, the README's first by-hand step, on a host configure has not
+    yet built trialbed-transact on: the build and its link show as changes, nothing fails and
+    nothing is built; the real run then builds it."""
+    inventory = ("-i", str(test_rack.inventory), "--limit", "localhost,A")
+    bin_dir = test_rack.state_dir / "hosts/A/work/bin"
+    for path in bin_dir.glob("trialbed-transact*"):
+        path.unlink()
+    check = test_rack.playbook("configure.yml", *inventory, "--check", "--diff")
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert changed(check)["A"] > 0
+    assert not list(bin_dir.glob("trialbed-transact*"))
+    applied = test_rack.playbook("configure.yml", *inventory)
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    assert (bin_dir / "trialbed-transact").resolve().is_file()
+    assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
