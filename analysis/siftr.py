@@ -30,14 +30,13 @@ What differs from tcp_probe, and how it is mapped:
 
 from __future__ import annotations
 
-import gzip
 import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis.tcp_probe import COLUMNS, INFINITE_SSTHRESH
+from analysis.tcp_probe import COLUMNS, INFINITE_SSTHRESH, open_text
 
 __all__ = ["FREEBSD_UNSET_SSTHRESH", "SiftrError", "read_siftr"]
 
@@ -66,10 +65,6 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
 
 
-def _open(path: Path):
-    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
-
-
 def _header(line: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in line.split("\t") if "=" in kv)
 
@@ -81,7 +76,7 @@ def read_siftr(path: str | Path, directions: str = "i") -> pd.DataFrame:
     A data line that is cut short (the last line of a log still being written) is skipped;
     data before any enable line, or of a SIFTR version without a known layout, is refused."""
     path = Path(path)
-    with _open(path) as f:
+    with open_text(path) as f:
         lines = f.read().splitlines()
     cycles: list[tuple[dict[str, str], list[str]]] = []
     for number, line in enumerate(lines, 1):

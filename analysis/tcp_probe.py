@@ -51,7 +51,8 @@ COLUMNS: dict[str, str] = {
 _HEX = ("snd_nxt", "snd_una", "sock_cookie")
 
 
-def _open(path: Path):
+def open_text(path: Path):
+    """A recording as text, gzipped (.gz) or not."""
     return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
 
 
@@ -65,7 +66,7 @@ def read_tcp_probe(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     offset = 0
-    with _open(path) as f:
+    with open_text(path) as f:
         text = f.read()
     for line in text.splitlines()[:5]:
         if line.startswith(_HEADER):
