@@ -74,9 +74,9 @@ nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (r
 # shows what would change (--check --diff) and changes nothing.
 VARS ?=
 CHECK ?=
-configure: setup  ## apply $(VARS) (an inventory overlay, e.g. playbooks/examples/dumbbell_bottleneck.yml) to the rack; CHECK=1: only show the diff
-	@test -n "$(VARS)" || { echo "usage: make configure VARS=playbooks/examples/<file>.yml [CHECK=1]"; exit 2; }
-	@$(ANSIBLE_PLAYBOOK) playbooks/configure.yml -i $(RACK_INVENTORY) -i $(VARS) $(if $(CHECK),--check --diff)
+configure: setup  ## apply $(VARS) (inventory overlays, e.g. playbooks/examples/dumbbell_bottleneck.yml; several: "a.yml b.yml") to the rack: they describe its whole state; CHECK=1: only show the diff
+	@test -n "$(VARS)" || { echo "usage: make configure VARS=\"playbooks/examples/<file>.yml [...]\" [CHECK=1]"; exit 2; }
+	@$(ANSIBLE_PLAYBOOK) playbooks/configure.yml -i $(RACK_INVENTORY) $(foreach overlay,$(VARS),-i $(overlay)) $(if $(CHECK),--check --diff)
 
 teardown: setup  ## give every rack host back what configure changed there, from its own records (no variables needed); CHECK=1: only show
 	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i $(RACK_INVENTORY) $(if $(CHECK),--check --diff)

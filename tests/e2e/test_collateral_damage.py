@@ -321,7 +321,9 @@ def test_a_variable_no_role_reads_is_refused_naming_the_nearest(test_rack, tmp_p
     assert json.loads(status(test_rack, "--json").stdout) == before
 
 
-def test_a_wrong_unit_in_a_role_variable_is_refused_before_any_host_is_touched(test_rack, tmp_path):
+def test_a_wrong_unit_or_a_missing_capture_iface_is_refused_before_any_host_is_touched(
+    test_rack, tmp_path
+):
     """The roles read units as experiment files do (core/units.py): mbps is refused with the
     allowed units, and the whole run stops before any host is changed."""
     before = json.loads(status(test_rack, "--json").stdout)
@@ -334,6 +336,19 @@ def test_a_wrong_unit_in_a_role_variable_is_refused_before_any_host_is_touched(t
     assert "linux_router_links entry" in said and "on R: rate: '2mbps' is not a rate" in said
     assert "bit, kbit, mbit, gbit" in said
     assert "Record the host's own settings" not in said  # no role started on any host
+    assert all(c["changed"] == 0 for c in recap(done.stdout).values())
+    assert json.loads(status(test_rack, "--json").stdout) == before
+
+    # A capture point on an interface the host lacks: only that problem is named.
+    points = [{"name": "bottleneck", "iface": "eth9"}]
+    wrong.write_text(json.dumps({"all": {"hosts": {"R": {"capture_points": points}}}}))
+    done = test_rack.playbook("configure.yml", "-i", str(test_rack.inventory), "-i", str(wrong))
+    assert done.returncode != 0
+    said = " ".join(done.stdout.split())
+    assert "capture on R: capture_points: no interface eth9 on this host (it has left, right)" in (
+        said
+    )
+    assert "capture_snaplen" not in said
     assert all(c["changed"] == 0 for c in recap(done.stdout).values())
     assert json.loads(status(test_rack, "--json").stdout) == before
 
