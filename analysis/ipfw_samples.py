@@ -19,18 +19,17 @@ a mask, one per masked 5-tuple, summed here. No flow line (no packet yet): zeros
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from pathlib import Path
 
 import pandas as pd
 
+from analysis.tc_samples import SAMPLE_COUNTERS, sample_records
+
 __all__ = ["parse_pipe_show", "read_ipfw_samples"]
 
 KIND = "dummynet"
-_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
-_COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *_COUNTERS]
+_COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
 # The link line starts a pipe's block: its number (%05d, the pipe number modulo 65536).
 _LINK = re.compile(r"^(\d{5,}):\s+(?:unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burst ")
 # A flow line: bucket number (with '*' when the mask has the queue bit), then fields, then the
@@ -68,34 +67,24 @@ def read_ipfw_samples(path: str | Path) -> pd.DataFrame:
     from the sampler's map of pipe numbers to egress interfaces). A last line cut short
     (sampler killed mid-write) is ignored."""
     rows = []
-    path = Path(path)
-    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("end"):
-                continue
-            devs = rec.get("devs", {})
-            for number, counters in parse_pipe_show(rec["text"]).items():
-                dev = devs.get(str(number))
-                if dev is None:
-                    continue  # a pipe the sampler was not asked for
-                rows.append(
-                    {
-                        "ts_ns": rec["ts_ns"],
-                        "spread_ns": rec["spread_ns"],
-                        "dev": dev,
-                        "kind": KIND,
-                        "handle": str(number),
-                        "parent": "",
-                        "overlimits": 0,
-                        "requeues": 0,
-                        **{
-                            c: counters[c] for c in ("bytes", "packets", "drops", "backlog", "qlen")
-                        },
-                    }
-                )
+    for rec in sample_records(path):
+        devs = rec.get("devs", {})
+        for number, counters in parse_pipe_show(rec["text"]).items():
+            dev = devs.get(str(number))
+            if dev is None:
+                continue  # a pipe the sampler was not asked for
+            rows.append(
+                {
+                    "ts_ns": rec["ts_ns"],
+                    "spread_ns": rec["spread_ns"],
+                    "dev": dev,
+                    "kind": KIND,
+                    "handle": str(number),
+                    "parent": "",
+                    "overlimits": 0,
+                    "requeues": 0,
+                    **{c: counters[c] for c in ("bytes", "packets", "drops", "backlog", "qlen")},
+                }
+            )
     df = pd.DataFrame(rows, columns=_COLUMNS)
-    return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *_COUNTERS)})
+    return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *SAMPLE_COUNTERS)})

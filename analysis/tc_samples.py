@@ -3,7 +3,6 @@ their comparison with the queue reconstructed from the captures (analysis.queue)
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +12,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.queue import occupancy_at
+from analysis.tcp_probe import open_text
 
 __all__ = [
     "LEAF_KINDS",
+    "SAMPLE_COUNTERS",
     "compare_with_samples",
     "leaf_samples",
     "read_tc_samples",
@@ -23,14 +24,13 @@ __all__ = [
 ]
 
 LEAF_KINDS = ("bfifo", "pfifo", "dummynet")  # the drop-tail queue under the shaper; a dummynet pipe
-_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
+SAMPLE_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
 
 
 def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
     """The sampler's records (one per sample and device) of a file, gzipped or not, without
     its closing line and a last line cut short (sampler killed mid-write)."""
-    path = Path(path)
-    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+    with open_text(Path(path)) as f:
         for line in f:
             try:
                 rec = json.loads(line)
@@ -56,12 +56,12 @@ def read_tc_samples(path: str | Path) -> pd.DataFrame:
                     "kind": q.get("kind", ""),
                     "handle": q.get("handle", ""),
                     "parent": q.get("parent", "root" if q.get("root") else ""),
-                    **{c: q.get(c, 0) for c in _COUNTERS},
+                    **{c: q.get(c, 0) for c in SAMPLE_COUNTERS},
                 }
             )
-    cols = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *_COUNTERS]
+    cols = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
     df = pd.DataFrame(rows, columns=cols)
-    return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *_COUNTERS)})
+    return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *SAMPLE_COUNTERS)})
 
 
 def leaf_samples(samples: pd.DataFrame, dev: str) -> pd.DataFrame:
