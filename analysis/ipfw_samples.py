@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis.tc_samples import SAMPLE_COUNTERS, sample_records
 
-__all__ = ["parse_pipe_show", "read_ipfw_samples"]
+__all__ = ["parse_pipe_show", "pipe_drops", "read_ipfw_samples"]
 
 KIND = "dummynet"
 _COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
@@ -60,6 +60,18 @@ def parse_pipe_show(text: str) -> dict[int, dict[str, int]]:
             current["backlog"] += queued_bytes
             current["drops"] += drops
     return pipes
+
+
+def pipe_drops(snapshot: str, iface: str) -> int:
+    """The drop counter of `iface`'s pipe in one of the runner's snapshots of a FreeBSD router:
+    a line `## pipes <iface>=<number> ...`, then `ipfw pipe show`. 0 when the pipe is not
+    there (not shaped, or no packet yet)."""
+    header = snapshot.split("\n", 1)[0]
+    specs = header.removeprefix("## pipes ").split() if header.startswith("## pipes ") else []
+    numbers = dict(spec.split("=", 1) for spec in specs if "=" in spec)
+    if iface not in numbers:
+        return 0
+    return parse_pipe_show(snapshot).get(int(numbers[iface]), {}).get("drops", 0)
 
 
 def read_ipfw_samples(path: str | Path) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from analysis.captures import Captures, bottleneck_hop
 from analysis.dscp import dscp_per_flow, marking_counters
 from analysis.families import FAMILIES
 from analysis.gred_lockout import gred_lockout
+from analysis.ipfw_samples import pipe_drops, read_ipfw_samples
 from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
@@ -29,6 +30,7 @@ from analysis.traffic.cbr_udp import max_transit_ns
 from core.units import parse_duration_ns, parse_offset_ns
 
 TC_SAMPLES = "tc_samples.jsonl"  # collect/remote/tc_sampler.py's output in the router's dir
+IPFW_SAMPLES = "ipfw_samples.jsonl"  # collect/remote/ipfw_sampler.py's, on a FreeBSD router
 
 QUEUE_WINDOW_NS = 60 * 10**9  # queue-full events are counted over 60 s mid-trial
 
@@ -48,12 +50,32 @@ def link_delay_ns(record: dict[str, Any], host: str, iface: str) -> int:
     return 0
 
 
+def queue_samples(host_dir: Path) -> pd.DataFrame | None:
+    """A router's samples of its queues during the trial, in read_tc_samples' columns: `tc -s`
+    (Linux) or `ipfw pipe show` (a FreeBSD router's dummynet pipes); None when it has none."""
+    if (host_dir / TC_SAMPLES).exists():
+        return read_tc_samples(host_dir / TC_SAMPLES)
+    if (host_dir / IPFW_SAMPLES).exists():
+        return read_ipfw_samples(host_dir / IPFW_SAMPLES)
+    return None
+
+
+def queue_drops_counted(host_dir: Path, iface: str) -> int | None:
+    """Drops the router itself counted at `iface`'s queue during the trial (its snapshots after
+    minus before: the drop-tail leaf's qdisc, or the dummynet pipe); None without snapshots."""
+    for kind, drops in (("tc", tc_drops), ("ipfw", pipe_drops)):
+        before, after = host_dir / f"{kind}_before.txt", host_dir / f"{kind}_after.txt"
+        if before.exists() and after.exists():
+            return drops(after.read_text(), iface) - drops(before.read_text(), iface)
+    return None
+
+
 def tc_cross_check(
-    queue: pd.DataFrame, samples_file: Path, iface: str
+    queue: pd.DataFrame, samples: pd.DataFrame, iface: str
 ) -> tuple[dict, pd.DataFrame]:
-    """The reconstructed queue against the router's `tc -s` samples of the bottleneck's leaf
-    qdisc, over the samples taken while the captures saw the queue's traffic."""
-    leaf = leaf_samples(read_tc_samples(samples_file), iface)
+    """The reconstructed queue against the router's samples of the bottleneck's leaf qdisc (or
+    dummynet pipe), over the samples taken while the captures saw the queue's traffic."""
+    leaf = leaf_samples(samples, iface)
     cmp = compare_with_samples(queue, leaf)
     if len(queue):
         cmp = cmp[(cmp.ts_ns >= queue.ts_ns.iloc[0]) & (cmp.ts_ns <= queue.ts_ns.iloc[-1])]
@@ -119,15 +141,12 @@ def bottleneck_queue(
     window = (max(t0, mid - QUEUE_WINDOW_NS // 2), min(run_end, mid + QUEUE_WINDOW_NS // 2))
     full = queue_full_events(judged, start_ns=window[0], end_ns=window[1])
     host_dir = trial_dir / host
-    drops_tc = None
-    if (host_dir / "tc_after.txt").exists() and (host_dir / "tc_before.txt").exists():
-        drops_tc = tc_drops((host_dir / "tc_after.txt").read_text(), iface) - tc_drops(
-            (host_dir / "tc_before.txt").read_text(), iface
-        )
+    drops_tc = queue_drops_counted(host_dir, iface)
     tables = {"queue": queue.assign(link=link)}
     check: dict[str, Any] = {}
-    if (host_dir / TC_SAMPLES).exists():
-        check, cmp = tc_cross_check(queue, host_dir / TC_SAMPLES, iface)
+    samples = queue_samples(host_dir)
+    if samples is not None:
+        check, cmp = tc_cross_check(queue, samples, iface)
         tables["queue_tc"] = cmp.assign(link=link)
     return {
         "link": link,

@@ -19,6 +19,8 @@ from trials.generators.base import TrialContext
 from trials.spec import Experiment, HostSettings, Shaping
 
 ROUTER_GROUPS = ("linux_routers", "freebsd_routers")
+# Hosts that run FreeBSD: dummynet routers, and end hosts whose cwnd SIFTR records.
+FREEBSD_GROUPS = ("freebsd_routers", "freebsd_hosts")
 IMPLICIT_GROUPS = ("all", "senders", "receivers")
 
 
@@ -99,6 +101,17 @@ class ResolvedNetwork:
     @property
     def router_hosts(self) -> set[str]:
         return {self.nodes[n] for n in self.routers}
+
+    def runs_freebsd(self, host: str) -> bool:
+        return any(g in self.hosts[host].groups for g in FREEBSD_GROUPS)
+
+    def dummynet_pipes(self, host: str) -> dict[str, int]:
+        """A FreeBSD router's pipe number per shaped egress interface, as roles/freebsd_router
+        numbers them: its number base + 1 + the link's place in the host's linux_router_links
+        (host_vars lists them in this order)."""
+        base = int(self.hosts[host].vars.get("freebsd_router_number_base", 10000))
+        links = [e.iface for e in self.egress if e.host == host]
+        return {iface: base + 1 + i for i, iface in enumerate(links)}
 
     def path_summary(self, src: str, dst: str) -> dict[str, Any]:
         """Propagation RTT and bottleneck between two nodes, from the shaping on the path."""

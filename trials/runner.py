@@ -25,7 +25,12 @@ from typing import Any
 
 from collect.fetch import CollectError, pull_host, write_manifest
 from collect.pcap_count import pcap_packets
-from collect.remote import tc_sampler_command, tcp_probe_command
+from collect.remote import (
+    ipfw_sampler_command,
+    siftr_command,
+    tc_sampler_command,
+    tcp_probe_command,
+)
 from core.daemons import Daemons
 from core.dscp import counter_delta, nft_rule_counters, parse_dscp
 from core.rack import PROJECT_DIR, Rack
@@ -273,6 +278,14 @@ class TrialRunner:
         commands = {}
         for host in sorted({e.host for e in net.egress}):
             ifaces = [e.iface for e in net.egress if e.host == host]
+            if net.runs_freebsd(host):  # dummynet: the pipes' counters, after their numbers
+                pipes = " ".join(f"{i}={n}" for i, n in net.dummynet_pipes(host).items())
+                d = shlex.quote(daemons.remote[host])
+                commands[host] = (
+                    f"{{ echo '## pipes {pipes}'; ipfw pipe show; }} > {d}/ipfw_{tag}.txt 2>&1; "
+                    "true"
+                )
+                continue
             show = "; ".join(
                 f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}" for i in ifaces
             )
@@ -406,20 +419,27 @@ class TrialRunner:
                 addrs += [a for a in (str(g.src), str(g.dst)) if a not in addrs]
         return out
 
-    def recorders(self, trial: Trial, net: ResolvedNetwork, generators: list[TrafficGenerator]):
+    def recorders(self, net: ResolvedNetwork, generators: list[TrafficGenerator], tag: str = ""):
         """(host, daemon, command, log line that says it records) of the measurements taken
-        during the trial: `tc -s` of every bottleneck every 10 ms, and the tcp_probe
-        tracepoint (cwnd, ssthresh, srtt) on every TCP sender."""
+        during the trial: every bottleneck's queue every 10 ms (`tc -s` on Linux, `ipfw pipe
+        show` on a FreeBSD router), and cwnd, ssthresh and srtt on every TCP sender (the
+        tcp_probe tracepoint on Linux, SIFTR on FreeBSD)."""
+        interval = float(self.rack.vars.get("trialbed_tc_sample_ms", 10))
         for host, ifaces in self.bottlenecks(net, generators).items():
-            interval = float(self.rack.vars.get("trialbed_tc_sample_ms", 10))
-            yield host, "tc_sampler", tc_sampler_command(ifaces, interval_ms=interval), None
+            if net.runs_freebsd(host):
+                pipes = {i: n for i, n in net.dummynet_pipes(host).items() if i in ifaces}
+                yield host, "ipfw_sampler", ipfw_sampler_command(pipes, interval_ms=interval), None
+            else:
+                yield host, "tc_sampler", tc_sampler_command(ifaces, interval_ms=interval), None
         for host, addrs in self.tcp_senders(generators).items():
-            command = tcp_probe_command(addrs, tag=trial.name)
-            yield host, "tcp_probe", command, "recording tcp_probe"
+            if net.runs_freebsd(host):  # SIFTR logs every flow of the host; analysis picks
+                yield host, "siftr", siftr_command(), "recording siftr"
+            else:
+                command = tcp_probe_command(addrs, tag=tag)
+                yield host, "tcp_probe", command, "recording tcp_probe"
 
     def recorder_names(self, net: ResolvedNetwork, generators: list[TrafficGenerator]):
-        hosts = [(h, "tc_sampler") for h in self.bottlenecks(net, generators)]
-        return hosts + [(h, "tcp_probe") for h in self.tcp_senders(generators)]
+        return [(host, name) for host, name, _, _ in self.recorders(net, generators)]
 
     # -- one trial --------------------------------------------------------------------------------
 
@@ -638,7 +658,7 @@ class TrialRunner:
                     ),
                 )
             )
-        for host, name, command, ready in self.recorders(trial, net, generators):
+        for host, name, command, ready in self.recorders(net, generators, tag=trial.name):
             steps.append(
                 (
                     host,

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 
-from analysis.ipfw_samples import parse_pipe_show, read_ipfw_samples
+from analysis.ipfw_samples import parse_pipe_show, pipe_drops, read_ipfw_samples
 from analysis.tc_samples import leaf_samples, read_tc_samples
+from analysis.trial import IPFW_SAMPLES, queue_drops_counted, queue_samples
 
 DN_MAX_ID = 65536
 HEADER = "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt/Byte Drp"
@@ -121,3 +122,28 @@ def test_samples_read_into_the_tc_table(tmp_path):
     assert em1.drops.tolist() == [0, 1, 2]
     assert set(em1.handle) == {"10001"} and set(em1.kind) == {"dummynet"}
     assert leaf_samples(df, "em2").packets.tolist() == [0, 3, 6]
+
+
+def test_a_freebsd_routers_snapshots_and_samples_feed_the_trial_analysis(tmp_path):
+    """The runner's snapshots of a FreeBSD router (`## pipes` line, then `ipfw pipe show`) give
+    the drops its pipe counted during the trial; its ipfw samples are the router's queue
+    samples, as a Linux router's tc samples are."""
+    header = "## pipes em1=10001 em2=10002\n"
+    (tmp_path / "ipfw_before.txt").write_text(
+        header + pipe_block(10001, 25, [(5, 900, 0, 0, 0)]) + pipe_block(10002, 25, [])
+    )
+    (tmp_path / "ipfw_after.txt").write_text(
+        header
+        + pipe_block(10001, 25, [(7489, 10803048, 0, 0, 2)])
+        + pipe_block(10002, 25, [(900, 50000, 0, 0, 31)])
+    )
+    assert queue_drops_counted(tmp_path, "em2") == 31
+    assert queue_drops_counted(tmp_path, "em1") == 2
+    assert queue_drops_counted(tmp_path, "em0") == 0  # not a shaped interface
+    assert queue_samples(tmp_path) is None
+    text = pipe_block(10002, 25, [(3, 4500, 2, 3000, 0)])
+    rec = {"ts_ns": 1, "spread_ns": 2, "devs": {"10002": "em2"}, "text": text}
+    (tmp_path / IPFW_SAMPLES).write_text(json.dumps(rec) + "\n")
+    samples = queue_samples(tmp_path)
+    assert samples is not None and leaf_samples(samples, "em2").backlog.tolist() == [3000]
+    assert pipe_drops("no pipes line\n" + text, "em2") == 0

@@ -10,11 +10,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from core.rack import Rack
+from trials.generators import GENERATOR_TYPES
+from trials.generators.base import TrialContext
 from trials.network import host_settings, resolve_network
 from trials.plan import load_plan
-from trials.runner import host_vars
+from trials.runner import TrialRunner, host_vars
 
 PROJECT = Path(__file__).resolve().parents[2]
 LAB = PROJECT / "inventory/lab.example/hosts.yml"
@@ -109,3 +112,52 @@ def test_configure_checks_the_freebsd_routers_links(tmp_path):
     assert "iface 'em9' is not an experiment interface of this host (it has: em1, em2)" in (
         refused.stdout
     )
+
+
+def lab_trial(tmp_path: Path, *overlays: Path):
+    """The runner, the resolved network and the generators of seed 000's first trial on the lab
+    rack (nothing is contacted: no connection is opened before a trial runs)."""
+    rack = Rack.load([LAB, *overlays])
+    plan = load_plan(EXPERIMENT)
+    exp = plan.trials[0].experiment
+    net = resolve_network(exp, rack, str(EXPERIMENT))
+    ctx = TrialContext(rack=None, network=net, daemons=None, duration_ns=exp.duration)  # type: ignore[arg-type]
+    generators = [
+        GENERATOR_TYPES[spec.type](spec, name, i, ctx)
+        for i, (spec, name) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))
+    ]
+    return TrialRunner(plan, rack, tmp_path), net, generators
+
+
+def test_the_freebsd_router_samples_its_pipes_and_snapshots_them(tmp_path):
+    """R is a dummynet router: its queue is sampled with `ipfw pipe show` (not tc), by the pipe
+    numbers freebsd_router gives the links (base 10000 + 1 + the link's place in the list
+    host_vars hands it), and its before/after snapshots are of the same pipes."""
+    runner, net, generators = lab_trial(tmp_path)
+    variables = host_vars(
+        runner.plan.trials[0], net, host_settings(runner.plan.trials[0].experiment, net, "x")
+    )
+    order = [link["iface"] for link in variables["R"]["linux_router_links"]]
+    assert net.dummynet_pipes("R") == {iface: 10001 + i for i, iface in enumerate(order)}
+    recorders = {(h, name): cmd for h, name, cmd, _ in runner.recorders(net, generators)}
+    assert set(recorders) == {("R", "ipfw_sampler"), ("A", "tcp_probe")}
+    # Both flows cross em2 (towards C and D): only its pipe is sampled.
+    assert f"em2={net.dummynet_pipes('R')['em2']}" in recorders["R", "ipfw_sampler"].split()[-1]
+    assert runner.recorder_names(net, generators) == list(recorders)
+    daemons = SimpleNamespace(remote={h: f"/var/lib/trialbed/trials/b/t/{h}" for h in "ABCDR"})
+    snapshot = runner.snapshot_commands(net, daemons, "before")["R"]  # type: ignore[arg-type]
+    pipes = " ".join(f"{i}={n}" for i, n in net.dummynet_pipes("R").items())
+    assert snapshot.startswith(f"{{ echo '## pipes {pipes}'; ipfw pipe show; }} > ")
+    assert "ipfw_before.txt" in snapshot and "tc " not in snapshot
+
+
+def test_a_freebsd_sender_records_its_cwnd_with_siftr(tmp_path):
+    overlay = tmp_path / "freebsd_a.yml"
+    overlay.write_text("all:\n  children:\n    freebsd_hosts:\n      hosts:\n        A: {}\n")
+    runner, net, generators = lab_trial(tmp_path, overlay)
+    recorders = {
+        (h, name): (cmd, ready) for h, name, cmd, ready in runner.recorders(net, generators)
+    }
+    assert set(recorders) == {("R", "ipfw_sampler"), ("A", "siftr")}
+    command, ready = recorders["A", "siftr"]
+    assert ready == "recording siftr" and command.split()[-2:] == ["--out", "siftr.log"]

@@ -128,3 +128,33 @@ def test_a_daemon_started_from_a_background_job_still_ends_on_sigint(tmp_path):
     took = time.monotonic() - t
     assert stopped.stdout.split() == ["stopped-now"] and not alive(pid)
     assert took < 4, f"INT did not end the daemon at once, took {took:.1f} s (it was killed)"
+
+
+def test_stop_under_stops_what_every_trial_directory_left_running(tmp_path):
+    """teardown.yml after a runner that died: daemons in two trials' directories, one that
+    ended by itself (its pid file stays), all found below the trials root and stopped with
+    SIGINT in one call."""
+    trials = tmp_path / "trials"
+    first, second = trials / "batch1" / "t1", trials / "batch2" / "t7"
+    script = IGNORES_TERM  # ends on INT only: the stop must send INT, not TERM
+    up = helper(first, "start", "capture", "--ready", "up", "--", sys.executable, "-c", script)
+    assert up.returncode == 0, up.stderr
+    assert helper(second, "start", "server", "--", "sleep", "60").returncode == 0
+    assert helper(second, "start", "gone", "--", "true").returncode == 0
+    pids = [pid_of(first, "capture"), pid_of(second, "server")]
+    t = time.monotonic()
+    stopped = subprocess.run(
+        [sys.executable, str(HELPER), "stop-under", str(trials), "--signal", "INT",
+         "--timeout", "3"],
+        capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+    took = time.monotonic() - t
+    assert stopped.returncode == 0, stopped.stderr
+    assert took < 2.5, f"INT should have ended the capture at once, took {took:.1f} s (killed?)"
+    assert sorted(stopped.stdout.splitlines()) == [
+        f"{first}/capture stopped-now",
+        f"{second}/gone stopped",
+        f"{second}/server stopped-now",
+    ]
+    assert not any(alive(p) for p in pids)
+    assert not list(trials.rglob("*.pid"))

@@ -9,6 +9,7 @@ Each daemon NAME lives in a directory DIR: DIR/NAME.pid holds its pid and kernel
   trialbed-daemon start NAME [--dir DIR] [--at EPOCH] [--ready TEXT] [--if-stopped] -- CMD...
   trialbed-daemon restart NAME [--dir DIR] [--ready TEXT] -- CMD...
   trialbed-daemon stop NAME[:SIG]... [--dir DIR] [--signal SIG] [--timeout S]
+  trialbed-daemon stop-under ROOT [--signal SIG] [--timeout S]
   trialbed-daemon status NAME [--dir DIR]
   trialbed-daemon check NAME... [--dir DIR]
   trialbed-daemon signal NAME SIG [--dir DIR] [--wait-file FILE]
@@ -16,6 +17,9 @@ Each daemon NAME lives in a directory DIR: DIR/NAME.pid holds its pid and kernel
 
 `stop` with several names signals them all (each NAME:SIG with its own signal, else --signal)
 before it waits for any: a host's daemons end in one round trip and one wait.
+
+`stop-under` stops every daemon with a pid file anywhere below ROOT (teardown after a runner
+that died: whatever its trials left running), printing "DIR/NAME stopped-now|stopped" each.
 
 `check` is the trial's watch, one round trip per host: a JSON object with the free bytes of
 DIR's file system and, per NAME, its state (running; ended: started and gone without a stop;
@@ -238,9 +242,13 @@ def main(argv: list[str]) -> int:
         argv, command = argv[:i], argv[i + 1 :]
     parser = argparse.ArgumentParser(prog="trialbed-daemon", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
-    for action in ("start", "restart", "stop", "status", "check", "signal", "wait-log"):
+    actions = ("start", "restart", "stop", "stop-under", "status", "check", "signal", "wait-log")
+    for action in actions:
         p = sub.add_parser(action)
-        p.add_argument("name", nargs="+" if action in ("stop", "check") else None)
+        p.add_argument(
+            "root" if action == "stop-under" else "name",
+            nargs="+" if action in ("stop", "check") else None,
+        )
         if action == "signal":
             p.add_argument("sig")
         if action == "wait-log":
@@ -253,7 +261,7 @@ def main(argv: list[str]) -> int:
             p.add_argument("--append-log", action="store_true", help="keep the log of earlier runs")
         if action == "start":
             p.add_argument("--if-stopped", action="store_true", help="leave a running daemon alone")
-        if action == "stop":
+        if action in ("stop", "stop-under"):
             p.add_argument("--signal", default="TERM")
         if action == "signal":
             p.add_argument("--wait-file", help="removed first, then waited for (non-empty)")
@@ -265,6 +273,18 @@ def main(argv: list[str]) -> int:
             targets.append((Daemon(name, args.dir), signal_number(sig or args.signal)))
         for was_running in stop_all(targets, args.timeout):
             print("stopped-now" if was_running else "stopped")
+        return 0
+    if args.action == "stop-under":
+        found = [
+            Daemon(f[: -len(".pid")], top)
+            for top, _, files in sorted(os.walk(args.root))
+            for f in sorted(files)
+            if f.endswith(".pid")
+        ]
+        sig = signal_number(args.signal)
+        was_running = stop_all([(d, sig) for d in found], args.timeout)
+        for i, daemon in enumerate(found):
+            print(f"{daemon.dir}/{daemon.name}", "stopped-now" if was_running[i] else "stopped")
         return 0
     if args.action == "check":
         print(json.dumps(check([Daemon(n, args.dir) for n in args.name], args.dir)))
