@@ -23,6 +23,7 @@ from trials.network import CaptureSite, ResolvedNetwork, host_settings, resolve_
 from trials.plan import Trial
 from trials.rack_kind import vm_max_rate
 from trials.spec import SpecError
+from trials.watch import watch_timeout_s
 
 _FACTS_SOURCE = (Path(__file__).with_name("host_facts.py")).read_text()
 # host_facts.STATIC (that module runs on the hosts and is not imported here).
@@ -117,6 +118,7 @@ def preflight(
 ) -> dict[str, dict[str, Any]]:
     """Raise SpecError listing every problem of the selected trials on this rack (and, given
     the results directory, on the controller's disk that receives their captures)."""
+    watch_timeout_s(rack)  # a malformed rack setting stops here, before any host is asked
     problems: list[str] = []
     batch_volume = 0.0  # every capture of every selected trial, brought back to `results`
     needs_cc: dict[str, dict[str, str]] = {}  # host -> cc -> key that asks for it

@@ -45,7 +45,7 @@ from trials.plan import Plan, Trial
 from trials.preflight import available, host_facts, preflight
 from trials.rack_kind import vm_record
 from trials.spec import HostSettings, dump_json
-from trials.watch import ENDS_EARLY_SLACK_S, TrialWatch, WatchFailure
+from trials.watch import ENDS_EARLY_SLACK_S, TrialWatch, WatchFailure, watch_timeout_s
 
 # Between launching the senders and their common start time T0: the launches (one SSH
 # round trip per sending host, all hosts at once) must be done by then.
@@ -223,6 +223,7 @@ class TrialRunner:
         self.static_facts: dict[str, dict[str, Any]] = {}  # per host, read on its first trial
         self.watching: TrialWatch | None = None  # the running trial's watch
         self.pacing: dict[str, list[str]] = {}  # the running trial's fq hosts: their interfaces
+        self.watch_timeout_s = watch_timeout_s(rack)
 
     # -- steps on the rack ----------------------------------------------------------------------
 
@@ -568,7 +569,7 @@ class TrialRunner:
     ) -> TrialWatch:
         """What must keep running, and until when: captures, recorders and markers until the
         end, each generator's processes until its own schedule ends."""
-        self.watching = watch = TrialWatch(daemons, t0)
+        self.watching = watch = TrialWatch(daemons, t0, timeout_s=self.watch_timeout_s)
         for c in net.captures:
             watch.expect(c.host, f"{c.name}.tcpdump", f"capture {c.name}", end)
         for host, name in self.recorder_names(net, generators):

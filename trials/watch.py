@@ -21,15 +21,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from core.daemons import Daemons
-from core.rack import RackError
+from core.rack import Rack, RackError
+from core.units import parse_duration_ns
 
 # One check per host costs a Python start on the host: every 5 s is well under 1 % of a core
 # for a five-host rack, and a failure is seen within 5 s.
 WATCH_EVERY_S = 5.0
-CHECK_TIMEOUT_S = 15.0  # an answer slower than this counts as the host not answering
+# An answer slower than this counts as the host not answering (rack variable
+# trialbed_watch_timeout overrides it).
+CHECK_TIMEOUT_S = 15.0
 MIN_FREE_BYTES = 4 * 2**20
 # A sender's process may end this long before its schedule ends (start-up, rounding).
 ENDS_EARLY_SLACK_S = 2.0
+
+
+def watch_timeout_s(rack: Rack) -> float:
+    """The inventory's trialbed_watch_timeout (a duration), checked before any host is touched."""
+    value = rack.vars.get("trialbed_watch_timeout")
+    if value is None:
+        return CHECK_TIMEOUT_S
+    try:
+        return parse_duration_ns(str(value)) / 1e9
+    except ValueError as exc:
+        where = ", ".join(str(p) for p in rack.inventory)
+        raise RackError(f"{where}: trialbed_watch_timeout: {exc}") from None
 
 
 def mib(n: int) -> str:
@@ -47,6 +62,7 @@ class TrialWatch:
     # host -> daemon -> (what it is, watched until this epoch time)
     expected: dict[str, dict[str, tuple[str, float]]] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> what was seen
+    timeout_s: float = CHECK_TIMEOUT_S
 
     def expect(self, host: str, name: str, what: str, until: float) -> None:
         self.expected.setdefault(host, {})[name] = (what, until)
@@ -57,7 +73,7 @@ class TrialWatch:
     def check_host(self, host: str, now: float) -> list[str]:
         watched = [n for n, (_, until) in self.expected.get(host, {}).items() if now < until]
         try:
-            answer = json.loads(self.daemons.check(host, watched or ["-"], CHECK_TIMEOUT_S))
+            answer = json.loads(self.daemons.check(host, watched or ["-"], self.timeout_s))
         except (RackError, ValueError) as exc:
             error = exc.__cause__ or exc  # the SSH error, not the command
             # A link that went down times out with no words of its own: name the error.

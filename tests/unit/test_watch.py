@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from core.daemons import Daemons
 from core.rack import RackError
-from trials.watch import MIN_FREE_BYTES, TrialWatch, WatchFailure
+from trials.watch import (
+    CHECK_TIMEOUT_S,
+    MIN_FREE_BYTES,
+    TrialWatch,
+    WatchFailure,
+    watch_timeout_s,
+)
 
 
 class ScriptedRack:
@@ -72,3 +79,24 @@ def test_a_process_that_ended_on_a_full_disk_is_tied_to_it():
     w.expect("A", "tc_sampler", "recorder tc_sampler", time.time() + 60)
     (alone,) = w.check()
     assert "disk" not in alone
+
+
+def test_the_racks_watch_timeout_is_what_a_check_waits():
+    """trialbed_watch_timeout (the VM rack sets 60s: its emulated CPU stalls) is the time a
+    check waits for each host; a malformed value names the key before any host is asked."""
+    waited = []
+
+    class Recording(ScriptedRack):
+        def run(self, host, command, check=True, timeout=None):
+            waited.append(timeout)
+            return super().run(host, command, check, timeout)
+
+    rack = SimpleNamespace(vars={"trialbed_watch_timeout": "60s"}, inventory=["inv/hosts.yml"])
+    w = TrialWatch(Daemons(Recording({}), {"A": "/w/t/A"}), t0=time.time())
+    w.timeout_s = watch_timeout_s(rack)  # type: ignore[arg-type]
+    w.check()
+    assert waited == [60.0]
+    assert watch_timeout_s(SimpleNamespace(vars={}, inventory=[])) == CHECK_TIMEOUT_S  # type: ignore[arg-type]
+    rack.vars["trialbed_watch_timeout"] = "60"
+    with pytest.raises(RackError, match=r"inv/hosts.yml: trialbed_watch_timeout: '60' is not a"):
+        watch_timeout_s(rack)  # type: ignore[arg-type]
