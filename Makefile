@@ -87,8 +87,8 @@ docs: setup  ## write each role's README.md from its meta/argument_specs.yml and
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
 	@$(PYTHON) -m trials status $(if $(INVENTORY),-i $(INVENTORY))
 
-test: setup lint  ## lint, unit tests, then end-to-end tests on the virtual racks the tests build and remove (the VM rack's beside the others)
-	@$(PYTHON) scripts/run_tests.py
+test: setup lint  ## lint, unit tests, then end-to-end tests on a virtual rack the tests build and remove
+	@$(PYTHON) -m pytest
 
 lint: setup  ## ruff, ansible-lint (production profile, yamllint included; .ansible-lint), and a syntax check of every playbook
 	@$(VENV)/bin/ruff check .
