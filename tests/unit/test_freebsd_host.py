@@ -346,10 +346,12 @@ def plays(listing: str) -> dict[str, list[str]]:
     return found
 
 
-def list_hosts(playbook: str, overlay: Path) -> dict[str, list[str]]:
+def list_hosts(playbook: str, *overlays: Path) -> dict[str, list[str]]:
+    """The playbook's plays and their hosts on the lab rack (with the overlays)."""
+    inventories = [arg for path in (LAB, *overlays) for arg in ("-i", str(path))]
     listed = subprocess.run(
-        [str(PROJECT / ".venv/bin/ansible-playbook"), "--list-hosts", "-i", str(LAB),
-         "-i", str(overlay), str(PROJECT / "playbooks" / playbook)],
+        [str(PROJECT / ".venv/bin/ansible-playbook"), "--list-hosts", *inventories,
+         str(PROJECT / "playbooks" / playbook)],
         cwd=PROJECT, env=env(), capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     return plays(listed)

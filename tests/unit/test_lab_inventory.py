@@ -6,13 +6,13 @@ to freebsd_router. Nothing is contacted (ansible-inventory and --list-tasks only
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 from core.rack import Rack
+from tests.unit.test_freebsd_host import list_hosts
 from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
 from trials.network import host_settings, resolve_network
@@ -56,19 +56,7 @@ def test_seed000_on_the_lab_rack_gives_the_freebsd_router_its_links():
 
 
 def test_configure_runs_freebsd_router_on_the_lab_router_only():
-    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")}
-    listed = subprocess.run(
-        [str(PROJECT / ".venv/bin/ansible-playbook"), "--list-hosts", "-i", str(LAB),
-         str(PROJECT / "playbooks/configure.yml")],
-        cwd=PROJECT, env=env, capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    plays = {}
-    for line in listed.splitlines():
-        play = re.match(r"\s*play #\d+ \(.*?\): (.*?)\tTAGS", line)
-        if play:
-            current = plays.setdefault(play[1], [])
-        elif line.startswith("      ") and line.strip():
-            current.append(line.strip())
+    plays = list_hosts("configure.yml")
     assert plays["Shaped links of FreeBSD routers"] == ["R"]
     assert "R" not in plays["Shaped links"] and "R" not in plays["End hosts and routers"]
 
