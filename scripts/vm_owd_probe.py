@@ -42,8 +42,10 @@ $R tc class add dev right parent 2: classid 2:10 htb rate 1mbit ceil 1mbit burst
 $R tc qdisc add dev right parent 2:10 handle 10: bfifo limit 60000
 ip netns exec ${{P}}A sysctl -qw net.ipv4.tcp_congestion_control={cc}
 pids=""
-$R tcpdump -i left -n -s 128 -B 16384 -w $W/in.pcap 2>$W/in.log & pids="$pids $!"
-$R tcpdump -i right -n -s 128 -B 16384 -w $W/out.pcap 2>$W/out.log & pids="$pids $!"
+$R tcpdump -i left -n -s 128 -B 16384 --immediate-mode \
+  -w $W/in.pcap 2>$W/in.log & pids="$pids $!"
+$R tcpdump -i right -n -s 128 -B 16384 --immediate-mode \
+  -w $W/out.pcap 2>$W/out.log & pids="$pids $!"
 ip netns exec ${{P}}C iperf3 -s -1 >$W/iperf_s.log 2>&1 & srv=$!
 ip netns exec ${{P}}D python3 -c '
 import socket; s = socket.socket(2, 2); s.bind(("", 4000))

@@ -647,7 +647,9 @@ class TrialRunner:
         ]
         for c in net.captures:
             command = (
-                f"tcpdump -i {c.iface} -n -s {exp.capture.snaplen} -B 16384 "
+                # Immediate mode: without it libpcap hands packets over a ring block at a
+                # time (up to 1 s late), and SIGINT discards the block still being filled.
+                f"tcpdump -i {c.iface} -n -s {exp.capture.snaplen} -B 16384 --immediate-mode "
                 f"--time-stamp-precision=nano -Z root -w {c.name}.pcap ip"
             )
             steps.append(
@@ -703,7 +705,7 @@ class TrialRunner:
             recording: dict[str, list[str]] = {}
             for host, name in self.recorder_names(net, generators):
                 recording.setdefault(host, []).append(name)
-            for c in net.captures:  # tcpdump flushes its buffer on SIGINT
+            for c in net.captures:  # tcpdump writes out what it was handed on SIGINT
                 recording.setdefault(c.host, []).append(f"{c.name}.tcpdump:INT")
             for m in (record.get("markers") or {}).values():  # TERM: stats, rules removed
                 recording.setdefault(m["host"], []).append(m["daemon"])
@@ -866,7 +868,9 @@ def capture_stats(trial_dir: Path, net: ResolvedNetwork) -> dict[str, dict[str, 
 
 
 def truncated_captures(stats: dict[str, dict[str, int]], net: ResolvedNetwork) -> list[str]:
-    """Capture points whose file holds fewer packets than tcpdump captured (a full disk)."""
+    """Capture points whose file holds fewer packets than tcpdump captured (a full disk), or
+    that captured fewer than the kernel passed their filter and did not drop (packets still in
+    the ring when tcpdump stopped)."""
     out = []
     for c in net.captures:
         counts = stats.get(c.name, {})
@@ -874,6 +878,14 @@ def truncated_captures(stats: dict[str, dict[str, int]], net: ResolvedNetwork) -
             out.append(
                 f"capture {c.name} on {c.host}: its file holds {counts.get('in_file', 0)} of "
                 f"the {counts['captured']} packets tcpdump captured (was its disk full?)"
+            )
+        # On lo the kernel passes each packet twice (out and in) and libpcap drops one copy.
+        handed = counts.get("received_by_filter", 0) - counts.get("dropped_by_kernel", 0)
+        if c.iface != "lo" and "captured" in counts and counts["captured"] < handed:
+            out.append(
+                f"capture {c.name} on {c.host}: tcpdump captured {counts['captured']} of the "
+                f"{handed} packets its filter passed and the kernel kept (stopped before it "
+                f"had read them all)"
             )
     return out
 

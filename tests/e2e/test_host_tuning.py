@@ -195,9 +195,10 @@ def first_flight(rack: Rack, tag: str, local: Path) -> dict:
         daemons.spawn(RECEIVER, "sink", f"python3 -c {shlex.quote(SINK)} {dst} {PORT}")
         daemons.wait_for_log(RECEIVER, "sink", "listening")
         iface = sender.interface_towards(src)
-        daemons.spawn(
-            SENDER, "capture", f"tcpdump -i {iface} -n -U -s 96 -w {pcap} tcp port {PORT}"
-        )
+        # Immediate mode: otherwise the last second's packets may still sit in the kernel's
+        # ring when the capture is stopped, and are lost (the flight's ACKs went so once).
+        capture = f"tcpdump -i {iface} -n --immediate-mode -s 96 -w {pcap} tcp port {PORT}"
+        daemons.spawn(SENDER, "capture", capture)
         daemons.wait_for_log(SENDER, "capture", "listening on")
         daemons.spawn(
             SENDER, "send", f"python3 -c {shlex.quote(SEND)} {dst} {PORT} {TRANSFER_BYTES}"
