@@ -199,7 +199,9 @@ KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 5, 3, 3  # idle: abou
 
 
 def _failing_fast(open_connection: Any, conn: Connection) -> Any:
-    """Wrap Connection.open: once open, its TCP socket gives up on an unreachable peer."""
+    """Wrap Connection.open: once open, its TCP socket gives up on an unreachable peer, and
+    sends each small SSH message at once (Nagle's wait for the peer's delayed ACK added about
+    40 ms to every channel a command opens)."""
 
     def opened(*args: Any, **kwargs: Any) -> Any:
         result = open_connection(*args, **kwargs)
@@ -210,6 +212,7 @@ def _failing_fast(open_connection: Any, conn: Connection) -> Any:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, UNACKED_LIMIT_MS)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return result
 
     return opened

@@ -53,6 +53,18 @@ def test_hosts_answer_over_ssh_with_their_own_hostname(test_rack):
         rack.close()
 
 
+def test_commands_run_in_sshds_plain_environment(test_rack):
+    """bash reads ~/.bashrc for a command sshd starts unless SHLVL says it is not the first
+    shell: the controller's own .bashrc (its PATH, its slow init) must not reach rack hosts."""
+    rack = Rack.load([test_rack.inventory])
+    try:
+        shlvl, path = rack.run("A", 'echo "$SHLVL"; echo "$PATH"').split()
+        assert shlvl == "2"  # sshd's SHLVL=1, counted up by the command's own bash
+        assert path == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    finally:
+        rack.close()
+
+
 def test_sshd_listens_only_on_the_management_address(test_rack):
     out = subprocess.run(
         ["ip", "netns", "exec", f"{PREFIX}A", "ss", "-Hltn"],

@@ -10,6 +10,7 @@ from core import rack
 
 
 def test_an_opened_connection_times_out_unacknowledged_data_and_idles_with_keepalives():
+    """...and sends small messages without waiting (TCP_NODELAY)."""
     server = socket.create_server(("127.0.0.1", 0))
     sock = socket.create_connection(server.getsockname())
     transport = SimpleNamespace(sock=sock)
@@ -22,6 +23,7 @@ def test_an_opened_connection_times_out_unacknowledged_data_and_idles_with_keepa
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 15_000
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 5
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     finally:
         sock.close()
         server.close()
