@@ -58,9 +58,9 @@ class TestRack:
             },
         )
 
-    def rack(self, state: str, *args: str) -> subprocess.CompletedProcess:
-        return self.playbook(
-            "rack.yml",
+    def rack_vars(self, state: str) -> list[str]:
+        """rack.yml's extra variables for this rack in `state` (present or absent)."""
+        return [
             "-e",
             f"virtual_rack_topology_file={self.topology}",
             "-e",
@@ -71,8 +71,10 @@ class TestRack:
             f"virtual_rack_namespace_prefix={self.prefix}",
             "-e",
             f"virtual_rack_state={state}",
-            *args,
-        )
+        ]
+
+    def rack(self, state: str, *args: str) -> subprocess.CompletedProcess:
+        return self.playbook("rack.yml", *self.rack_vars(state), *args)
 
     @property
     def owner_file(self) -> Path:
@@ -140,7 +142,42 @@ def own_topology(name: str, prefix: str, subnet: int, directory: Path) -> Path:
 
 
 def state_dir(label: str) -> Path:
+    """A test rack's state directory: its name ends in the test session's pid (see
+    `remove_stale_test_rack`)."""
     return PROJECT / ".state" / f"test-{label}-{os.getpid()}"
+
+
+def remove_stale_test_rack(rack: TestRack) -> None:
+    """Take down the rack a killed test session left under `rack`'s prefix (its state
+    directory names a pid that is gone), with the rack role of the checkout that built it:
+    a rack owned by another checkout is only ever removed from there. A rack of a test session
+    still running is left alone (its build then fails, naming the owner)."""
+    owner = OWNER_DIR / f"{rack.prefix}rack.json"
+    try:
+        record = json.loads(owner.read_text())
+    except (OSError, ValueError):
+        return
+    ended = re.search(r"-(\d+)$", Path(record.get("state_dir", "")).name)
+    if not ended or Path(f"/proc/{ended[1]}").exists():
+        return
+    checkout = Path(record.get("project_dir", ""))
+    if not (checkout / "playbooks/rack.yml").is_file():
+        return
+    topology = Path(record.get("topology_file", ""))
+    stale = TestRack(
+        topology=topology if topology.is_file() else rack.topology,
+        inventory=Path(record.get("inventory") or rack.inventory),
+        state_dir=Path(record["state_dir"]),
+        prefix=rack.prefix,
+    )
+    print(f"taking down the rack a killed test session left: {record['state_dir']}")
+    down = subprocess.run(
+        [str(PROJECT / ".venv/bin/ansible-playbook"), str(checkout / "playbooks/rack.yml"),
+         *stale.rack_vars("absent")],
+        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        env={**os.environ, "ANSIBLE_CONFIG": str(checkout / "ansible.cfg")},
+    )  # fmt: skip
+    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-2000:]
 
 
 def built_rack(
@@ -155,9 +192,12 @@ def built_rack(
     rack = TestRack(
         topology=own_topology(name, prefix, subnet, base),
         inventory=base / "hosts.yml",
-        state_dir=(under / "state") if under else state_dir(f"{prefix.rstrip('-')}-{name}"),
+        state_dir=(under / f"state-{os.getpid()}")
+        if under
+        else state_dir(f"{prefix.rstrip('-')}-{name}"),
         prefix=prefix,
     )
+    remove_stale_test_rack(rack)
     up = rack.rack("present")
     if up.returncode != 0:
         rack.rack("absent")  # leave nothing half-built behind

@@ -21,6 +21,7 @@ from tests.e2e.conftest import (
     namespaces,
     rack_leftovers,
     recap,
+    remove_stale_test_rack,
     state_dir,
 )
 
@@ -240,6 +241,7 @@ def tiny(tmp_path):
         state_dir=solo.state_dir,
         prefix=SWITCH_PREFIX,
     )
+    remove_stale_test_rack(solo)
     yield solo, duo
     down = rack_down(solo)
     assert down.returncode == 0, down.stdout[-3000:]

@@ -36,6 +36,7 @@ from tests.e2e.conftest import (
     processes_mentioning,
     rack_leftovers,
     recap,
+    remove_stale_test_rack,
     state_dir,
 )
 from tests.e2e.test_collateral_damage import EXPERIMENT as DUMBBELL_EXPERIMENT
@@ -86,6 +87,7 @@ def vm_rack(tmp_path_factory):
         state_dir=state_dir("vm"),
         prefix=PREFIX,
     )
+    remove_stale_test_rack(rack)
     start = time.monotonic()
     up = rack.rack("present", "-e", "virtual_rack_kind=vm")
     if up.returncode != 0:
