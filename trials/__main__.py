@@ -45,8 +45,9 @@ from trials.spec import SpecError
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 # Per trial beyond its traffic: configure, arm, start lead, drain, collect (measured on the
-# 2-core virtual rack: 35-50 s; less when configure is skipped for an unchanged host).
-OVERHEAD_S = 40
+# 2-core namespace rack: 3 s when only cc changes, 7-8 s when the router's shaping changes,
+# 30 s for the first trial's full configure; README "Time per trial").
+OVERHEAD_S = 10
 # The same on the VM rack under TCG (configure runs every Ansible task in the emulated CPU):
 # 217-332 s measured per seed-000 trial on the 2-core machine.
 OVERHEAD_S_VM = 240

@@ -29,6 +29,7 @@ class PlaybookError(RuntimeError):
 CONFIGURE_TAGS = {
     "testbed_host_cc": "cc",
     "testbed_host_cc_params": "cc",
+    "testbed_host_cc_choices": "cc",
     "trialbed_flow_cc": "cc",
     "testbed_host_sysctls": "sysctls",
     "testbed_host_mtu": "mtu",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trials.ansible import configure_tags
-from trials.runner import overhead_phases, overhead_s
+from trials.runner import cc_switchable, overhead_phases, overhead_s
 
 BASE = {
     "testbed_host_cc": "cubic",
@@ -33,6 +33,23 @@ def test_a_variable_appearing_or_vanishing_counts_as_a_change():
 
 def test_a_variable_without_a_tag_runs_everything():
     assert configure_tags(BASE, {**BASE, "testbed_host_offloads_off": False}) is None
+
+
+def test_a_congestion_control_made_available_is_switched_to_without_configure():
+    applied = {**BASE, "testbed_host_cc_choices": ["cubic", "reno"]}
+    assert cc_switchable(applied, {**applied, "testbed_host_cc": "reno"})
+    # Whatever else differs goes through configure.yml, but not the congestion control.
+    moved = {**applied, "testbed_host_cc": "reno", "testbed_host_sysctls": {}}
+    assert cc_switchable(applied, moved)
+    # The same one, one not made available, other module parameters or another choice list.
+    assert not cc_switchable(applied, dict(applied))
+    assert not cc_switchable(applied, {**applied, "testbed_host_cc": "bbr"})
+    other = {**applied, "testbed_host_cc": "reno", "testbed_host_cc_params": {"beta": 1}}
+    assert not cc_switchable(applied, other)
+    more = {**applied, "testbed_host_cc": "reno", "testbed_host_cc_choices": ["bbr", "reno"]}
+    assert not cc_switchable(applied, more)
+    assert not cc_switchable(BASE, {**BASE, "testbed_host_cc": "reno"})  # no choices made
+    assert not cc_switchable(None, {**applied, "testbed_host_cc": "reno"})  # nothing known
 
 
 TIMES = {
