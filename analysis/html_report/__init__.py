@@ -209,6 +209,22 @@ def _seconds(a: str | None, b: str | None) -> float | None:
     return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
 
 
+def configured_by(configure: dict) -> str:
+    """How the runner brought the rack to a trial's configuration (trial.json "configure"):
+    the playbook (and which tags), the hosts' congestion control switch, or nothing (the
+    previous trial's configuration was the same)."""
+    if configure.get("skipped"):
+        return f"kept ({configure.get('same_as') or 'same as before'})"
+    ways = []
+    if "recap" in configure:
+        tags = configure.get("tags")
+        ways.append(f"playbook ({tags if isinstance(tags, str) else ', '.join(tags or [])})")
+    if configure.get("cc_switched"):
+        hosts = len(configure["cc_switched"])
+        ways.append(f"cc switch ({hosts} host{'s' if hosts > 1 else ''})")
+    return " + ".join(ways) or "?"
+
+
 def timing(page: Page, batch_dir: Path) -> None:
     """Wall time per trial (started to stopped), the part outside the traffic, and the
     runner's own overhead figure where it recorded one (overhead_s: outside traffic and
@@ -229,6 +245,7 @@ def timing(page: Page, batch_dir: Path) -> None:
                 "traffic_s": traffic,
                 "outside_traffic_s": wall - traffic if wall is not None and traffic else None,
                 "overhead_s": r.get("overhead_s"),
+                "configured_by": configured_by(r.get("configure") or {}),
                 # configure, arm, lead, stop, collect (runs from this session on)
                 **{f"{k}_s": v for k, v in (r.get("overhead_phases_s") or {}).items()},
             }

@@ -17,7 +17,7 @@ import pytest
 import analysis
 from analysis.families import startup as startup_family
 from analysis.families.common import trimmed
-from analysis.html_report import write_report
+from analysis.html_report import configured_by, write_report
 from analysis.html_report.__main__ import main
 from analysis.html_report.compare import compare_batches, previous_batch
 from tests.analysis.headless import chromium, load_page
@@ -281,3 +281,11 @@ def test_epochs_from_the_queue_without_cwnd() -> None:
     starts, source = epoch_starts(None, queue)
     assert starts.tolist() == [1 * s, 5 * s + 1]  # runs at 1 s (two, merged) and at 5 s
     assert "queue-full" in source
+
+
+def test_the_timing_table_says_how_each_trial_was_configured() -> None:
+    assert configured_by({"recap": {}, "tags": "all", "hosts": ["A"]}) == "playbook (all)"
+    both = {"recap": {}, "tags": ["shaping"], "cc_switched": {"A": "reno", "B": "reno"}}
+    assert configured_by(both) == "playbook (shaping) + cc switch (2 hosts)"
+    assert configured_by({"cc_switched": {"A": "reno"}}) == "cc switch (1 host)"
+    assert configured_by({"skipped": True, "same_as": "r1"}) == "kept (r1)"
