@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 import yaml
@@ -62,6 +63,11 @@ def test_teardown_after_a_sigkilled_runner_leaves_the_rack_as_before(test_rack, 
         assert "htb" in during["R"] and "NFQUEUE" in during["R"]
         assert "reno" in during["A"] and "initcwnd 3" in during["A"]
         assert "1000000" in during["C"]
+        # The sender's helper waits for T0 (up to the runner's lead) before it execs iperf3;
+        # nothing the killed runner would have done is needed for it to start.
+        deadline = time.monotonic() + 15
+        while "iperf3" not in namespace_commands("A") and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert "iperf3" in namespace_commands("A") and "tcpdump" in namespace_commands("R")
 
         first = test_rack.playbook("teardown.yml", *inventory)  # none of the trial's variables
