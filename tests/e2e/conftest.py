@@ -28,6 +28,8 @@ TOPOLOGIES = PROJECT / "inventory/virtual/topologies"
 OWNER_DIR = Path("/run/trialbed")
 PREFIX = "tt-"
 CHAIN_PREFIX = "tc-"
+# The chain test racks carry four of the topology's eight pairs (see trim_chain).
+CHAIN_PAIRS = 4
 
 
 @dataclass
@@ -127,6 +129,8 @@ def own_topology(name: str, prefix: str, subnet: int, directory: Path) -> Path:
     own bridges (<prefix><segment>) and management subnet 198.19.<subnet>.0/24; the file keeps
     the topology's name as its stem."""
     topology = yaml.safe_load((TOPOLOGIES / f"{name}.yml").read_text())
+    if name == "chain2":
+        trim_chain(topology, CHAIN_PAIRS)
     topology["management"]["bridge"] = f"{prefix}mgmt"
     topology["management"]["controller"] = f"198.19.{subnet}.1/24"
     for segment in topology["segments"].values():
@@ -139,6 +143,21 @@ def own_topology(name: str, prefix: str, subnet: int, directory: Path) -> Path:
     path = directory / f"{name}.yml"
     path.write_text(yaml.safe_dump(topology, sort_keys=False))
     return path
+
+
+def trim_chain(topology: dict, pairs: int) -> None:
+    """Keep the chain's first `pairs` sender/receiver pairs (S<i>, D<i>, their segments a<i>,
+    b<i> and the routers' interfaces on them): no test needs more than four, and every
+    namespace more costs each rack-up, teardown and status."""
+    gone = {f"{side}{i}" for side in "ab" for i in range(pairs + 1, 9)}
+    topology["segments"] = {n: s for n, s in topology["segments"].items() if n not in gone}
+    topology["hosts"] = {
+        name: host
+        for name, host in topology["hosts"].items()
+        if not (name[0] in "SD" and int(name[1:]) > pairs)
+    }
+    for host in topology["hosts"].values():
+        host["interfaces"] = {i: a for i, a in host["interfaces"].items() if i not in gone}
 
 
 def state_dir(label: str) -> Path:

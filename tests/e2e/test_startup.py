@@ -18,7 +18,7 @@ from analysis.pcap import ip_to_int, read_pcap
 from analysis.startup import loss_events
 from collect.fetch import verify_manifest
 from core.rack import Rack
-from tests.e2e.conftest import PROJECT, start_trials, trials_run, wait_for_daemon
+from tests.e2e.conftest import PROJECT, recap, start_trials, trials_run, wait_for_daemon
 from trials.plan import load_plan
 
 pytestmark = pytest.mark.rack
@@ -126,6 +126,17 @@ def test_trials_complete_with_verified_files(lswan, satellite):
     packets = read_pcap(t["dir"] / "R1" / "sender1.pcap")
     assert packets[packets.proto == 6].ip_len.max() == 512
     assert t["record"]["hosts"]["S1"]["mtu"] == {"a1": 512}
+
+
+def test_the_network_is_restored_on_the_hosts_the_trials_used(lswan):
+    """The chain has four pairs; LS-WAN uses two: the closing teardown runs on those, the
+    routers and the controller, and gives the routers' shaping back."""
+    t = lswan["trials"]["start-0s_r1"]
+    teardown = (t["dir"].parent.parent / "ansible" / "teardown.log").read_text()
+    hosts = recap(teardown)
+    assert set(hosts) == {"localhost", *t["record"]["hosts"]}, sorted(hosts)
+    assert set(t["record"]["hosts"]) == {"S1", "S2", "D1", "D2", "R1", "R2"}
+    assert hosts["R1"]["changed"] > 0 and hosts["R2"]["changed"] > 0, hosts
 
 
 def test_aggregate_effective_throughput_fills_the_bottleneck(lswan):

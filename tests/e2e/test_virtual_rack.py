@@ -14,6 +14,7 @@ import yaml
 
 from core.rack import Rack
 from tests.e2e.conftest import (
+    CHAIN_PAIRS,
     OWNER_DIR,
     PREFIX,
     PROJECT,
@@ -88,9 +89,9 @@ def test_rack_up_records_its_owner(test_rack):
     assert stored["spec"] == yaml.safe_load(test_rack.topology.read_text())
 
 
-# -- chain2: the seed-001 two-router chain (18 hosts) ------------------------------------------
+# -- chain2: the seed-001 two-router chain (its first four pairs, see trim_chain) ------------
 
-CHAIN_HOSTS = {"R1", "R2"} | {f"S{i}" for i in range(1, 9)} | {f"D{i}" for i in range(1, 9)}
+CHAIN_HOSTS = {"R1", "R2"} | {f"{side}{i}" for side in "SD" for i in range(1, CHAIN_PAIRS + 1)}
 
 # An ICMP echo from Python (the hosts have no ping): prints the reply's TTL.
 ICMP_ECHO = """
