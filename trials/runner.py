@@ -991,7 +991,7 @@ def restore(runner: TrialRunner, rack: Rack, log_stem: Path, log: Callable[[str]
     log(f"restore the network (ansible-playbook teardown.yml on {', '.join(hosts)})")
     variables = {
         h: {k: v for k, v in hv.items() if k.startswith("linux_router")}
-        for h, hv in (runner.last_vars or {}).items()
+        for h, hv in runner.last_vars.items()
     }
     try:
         overlay = write_host_vars(log_stem.with_name(log_stem.name + "_vars.yml"), variables)

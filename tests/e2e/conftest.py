@@ -149,13 +149,13 @@ def trim_chain(topology: dict, pairs: int) -> None:
     """Keep the chain's first `pairs` sender/receiver pairs (S<i>, D<i>, their segments a<i>,
     b<i> and the routers' interfaces on them): no test needs more than four, and every
     namespace more costs each rack-up, teardown and status."""
-    gone = {f"{side}{i}" for side in "ab" for i in range(pairs + 1, 9)}
+
+    def beyond(name: str) -> bool:  # a<i>, b<i>, S<i>, D<i> with i > pairs
+        return name[0] in "abSD" and name[1:].isdigit() and int(name[1:]) > pairs
+
+    gone = {n for n in topology["segments"] if beyond(n)}
     topology["segments"] = {n: s for n, s in topology["segments"].items() if n not in gone}
-    topology["hosts"] = {
-        name: host
-        for name, host in topology["hosts"].items()
-        if not (name[0] in "SD" and int(name[1:]) > pairs)
-    }
+    topology["hosts"] = {n: h for n, h in topology["hosts"].items() if not beyond(n)}
     for host in topology["hosts"].values():
         host["interfaces"] = {i: a for i, a in host["interfaces"].items() if i not in gone}
 
