@@ -685,6 +685,11 @@ class TrialRunner:
         record["delay"] = self.delay_backends(net) if delayed else {}
         if (vm := vm_record(self.rack)) is not None:
             record["vm"] = vm  # the VM rack: its VM, calibration, clock offset now
+            clock = vm["clock_at_trial"]
+            if not clock.get("converged", False):
+                # Captures are all in the VM (OWD is unaffected); T0 and start times are the
+                # controller's, so the offset shifts when the senders start, by that much.
+                self.log(f"[{trial.name}] warning: the VM's clock is off the controller's: {clock}")
         nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
         must(per_host([(g.sender, f"prepare {g.name}", g.prepare) for g in generators]))
         markers = adaptive_marking.marker_sites(exp, net, str(self.plan.source))

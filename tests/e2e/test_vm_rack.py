@@ -117,7 +117,8 @@ def test_vm_rack_is_up_with_debian_kernel(vm_rack):
     info = vm_info(vm_rack)
     assert info["accel"] in ("kvm", "tcg") and info["accel_reason"]
     assert info["kernel"].endswith("-amd64")  # Debian's stock kernel, not this machine's
-    assert abs(info["clock"]["offset_after_ms"]) < 5
+    assert info["clock"]["converged"], info["clock"]
+    assert abs(info["clock"]["offset_after_ms"]) < 2 + info["clock"]["rtt_after_ms"] / 2
     # qemu has host priority (its autogroup's nice: a TCG vCPU waiting for a host CPU stalls
     # the guest's shaper).
     assert info["priority"]["nice"] == -10
@@ -202,8 +203,10 @@ def test_htcp_trial_through_netem_and_fq_codel_on_the_vm_rack(trial):
         assert facts["cc_params"]["htcp"]["use_rtt_scaling"] == "1"
     assert record["vm"]["accel"] in ("kvm", "tcg")
     # The guest clock against the host's, within 2 ms beyond the reading's own uncertainty
-    # (half the round trip it was read over; measured: -2.5 ms read over 2.9 ms).
+    # (half the round trip it was read over; measured: -2.5 ms read over 2.9 ms; with the
+    # guest busy, +1.3 ms read over 7.6 ms).
     clock = record["vm"]["clock_at_trial"]
+    assert clock["converged"], clock
     assert abs(clock["offset_after_ms"]) < 2 + clock["rtt_after_ms"] / 2, clock
     for point, counts in record["capture"].items():
         assert counts["dropped_by_kernel"] == 0, point

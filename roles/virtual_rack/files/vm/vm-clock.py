@@ -5,7 +5,8 @@ The VM boots with its clock from the emulated RTC (whole seconds); every capture
 rack is inside the one VM, so they share its clock, but the trial's T0 and start times come
 from the controller's. This measures the offset NTP-style (a burst of request/answer pairs
 over one SSH session; the pair with the shortest round trip bounds the error by half of it),
-steps the VM's CLOCK_REALTIME by that offset, and measures again.
+steps the VM's CLOCK_REALTIME by that offset, and measures again, until the offset is within
+what a measurement can resolve (half its round trip, plus 0.5 ms).
 
 Usage: vm-clock.py ADDRESS KEY KNOWN_HOSTS [--check]   (prints one JSON object)
 """
@@ -29,12 +30,20 @@ for line in sys.stdin:
     sys.stdout.flush()
 """
 ROUNDS = 40
+# When the guest is busy (TCG on a loaded host) round trips of 7-8 ms were measured; more pairs
+# find a shorter one, and the shorter the round trip the tighter the bound.
+MAX_ROUNDS = 200
+SHORT_RTT_S = 0.003
+MAX_STEPS = 5
+MARGIN_S = 0.0005
 
 
 def measure(proc: subprocess.Popen) -> tuple[float, float]:
     """(offset of the VM's clock minus the controller's, round trip) of the best pair, s."""
     best = None
-    for _ in range(ROUNDS):
+    for done in range(MAX_ROUNDS):
+        if done >= ROUNDS and best[1] <= SHORT_RTT_S:
+            break
         t1 = time.time()
         proc.stdin.write("t\n")
         proc.stdin.flush()
@@ -59,20 +68,21 @@ def main() -> None:
         out = {"offset_before_ms": round(before * 1e3, 3), "rtt_ms": round(rtt * 1e3, 3)}
         if not check:
             # A step lands some ms off under TCG (measured: 17 ms, steady): step again on what
-            # is left, until the offset is within the round trip.
+            # is left. An offset within half the round trip is below what the reading resolves;
+            # stepping on it only adds the reading's noise (measured: +1.3 ms read over 7.6 ms,
+            # stepped, then -6.6 ms).
             after, rtt2, steps = before, rtt, 0
-            while steps < 5:
+            while abs(after) > rtt2 / 2 + MARGIN_S and steps < MAX_STEPS:
                 steps += 1
                 proc.stdin.write(f"s {-after!r}\n")
                 proc.stdin.flush()
                 proc.stdout.readline()
                 after, rtt2 = measure(proc)
-                if abs(after) <= max(rtt2, 0.001):
-                    break
             out.update(
                 offset_after_ms=round(after * 1e3, 3),
                 rtt_after_ms=round(rtt2 * 1e3, 3),
                 steps=steps,
+                converged=abs(after) <= rtt2 / 2 + MARGIN_S,
             )
     finally:
         proc.stdin.close()
