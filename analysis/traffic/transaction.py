@@ -17,6 +17,7 @@ from analysis.pcap import ip_to_int
 TCP_SYN, TCP_ACK = 0x02, 0x10
 UDP_HEADER = 20  # the reliable scheme's header (trials/generators/transaction.py)
 UDP_REPLY_PAYLOAD = UDP_HEADER + 1  # REPLY: header and the 1-byte reply
+CAPTURE_TRANSACTION_COLUMNS = ["local_port", "k", "cap_start_ns", "cap_end_ns"]
 
 
 def read_client(path: Path) -> tuple[dict[str, str], pd.DataFrame]:
@@ -60,7 +61,6 @@ def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataF
     A reply with no client packet since the previous one is a duplicate, not a transaction.
     Columns: local_port, k (its rank on that port), cap_start_ns, cap_end_ns."""
     client = ip_to_int(gen["src"])
-    out = []
     tcp = gen["proto"] == 6
     up = packets[packets.src == client]
     down = packets[packets.src != client]
@@ -72,27 +72,44 @@ def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataF
         down = down[down.payload_len > 0].drop_duplicates(["dport", "seq"])
     else:
         down = down[down.payload_len == UDP_REPLY_PAYLOAD]
-    for port, replies in down.groupby("dport", sort=False):
-        starts = up.ts_ns[up.sport == port].to_numpy()
-        ends = replies.ts_ns.to_numpy()
-        prev = np.concatenate(([np.iinfo(np.int64).min], ends[:-1]))
-        first = np.searchsorted(starts, prev, side="right")  # first request after prev
-        valid = first < len(starts)
-        valid &= np.concatenate(([True], first[1:] != first[:-1]))  # a new request since
-        first, ends = first[valid], ends[valid]
-        ok = starts[first] < ends
-        out.append(
-            pd.DataFrame(
-                {
-                    "local_port": int(port),
-                    "cap_start_ns": starts[first[ok]],
-                    "cap_end_ns": ends[ok],
-                }
-            )
-        )
-    if not out:
-        return pd.DataFrame(columns=["local_port", "k", "cap_start_ns", "cap_end_ns"])
-    frame = pd.concat(out, ignore_index=True).sort_values("cap_start_ns", kind="stable")
+    # Every port at once (EFT-SHORT has a port per transaction: a loop over ports cost 20 s
+    # for 13 000 of them): a key that orders by port, then by time, so that one searchsorted
+    # finds, for each reply, the first request on its port after the previous reply there.
+    if up.empty or down.empty:
+        return pd.DataFrame(columns=CAPTURE_TRANSACTION_COLUMNS)
+    up_port, dn_port = up.sport.to_numpy(), down.dport.to_numpy()
+    up_ts, dn_ts = up.ts_ns.to_numpy(), down.ts_ns.to_numpy()
+    ports = np.unique(np.concatenate([up_port, dn_port]))
+    times = np.unique(np.concatenate([up_ts, dn_ts]))
+    span = len(times) + 1  # rank 0 stands for "before everything" on a port
+
+    def key(port: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        return np.searchsorted(ports, port).astype(np.int64) * span + np.searchsorted(times, ts) + 1
+
+    up_key = key(up_port, up_ts)
+    by_key = np.argsort(up_key, kind="stable")
+    start_key, start_ts, start_port = up_key[by_key], up_ts[by_key], up_port[by_key]
+    order = np.argsort(dn_port, kind="stable")  # each port's replies in capture order
+    end_port, end_ts = dn_port[order], dn_ts[order]
+    first_of_port = np.concatenate(([True], end_port[1:] != end_port[:-1]))
+    prev_key = key(end_port, np.concatenate((end_ts[:1], end_ts[:-1])))
+    prev_key[first_of_port] = np.searchsorted(ports, end_port[first_of_port]) * span
+    first = np.searchsorted(start_key, prev_key, side="right")  # first request after prev
+    valid = first < len(start_key)
+    valid[valid] &= start_port[first[valid]] == end_port[valid]
+    first, end_ts, end_port = first[valid], end_ts[valid], end_port[valid]
+    # A reply with no request between the previous reply and itself (a duplicate, or one
+    # whose request the capture did not see) ends no transaction.
+    ok = start_ts[first] < end_ts
+    if not ok.any():
+        return pd.DataFrame(columns=CAPTURE_TRANSACTION_COLUMNS)
+    frame = pd.DataFrame(
+        {
+            "local_port": end_port[ok].astype(np.int64),
+            "cap_start_ns": start_ts[first[ok]],
+            "cap_end_ns": end_ts[ok],
+        }
+    ).sort_values("cap_start_ns", kind="stable", ignore_index=True)
     return frame.assign(k=frame.groupby("local_port").cumcount())
 
 
