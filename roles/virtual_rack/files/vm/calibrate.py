@@ -7,11 +7,12 @@ Between a sender namespace and a receiver namespace through a router namespace i
     towards the sender; ping's RTT minus the base RTT against 2 x DELAY;
   - the rate error: HTB at each rate of RATES (netem delay at the root, a BDP-sized bfifo
     leaf, the role's arrangement), one iperf3 TCP flow; goodput (the receiver's 1-s intervals,
-    the last one left out) against the payload the rate carries (1448 of every 1514 bytes);
+    the first and the last left out) against the payload the rate carries (1448 of every 1514
+    bytes);
   - the highest rate carried faithfully: the highest rate whose goodput is within TOLERANCE
     (the rates above two in a row whose goodput fell short are not tried).
-    (Each rate is measured once, for SECONDS after OMIT: under TCG the numbers vary by a few
-    percent from one rack-up to the next.)
+    (Each rate is measured once, for SECONDS (SECONDS_LOW below 5 Mbit/s) after OMIT: under
+    TCG the numbers vary by a few percent from one rack-up to the next.)
 The router's qdiscs are removed at the end. Prints one JSON object.
 
 Usage: calibrate.py PREFIX TOPOLOGY.json  (the rack's namespace prefix and topology: the path
@@ -28,6 +29,9 @@ import time
 DELAY_MS = 25
 RATES_MBIT = [1, 5, 10, 20, 30, 50, 100]
 SECONDS = 5  # after the first OMIT s (slow start) are left out
+# Below 5 Mbit/s one late read moves several % of a 1-s interval (8 % at 1 Mbit/s): more of
+# them (measured with three: +0.1 % and -6.3 % in two runs).
+SECONDS_LOW = 10
 OMIT = 2
 TOLERANCE = 0.05
 PAYLOAD_FRACTION = 1448 / 1514
@@ -74,15 +78,13 @@ def shape(router, itf, rate_mbit=None):
         raise SystemExit(f"tc: {done.stderr.strip()}")
 
 
-def iperf(sender, receiver, address):
-    """Goodput as the receiver saw it: its whole intervals after the omitted ones, the last
-    left out. iperf3's end-of-test figure counts the queue that drains after the sender stops
-    against the sender's seconds: at 1 Mbit/s the 30 kB queue is 0.24 s, up to +4.8 % on 5 s.
-    Measured at 1 Mbit/s: +5.9 % before, +3.2 and +4.1 % after. The rest is the receiver
-    reading late under TCG and catching up in the first counted second (1.10 Mbit/s of
-    payload there, then 0.950-0.966, while HTB's class sent 0.99 Mbit/s of frames). Leaving
-    that second out too read +0.1 % and -6.3 %: unbiased, but three 1-s intervals are too few
-    at 1 Mbit/s (a late read moves 8 % of one); a longer window at low rates would do it."""
+def iperf(sender, receiver, address, seconds):
+    """Goodput as the receiver saw it: its whole intervals after the omitted ones, the first
+    and the last left out. The last holds the queue draining after the sender stopped (at
+    1 Mbit/s the 30 kB queue is 0.24 s); in the first the receiver catches up on what it read
+    late during the omitted ones under TCG (measured at 1 Mbit/s: 1.10 Mbit/s of payload in
+    the first counted second, then 0.950-0.966, while HTB's class sent 0.99 Mbit/s of frames).
+    iperf3's end figure, which counts both, read 1 Mbit/s as +3 to +6 %."""
     server = subprocess.Popen(
         ["ip", "netns", "exec", receiver, "iperf3", "-s", "-1", "-J", "-B", address, "-p", "5299"],
         stdout=subprocess.PIPE,
@@ -92,7 +94,7 @@ def iperf(sender, receiver, address):
     time.sleep(1.0)
     try:
         out = ns(
-            sender, "iperf3", "-c", address, "-p", "5299", "-t", str(SECONDS), "-J", "-O", str(OMIT)
+            sender, "iperf3", "-c", address, "-p", "5299", "-t", str(seconds), "-J", "-O", str(OMIT)
         )
     finally:
         received, _ = server.communicate(timeout=30)
@@ -100,8 +102,8 @@ def iperf(sender, receiver, address):
         i["sum"]
         for i in json.loads(received).get("intervals", [])
         if not i["sum"].get("omitted") and i["sum"]["seconds"] > 0.5
-    ][:-1]
-    if not spans:  # too short to leave one out: the end-of-test figure
+    ][1:-1]
+    if not spans:  # too short to leave two out: the end-of-test figure
         return json.loads(out)["end"]["sum_received"]["bits_per_second"]
     return sum(i["bytes"] for i in spans) * 8 / sum(i["seconds"] for i in spans)
 
@@ -149,7 +151,7 @@ def main():
             clear(router, ifaces)
             shape(router, to_receiver, rate)
             shape(router, to_sender)
-            bps = iperf(sender, receiver, address)
+            bps = iperf(sender, receiver, address, SECONDS_LOW if rate < 5 else SECONDS)
             expected = rate * 1e6 * PAYLOAD_FRACTION
             rates.append(
                 {
