@@ -11,7 +11,7 @@ Between a sender namespace and a receiver namespace through a router namespace i
     bytes);
   - the highest rate carried faithfully: the highest rate whose goodput is within TOLERANCE
     (the rates above two in a row whose goodput fell short are not tried).
-    (Each rate is measured once, for SECONDS (SECONDS_LOW below 5 Mbit/s) after OMIT: under
+    (Each rate is measured once, for SECONDS (SECONDS_LOW below LOW_RATE_MBIT) after OMIT: under
     TCG the numbers vary by a few percent from one rack-up to the next.)
 The router's qdiscs are removed at the end. Prints one JSON object.
 
@@ -29,9 +29,10 @@ import time
 DELAY_MS = 25
 RATES_MBIT = [1, 5, 10, 20, 30, 50, 100]
 SECONDS = 5  # after the first OMIT s (slow start) are left out
-# Below 5 Mbit/s one late read moves several % of a 1-s interval (8 % at 1 Mbit/s): more of
-# them (measured with three: +0.1 % and -6.3 % in two runs).
+# Below LOW_RATE_MBIT one late read moves several % of a 1-s interval (8 % at 1 Mbit/s): more
+# of them (measured with three: +0.1 % and -6.3 % in two runs).
 SECONDS_LOW = 10
+LOW_RATE_MBIT = 5
 OMIT = 2
 TOLERANCE = 0.05
 PAYLOAD_FRACTION = 1448 / 1514
@@ -151,7 +152,7 @@ def main():
             clear(router, ifaces)
             shape(router, to_receiver, rate)
             shape(router, to_sender)
-            bps = iperf(sender, receiver, address, SECONDS_LOW if rate < 5 else SECONDS)
+            bps = iperf(sender, receiver, address, SECONDS_LOW if rate < LOW_RATE_MBIT else SECONDS)
             expected = rate * 1e6 * PAYLOAD_FRACTION
             rates.append(
                 {

@@ -38,6 +38,11 @@ MAX_STEPS = 5
 MARGIN_S = 0.0005
 
 
+def resolved(offset: float, rtt: float) -> bool:
+    """Whether an offset is within what a reading over that round trip can resolve."""
+    return abs(offset) <= rtt / 2 + MARGIN_S
+
+
 def measure(proc: subprocess.Popen) -> tuple[float, float]:
     """(offset of the VM's clock minus the controller's, round trip) of the best pair, s."""
     best = None
@@ -72,7 +77,7 @@ def main() -> None:
             # stepping on it only adds the reading's noise (measured: +1.3 ms read over 7.6 ms,
             # stepped, then -6.6 ms).
             after, rtt2, steps = before, rtt, 0
-            while abs(after) > rtt2 / 2 + MARGIN_S and steps < MAX_STEPS:
+            while not resolved(after, rtt2) and steps < MAX_STEPS:
                 steps += 1
                 proc.stdin.write(f"s {-after!r}\n")
                 proc.stdin.flush()
@@ -82,7 +87,7 @@ def main() -> None:
                 offset_after_ms=round(after * 1e3, 3),
                 rtt_after_ms=round(rtt2 * 1e3, 3),
                 steps=steps,
-                converged=abs(after) <= rtt2 / 2 + MARGIN_S,
+                converged=resolved(after, rtt2),
             )
     finally:
         proc.stdin.close()
