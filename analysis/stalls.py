@@ -1,11 +1,17 @@
-"""Stalls of the router's delay line (recorded by it): packets in transit during one did not
-see the emulated link, and are judged apart."""
+"""Stalls of a router: packets in transit during one did not see the emulated link, and are
+judged apart. Two sources: the user-space delay line records its own late wake-ups; where the
+delay is a kernel qdisc (netem), the stalls are read from the packets, as the times the
+bottleneck served packets later than its rate allows (`lost_service_ns`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import pandas as pd
+
+# A shaper later than this is a stall: the same 2 ms as the delay line's threshold.
+STALL_NS = 2_000_000
 
 
 def stall_windows(delayline_stats: dict[str, Any]) -> np.ndarray:
@@ -37,3 +43,40 @@ def crossed_a_stall(ts_in: np.ndarray, ts_out: np.ndarray, windows: np.ndarray) 
     inside = i < len(windows)
     starts = windows[np.minimum(i, len(windows) - 1), 0]
     return inside & (starts <= ts_out) & (ts_out >= 0)
+
+
+def lost_service_ns(
+    queue: pd.DataFrame, ts_in_ns: np.ndarray, ts_out_ns: np.ndarray, delay_ns: int, rate_bps: float
+) -> np.ndarray:
+    """Per packet forwarded through a FIFO bottleneck: how much later it left than a faithful
+    shaper at `rate_bps` would have sent it, from the bottleneck's queue events
+    (analysis.queue.queue_occupancy) and the packet's times before the router (`ts_in_ns`,
+    plus the link's `delay_ns` ahead of the shaper) and after it (`ts_out_ns`; -1 if dropped:
+    0 for those).
+
+    A faithful shaper finishes the frame it was sending when the packet entered the queue,
+    then sends every frame that left between then and the packet's own departure, each in its
+    serialization time: the packet is due at that sum. What it left later is service the
+    shaper lost while the packet waited (a stalled machine; HTB does not catch up beyond its
+    burst); a shaper running early (its burst) gives a small negative value."""
+    events = queue["event"].to_numpy()
+    departed = events == "departure"
+    t = queue["ts_ns"].to_numpy(np.int64)[departed]
+    frame = queue["frame_bytes"].to_numpy(np.int64)[departed]
+    ns_per_byte = 8e9 / rate_bps
+    sent_before = np.r_[0, np.cumsum(frame)]  # bytes that left before departure i
+    out = np.zeros(len(ts_in_ns), dtype=np.int64)
+    fwd = np.flatnonzero(np.asarray(ts_out_ns) >= 0)
+    if not len(fwd) or not len(t):
+        return out
+    enter = np.asarray(ts_in_ns, dtype=np.int64)[fwd] + delay_ns
+    leave = np.asarray(ts_out_ns, dtype=np.int64)[fwd]
+    last = np.searchsorted(t, enter, side="right") - 1  # the frame being sent when it entered
+    own = np.searchsorted(t, leave, side="left")  # its own departure
+    busy_until = np.where(
+        last >= 0, t[np.maximum(last, 0)] + frame[np.maximum(last, 0)] * ns_per_byte, enter
+    )
+    ahead = sent_before[own] - sent_before[last + 1]  # left after it entered, before it
+    due = np.maximum(enter, busy_until) + ahead * ns_per_byte
+    out[fwd] = (leave - due).astype(np.int64)
+    return out

@@ -24,9 +24,10 @@ from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
 from analysis.queue import crossing, queue_occupancy, queue_summary
+from analysis.stalls import lost_service_ns
 from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
 from analysis.traffic import ANALYSES
-from analysis.traffic.cbr_udp import max_transit_ns
+from analysis.traffic.cbr_udp import judge_lost_service, max_transit_ns
 from core.units import parse_duration_ns, parse_offset_ns
 
 TC_SAMPLES = "tc_samples.jsonl"  # collect/remote/tc_sampler.py's output in the router's dir
@@ -42,12 +43,17 @@ def tc_drops(tc_text: str, iface: str) -> int:
     return int(match[1]) if match else 0
 
 
-def link_delay_ns(record: dict[str, Any], host: str, iface: str) -> int:
-    """The delay configured on an egress interface (applied ahead of its shaper's queue)."""
+def egress(record: dict[str, Any], host: str, iface: str) -> dict[str, Any]:
+    """What the trial configured on an egress interface ({} if nothing)."""
     for e in record["network"].get("egress", []):
         if e.get("host") == host and e.get("iface") == iface:
-            return parse_offset_ns(e.get("delay") or "0s")
-    return 0
+            return e
+    return {}
+
+
+def link_delay_ns(record: dict[str, Any], host: str, iface: str) -> int:
+    """The delay configured on an egress interface (applied ahead of its shaper's queue)."""
+    return parse_offset_ns(egress(record, host, iface).get("delay") or "0s")
 
 
 def queue_samples(host_dir: Path) -> pd.DataFrame | None:
@@ -198,6 +204,38 @@ def rio_lockout(trial_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def lost_service(
+    record: dict[str, Any],
+    generators: dict[str, Any],
+    owd_frames: list[pd.DataFrame],
+    queue_events: dict[str, pd.DataFrame],
+) -> None:
+    """How late each UDP generator's bottleneck served its packets against its rate, read from
+    the packets (analysis.stalls.lost_service_ns): the emulated link's fidelity, in each such
+    generator's summary and OWD table. Where the router records no stalls of its own (netem:
+    only the user-space delay line does), the packets served late are the ones judged apart.
+    Only for a FIFO queue (drop-tail): it assumes packets leave in the order they entered."""
+    for name, gen in record["traffic"].items():
+        b = gen["path"].get("bottleneck") or {}
+        summary = generators[name]
+        if gen["type"] != "cbr_udp" or "udp_packets" not in summary:
+            continue
+        if b.get("link") not in queue_events:
+            continue
+        if egress(record, b["host"], b["iface"]).get("qdisc", "droptail") != "droptail":
+            continue
+        (owd,) = [f for f in owd_frames if len(f) and f["generator"].iloc[0] == name]
+        lost = lost_service_ns(
+            queue_events[b["link"]],
+            owd.ts_ns.to_numpy(),
+            owd.ts_out_ns.to_numpy(),
+            link_delay_ns(record, b["host"], b["iface"]),
+            b["rate_bps"],
+        )
+        flag = summary.get("router_stalls_from") is None
+        summary.update(judge_lost_service(owd, lost, flag=flag))
+
+
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     record = json.loads((trial_dir / "trial.json").read_text())
     caps = Captures(trial_dir, record)
@@ -206,6 +244,7 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     generators: dict[str, Any] = {}
     frames: dict[str, list[pd.DataFrame]] = {}
     queues: dict[str, Any] = {}
+    queue_events: dict[str, pd.DataFrame] = {}
     for name, gen in record["traffic"].items():
         summary, tables = ANALYSES[gen["type"]](trial_dir, record, name, gen, caps)
         generators[name] = summary
@@ -219,8 +258,10 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         result = bottleneck_queue(trial_dir, record, link, caps)
         if result is not None:
             queues[link], tables = result
+            queue_events[link] = tables["queue"]
             for kind, frame in tables.items():
                 frames.setdefault(kind, []).append(frame)
+    lost_service(record, generators, frames.get("owd", []), queue_events)
     lockout = rio_lockout(trial_dir, record)
     for kind, parts in frames.items():
         table = addresses_as_strings(pd.concat(parts, ignore_index=True))

@@ -4,6 +4,7 @@ every delivered packet of its trials)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,11 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
     console.print(t2)
 
 
+def known(value: Any) -> bool:
+    """A summary value that is there (a trial without it reads None or NaN in the table)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
 def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
     per_flow = ", ".join(fmt(v) for v in r.flow_goodput_kBps)
     rows = [
@@ -127,13 +133,28 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
             f"mean {fmt(r.owd_mean_ms)} / p99 {fmt(r.owd_p99_ms)} / max {fmt(r.owd_max_ms)} ms",
         ),
     ]
-    if r.router_stalls:
+    if known(r.get("router_stalls")) and r.router_stalls > 0:
         rows.append(
             (
                 "router stalls",
-                f"{r.router_stalls} (> 2 ms, {fmt(r.router_stalled_ms, 0)} ms in all); "
-                f"{r.udp_delay_path_stalled} UDP packets were in transit during one; max OWD "
-                f"without them {fmt(r.owd_max_ms_unstalled)} ms",
+                f"{r.router_stalls} (> 2 ms, {fmt(r.router_stalled_ms, 0)} ms in all, recorded "
+                f"by the delay line); {r.udp_delay_path_stalled} UDP packets were in transit "
+                f"during one; max OWD without them {fmt(r.owd_max_ms_unstalled)} ms",
+            )
+        )
+    if known(r.get("udp_lost_service_median_ms")):
+        judged = (
+            f"; max OWD of the others {fmt(r.owd_max_ms_unstalled)} ms"
+            if r.get("router_stalls_from") == "lost service"
+            else ""
+        )
+        rows.append(
+            (
+                "service lost",
+                f"median {fmt(r.udp_lost_service_median_ms, 2)} / p99 "
+                f"{fmt(r.udp_lost_service_p99_ms, 2)} / max {fmt(r.udp_lost_service_max_ms, 2)}"
+                f" ms per UDP packet (sent later than the link's rate allows, from packets); "
+                f"{int(r.udp_served_late)} over 2 ms{judged}",
             )
         )
     rows += [

@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.captures import Captures, bottleneck_hop
 from analysis.metrics import MAX_FRAME_BYTES, one_way_delay, owd_upper_bound_ns, summarize_owd
 from analysis.pcap import ip_to_int
-from analysis.stalls import crossed_a_stall, stall_windows
+from analysis.stalls import STALL_NS, crossed_a_stall, stall_windows
 from core.units import parse_buffer
 
 MATCH_MARGIN_NS = 10**9  # matching window beyond the physical bound (router stalls)
@@ -66,22 +66,17 @@ def analyse(
     )
     b_host = (gen["path"].get("bottleneck") or {}).get("host")
     stats = ((record.get("delay") or {}).get(b_host) or {}).get("delayline_stats") or {}
-    windows = stall_windows(stats)
-    owd["delay_path_stalled"] = crossed_a_stall(
-        owd.ts_ns.to_numpy(), owd.ts_out_ns.to_numpy(), windows
-    )
     all_stats = summarize_owd(owd)
-    unstalled = summarize_owd(owd[~owd.delay_path_stalled])
+    if "stalls" in stats:
+        out.update(judge_stalls(owd, stall_windows(stats), "delay line"))
+    else:  # netem (or no delay): analysis.trial reads the lost service from the packets
+        out.update(judge_stalls(owd, np.empty((0, 2), dtype=np.int64), None))
     one_way_ms = gen["path"]["one_way_delay_ns"] / 1e6
     dscp = np.unique(own_packets(first, gen).tos.to_numpy() >> 2)
     out.update(
         udp_packets=all_stats["packets"],
         udp_lost=all_stats["lost"],
         **{f"owd_{k}": v for k, v in all_stats.items() if k.endswith("_ms")},
-        udp_delay_path_stalled=int(owd.delay_path_stalled.sum()),
-        router_stalls=len(windows),
-        router_stalled_ms=float((windows[:, 1] - windows[:, 0]).sum() / 1e6),
-        owd_max_ms_unstalled=unstalled["max_ms"],
         owd_bound_ms=None if owd_bound_ns(gen) is None else owd_bound_ns(gen) / 1e6,
         owd_min_excess_ms=(
             all_stats["min_ms"] - one_way_ms if np.isfinite(all_stats["min_ms"]) else float("nan")
@@ -93,3 +88,45 @@ def analyse(
         dscp_seen=[int(v) for v in dscp],
     )
     return out, {"owd": owd.assign(generator=name)}
+
+
+def judge_stalls(owd: pd.DataFrame, windows: np.ndarray, source: str | None) -> dict[str, Any]:
+    """Flag (in place, `delay_path_stalled`) the packets in transit through the router while
+    its delay line recorded a stall (`windows`), and what the summary says of them: how many,
+    the stalls' count and length, the max OWD of the others."""
+    owd["delay_path_stalled"] = crossed_a_stall(
+        owd.ts_ns.to_numpy(), owd.ts_out_ns.to_numpy(), windows
+    )
+    return {
+        **unstalled(owd, source),
+        "router_stalls": len(windows),
+        "router_stalled_ms": float((windows[:, 1] - windows[:, 0]).sum() / 1e6),
+    }
+
+
+def judge_lost_service(owd: pd.DataFrame, lost_ns: np.ndarray, flag: bool) -> dict[str, Any]:
+    """Keep (in place, `lost_service_ns`) how much later than its rate the bottleneck served
+    each packet (analysis.stalls.lost_service_ns) and summarize it; with `flag` (the router
+    recorded no stalls of its own), the packets served more than STALL_NS late are the ones
+    judged apart (`delay_path_stalled`)."""
+    owd["lost_service_ns"] = lost_ns
+    served = lost_ns[~owd.lost.to_numpy()] / 1e6
+    pct = np.percentile(served, [50, 99]) if len(served) else [np.nan, np.nan]
+    out = {
+        "udp_lost_service_median_ms": float(pct[0]),
+        "udp_lost_service_p99_ms": float(pct[1]),
+        "udp_lost_service_max_ms": float(served.max()) if len(served) else float("nan"),
+        "udp_served_late": int((served > STALL_NS / 1e6).sum()),
+    }
+    if flag:
+        owd["delay_path_stalled"] = lost_ns > STALL_NS
+        out.update(unstalled(owd, "lost service"), router_stalls=None, router_stalled_ms=None)
+    return out
+
+
+def unstalled(owd: pd.DataFrame, source: str | None) -> dict[str, Any]:
+    return {
+        "udp_delay_path_stalled": int(owd.delay_path_stalled.sum()),
+        "router_stalls_from": source,
+        "owd_max_ms_unstalled": summarize_owd(owd[~owd.delay_path_stalled])["max_ms"],
+    }

@@ -140,6 +140,15 @@ def test_udp_one_way_delay_bounds(trial):
     # too); the delay line records every such stall, and packets in transit during one did not
     # see the emulated link. The bounds are judged on the others, which must be most.
     assert s["udp_delay_path_stalled"] <= 0.5 * s["udp_packets"]
+    # The kernel's HTB here sends at its rate: the service each UDP packet lost while it
+    # waited, read from the packets (measured: median 0.001, p99 0.53 ms; in the VM under
+    # TCG 2.9 and 115 ms).
+    print(
+        f"service lost per UDP packet: median {s['udp_lost_service_median_ms']:.3f} p99 "
+        f"{s['udp_lost_service_p99_ms']:.3f} ms, {s['udp_served_late']} over 2 ms"
+    )
+    assert abs(s["udp_lost_service_median_ms"]) < 0.5
+    assert s["udp_served_late"] <= 0.05 * s["udp_packets"]
     assert s["owd_max_ms_unstalled"] >= one_way_ms + 400  # the queue filled
     # A packet waits at most behind a full queue and the full-size frame being sent; the
     # delay line's accuracy (the same 2 ms as for the minimum) on top.

@@ -1,10 +1,13 @@
-"""Which UDP packets crossed the router while it was measurably not run (a stall)."""
+"""Which UDP packets crossed the router while it was measurably not run (a stall, recorded by
+the delay line), and how much service a shaper lost while a packet waited (from packets)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from analysis.stalls import crossed_a_stall, stall_windows
+from analysis.queue import queue_occupancy
+from analysis.stalls import crossed_a_stall, lost_service_ns, stall_windows
 
 
 def test_overlapping_stalls_merge_into_disjoint_windows():
@@ -19,3 +22,73 @@ def test_transit_overlapping_a_window_is_flagged():
     ts_out = np.array([4_000_000, 6_000_000, 20_000_000, 48_000_000, 70_000_000, 61_000_000, -1])
     flagged = crossed_a_stall(ts_in, ts_out, windows)
     assert flagged.tolist() == [False, True, False, True, True, False, False]
+
+
+RATE = 1_000_000
+FRAME = 1514
+SERIALIZE_NS = FRAME * 8 * 10**9 // RATE  # 12.112 ms
+DELAY_NS = 25_000_000
+
+
+def fifo(enter_ns: list[int], stall: tuple[int, int] | None, limit: int = 1000) -> np.ndarray:
+    """Departure times of a FIFO shaper at RATE for full-size frames entering its queue at
+    `enter_ns` (-1: dropped, more than `limit` waiting), sending nothing during `stall`."""
+    out, free_at, waiting = [], 0, []
+    for e in enter_ns:
+        waiting = [d for d in waiting if d > e]
+        if len(waiting) >= limit:
+            out.append(-1)
+            continue
+        leave = max(e, free_at)
+        if stall and stall[0] <= leave < stall[1]:
+            leave = stall[1]  # nothing is sent until the machine runs again
+        free_at = leave + SERIALIZE_NS
+        waiting.append(leave)
+        out.append(leave)
+    return np.array(out)
+
+
+def lost_in(enter_ns: list[int], stall: tuple[int, int] | None, limit: int = 1000):
+    ts_in = np.array(enter_ns) - DELAY_NS  # seen before the router: the delay comes first
+    ts_out = fifo(enter_ns, stall, limit)
+    n = len(enter_ns)
+    matched = pd.DataFrame(
+        {
+            "ts_ns": ts_in, "ts_out_ns": ts_out, "forwarded": ts_out >= 0,
+            "ip_len": np.full(n, FRAME - 14), "src": np.full(n, 1, np.uint32),
+            "dst": np.full(n, 2, np.uint32), "proto": np.full(n, 17),
+            "sport": np.full(n, 5000), "dport": np.full(n, 5001),
+        }
+    )  # fmt: skip
+    queue = queue_occupancy(matched, delay_ns=DELAY_NS, max_delay_ns=10**10)
+    return lost_service_ns(queue, ts_in, ts_out, DELAY_NS, RATE), ts_out
+
+
+def test_a_faithful_shaper_loses_no_service_backlogged_or_idle():
+    enter = [i * 6_000_000 for i in range(40)] + [10**9 + i * 30_000_000 for i in range(10)]
+    lost, _ = lost_in(enter, None)
+    assert np.abs(lost).max() <= 1  # ns: rounding of the serialization time
+
+
+def test_packets_waiting_through_a_stall_lost_its_length_and_the_others_none():
+    enter = [i * 6_000_000 for i in range(60)]  # twice the rate: a standing queue
+    stall = (200_000_000, 250_000_000)
+    lost, out = lost_in(enter, stall)
+    # The frame due in the stall left when it ended: every packet waiting then lost as much,
+    # one that came during the stall only the part it waited through.
+    shift = stall[1] - next(d for d in fifo(enter, None) if d >= stall[0])
+    enter_a = np.array(enter)
+    waited = (enter_a < stall[1]) & (out > stall[0])
+    assert waited.sum() > 10 and (~waited).sum() > 10
+    expected = np.minimum(shift, stall[1] - enter_a[waited])
+    assert (expected == shift).sum() > 5 and (expected < shift).sum() > 5
+    assert np.all(np.abs(lost[waited] - expected) <= 1)
+    assert np.all(np.abs(lost[~waited]) <= 1)
+
+
+def test_dropped_packets_lose_nothing():
+    enter = [i * 3_000_000 for i in range(40)]  # four times the rate into 5 packets of queue
+    lost, out = lost_in(enter, None, limit=5)
+    assert (out < 0).sum() > 10
+    assert np.all(lost[out < 0] == 0)
+    assert np.abs(lost).max() <= 1
