@@ -144,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
             help="inventory (default: the virtual rack, brought up for the experiment's topology)",
         )
     run.add_argument("--results", type=Path, default=PROJECT_DIR / "results")
+    run.add_argument(
+        "--keep-network",
+        action="store_true",
+        help="when every trial completed, leave the last one's configuration on the rack "
+        "(to look at it, or run playbooks by hand with its variables); make teardown removes it",
+    )
     batch = sub.add_parser("batch", help="run a plan unattended into a resumable batch directory")
     batch.add_argument("experiment", type=Path)
     batch.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
@@ -232,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 rack,
                 args.results,
                 log=lambda m: console.print(f"[dim]{escape(m)}[/dim]"),
+                keep_network=args.keep_network,
             )
         finally:
             rack.close()

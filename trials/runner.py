@@ -1036,9 +1036,12 @@ def run_plan(
     rack: Rack,
     results: Path,
     log: Callable[[str], None] = print,
+    keep_network: bool = False,
 ) -> tuple[Path, list[dict[str, Any]]]:
     """Check the selected trials against the rack (read-only), then run them; return the
-    batch dir and the trial records. The network is restored on every exit path."""
+    batch dir and the trial records. The network is restored on every exit path, except with
+    `keep_network` after every trial completed: the last one's configuration then stays on
+    the rack, to be looked at or run by hand (teardown.yml removes it)."""
     from trials.batch import RackLock
 
     for line in available(preflight(trials, rack, str(plan.source), results)):
@@ -1047,6 +1050,7 @@ def run_plan(
     (batch_dir / "experiment.yml").write_text(plan.source.read_text())
     runner = TrialRunner(plan, rack, batch_dir, log=log)
     records = []
+    finished = False
     with RackLock.for_rack(rack, batch_dir.name, "trial", warn=log):
         try:
             with interruptible():
@@ -1058,7 +1062,15 @@ def run_plan(
                     except Exception as exc:  # recorded in its trial.json; the others go on
                         log(f"[{trial.name}] failed: {exc}")
                         records.append(failed_record(batch_dir, trial, exc))
+            finished = all(r.get("status") == "complete" for r in records)
         finally:
-            with ignore_signals():
-                restore(runner, rack, batch_dir / "ansible" / "teardown", log)
+            if keep_network and finished and records:
+                log(
+                    f"the last trial's configuration stays on the rack (keep network): its "
+                    f"variables are {batch_dir / 'trials' / records[-1]['trial']}/ansible/"
+                    f"trial_vars.yml; teardown.yml (make teardown) removes it"
+                )
+            else:
+                with ignore_signals():
+                    restore(runner, rack, batch_dir / "ansible" / "teardown", log)
     return batch_dir, records

@@ -2,14 +2,16 @@
 kernel (prefix tv-, management 198.19.3.0/24), where netem, H-TCP and the AQMs exist.
 
 One rack-up (the image built once, or found in the cache), a second rack-up that must not
-rebuild it, one short seed-000 trial with H-TCP (fq_codel at the bottleneck behind netem, fq
-pacing on the senders: sch_fq and fq_codel, which this machine's kernel lacks), judged from
-its captures, a RIO trial, and a rack-down that must leave nothing behind.
+rebuild it, one batch of two short seed-000 trials with H-TCP behind netem, with fq pacing on
+the senders (sch_fq, which this machine's kernel lacks): the drop-tail bottleneck judged by the
+foundation's packet-derived bounds, then fq_codel (which this kernel lacks too) against them;
+a RIO trial; and a rack-down that must leave nothing behind.
 
-(A drop-tail trial here is not judged: under TCG its UDP one-way delay p99 exceeded the link
-model's bound in some runs, by whole-guest stalls of 100-260 ms inside qemu (measured with
-scripts/owd_excess.py and scripts/vm_owd_probe.py; issue 7). The namespace rack judges
-drop-tail.)
+Under TCG the guest's timers run late and the whole guest sometimes stops for 20-300 ms (its
+vCPUs wait for a host CPU; measured with scripts/owd_excess.py and scripts/vm_owd_probe.py),
+and HTB does not catch up afterwards. The analysis reads from the packets how late the shaper
+served each UDP packet, and the drop-tail upper bound is judged, as on the namespace rack, on
+the packets it served on time.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from analysis.metrics import MAX_FRAME_BYTES, owd_upper_bound_ns
 from analysis.pcap import ip_to_int, read_pcap
 from collect.fetch import verify_manifest
+from core.units import parse_buffer, parse_duration_ns, parse_rate
 from tests.e2e.conftest import (
     PROJECT,
     TestRack,
@@ -48,19 +52,16 @@ SUBNET = 3
 ETHERNET_HEADER = 14
 # netem at the root, HTB its child, the link's queue HTB's leaf (`tc -s qdisc show` order).
 NETEM_HTB = r"qdisc netem 1: root[^#]*qdisc htb 2: parent 1:1[^#]*qdisc "
-# The foundation's dumbbell experiment with H-TCP, fq_codel at the bottleneck and fq pacing.
+DELAY_ACCURACY_MS = 2  # as on the namespace rack (the calibration: netem's min error ~1 ms)
+# The foundation's dumbbell experiment with H-TCP, netem and fq pacing, with a drop-tail
+# (bfifo) bottleneck and with fq_codel: two trials of one batch.
 EXPERIMENT = yaml.safe_dump(
     {
         **yaml.safe_load(DUMBBELL_EXPERIMENT),
-        "description": "end-to-end test on the VM rack (H-TCP, netem delay, fq_codel, fq pacing)",
+        "description": "end-to-end test on the VM rack (H-TCP, netem delay, fq pacing)",
         "duration": "20s",
         "warmup": "5s",
-        "network": {
-            "links": [
-                {**link, "qdisc": "fq_codel"}
-                for link in yaml.safe_load(DUMBBELL_EXPERIMENT)["network"]["links"]
-            ]
-        },
+        "factors": {"network.links[*].qdisc": ["droptail", "fq_codel"]},
         "hosts": {
             "all": {
                 "cc": "htcp",
@@ -158,7 +159,8 @@ def test_second_rack_up_reuses_the_image_and_the_vm(vm_rack):
 
 
 @pytest.fixture(scope="module")
-def trial(vm_rack, tmp_path_factory):
+def trials(vm_rack, tmp_path_factory):
+    """The batch's two trials by bottleneck qdisc ("droptail", "fq_codel")."""
     base = tmp_path_factory.mktemp("vm-trials")
     exp_file = base / "seed000_vm.yml"
     exp_file.write_text(EXPERIMENT)
@@ -168,17 +170,32 @@ def trial(vm_rack, tmp_path_factory):
          "--results", str(base / "results")],
         cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    print(f"a trial on the VM rack: {time.monotonic() - start:.0f} s")
+    print(f"two trials on the VM rack: {time.monotonic() - start:.0f} s")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (batch,) = (base / "results").iterdir()
-    ((trial_dir,),) = [list((batch / "trials").iterdir())]
-    return {
-        "stdout": done.stdout,
-        "stderr": done.stderr,
-        "dir": trial_dir,
-        "record": json.loads((trial_dir / "trial.json").read_text()),
-        "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
-    }
+    out = {}
+    for trial_dir in (batch / "trials").iterdir():
+        record = json.loads((trial_dir / "trial.json").read_text())
+        (qdisc,) = {link["qdisc"] for link in record["parameters"]["network"]["links"]}
+        out[qdisc] = {
+            "stdout": done.stdout,
+            "stderr": done.stderr,
+            "dir": trial_dir,
+            "record": record,
+            "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
+        }
+    assert sorted(out) == ["droptail", "fq_codel"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def trial(trials):
+    return trials["fq_codel"]
+
+
+@pytest.fixture(scope="module")
+def droptail(trials):
+    return trials["droptail"]
 
 
 def test_preflight_reports_what_the_vm_kernel_offers(trial):
@@ -211,7 +228,82 @@ def test_htcp_trial_through_netem_and_fq_codel_on_the_vm_rack(trial):
     for point, counts in record["capture"].items():
         assert counts["dropped_by_kernel"] == 0, point
 
-    # Goodput: what the link leaves TCP after the UDP stream, in payload (from packets).
+    expected_kBps = link_leaves_tcp_kBps(trial_dir, record, 1e6)
+    print(
+        f"H-TCP goodput {s['goodput_kBps']:.2f} KB/s (link leaves {expected_kBps:.2f}); "
+        f"UDP OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
+        f"p99 {s['owd_p99_ms']:.2f} max {s['owd_max_ms']:.2f} ms, "
+        f"lost {s['udp_lost']}/{s['udp_packets']}; retransmitted {s['retransmitted_packets']}"
+    )
+    # TCP fills the link that fq_codel keeps short.
+    assert s["goodput_kBps"] > 0.9 * expected_kBps
+    assert s["goodput_kBps"] < 1.02 * expected_kBps
+    assert s["udp_packets"] >= 0.9 * 20 / 0.020
+    assert s["retransmitted_packets"] > 0  # CoDel dropped
+
+
+def test_htcp_droptail_trial_keeps_the_foundations_bounds_on_the_vm_rack(droptail):
+    """The foundation's end-to-end checks, from packets, on the VM rack: H-TCP fills what the
+    link leaves it; the UDP stream's one-way delay starts at the link's delay, reaches the
+    full queue and stays within what a full queue plus the frame being sent allow; every drop
+    in the captures is one the bfifo counted.
+
+    netem records no stalls of its own, so the analysis reads from the packets how much later
+    than its rate the shaper served each UDP packet (its lost service). Under TCG the guest's
+    timers run late and the whole guest stops now and then (measured: a median of 2.9 ms and
+    a p99 of 115 ms lost per packet, 555 of 1000 packets over 2 ms), and HTB does not catch
+    up beyond its burst. As on the namespace rack, the upper bound is judged on the packets
+    served within 2 ms of the link's rate; they must be a quarter or more (the namespace rack
+    asks for half: the VM is measurably less faithful, and the test says by how much)."""
+    record, s, trial_dir = droptail["record"], droptail["summary"], droptail["dir"]
+    assert record["status"] == "complete", record["errors"]
+    assert verify_manifest(trial_dir) == []
+    assert record["delay"]["R"]["backend"] == "netem"
+    tc = (trial_dir / "R" / "tc_before.txt").read_text()
+    assert re.search(NETEM_HTB + "bfifo 10: parent 2:10 limit 60000b", tc)
+    assert record["hosts"]["A"]["sysctls"]["net.ipv4.tcp_congestion_control"] == "htcp"
+    for point, counts in record["capture"].items():
+        assert counts["dropped_by_kernel"] == 0, point
+
+    link = yaml.safe_load(EXPERIMENT)["network"]["links"][0]
+    one_way_ms = parse_duration_ns(link["delay"]) / 1e6
+    bound_ms = (
+        owd_upper_bound_ns(
+            one_way_delay_ns=parse_duration_ns(link["delay"]),
+            buffer_bytes=parse_buffer(link["buffer"]).in_bytes(MAX_FRAME_BYTES),
+            rate_bps=parse_rate(link["rate"]),
+        )
+        / 1e6
+    )
+    expected_kBps = link_leaves_tcp_kBps(trial_dir, record, parse_rate(link["rate"]))
+    print(
+        f"drop-tail: H-TCP goodput {s['goodput_kBps']:.2f} KB/s (link leaves "
+        f"{expected_kBps:.2f}); UDP OWD min {s['owd_min_ms']:.2f} median "
+        f"{s['owd_median_ms']:.2f} p99 {s['owd_p99_ms']:.2f} max {s['owd_max_ms']:.2f} ms "
+        f"({s['owd_max_ms_unstalled']:.2f} ms without the {s['udp_delay_path_stalled']} "
+        f"packets served over 2 ms late; lost service median "
+        f"{s['udp_lost_service_median_ms']:.1f} p99 {s['udp_lost_service_p99_ms']:.1f} max "
+        f"{s['udp_lost_service_max_ms']:.1f} ms; bound {bound_ms:.1f} ms), lost "
+        f"{s['udp_lost']}/{s['udp_packets']}; drops {s['queue_drops_capture']} from the "
+        f"captures, {s['queue_drops_tc']} by the bfifo"
+    )
+    assert s["router_stalls_from"] == "lost service"
+    # What the shaper loses under TCG it does not make up: 5 % instead of the namespace
+    # rack's 3 % (measured: -1.2 %).
+    assert s["goodput_kBps"] > 0.95 * expected_kBps
+    assert s["goodput_kBps"] < 1.02 * expected_kBps
+    assert abs(s["owd_min_ms"] - one_way_ms) <= DELAY_ACCURACY_MS
+    assert s["udp_delay_path_stalled"] <= 0.75 * s["udp_packets"]
+    assert s["udp_lost_service_median_ms"] < 10
+    assert s["owd_max_ms_unstalled"] >= one_way_ms + 400  # the queue filled
+    assert s["owd_max_ms_unstalled"] <= bound_ms + DELAY_ACCURACY_MS
+    assert s["udp_packets"] >= 0.9 * 20 / 0.020
+    assert s["queue_drops_capture"] > 0
+    assert s["queue_drops_capture"] == s["queue_drops_tc"]
+
+
+def link_leaves_tcp_kBps(trial_dir: Path, record: dict, rate_bps: float) -> float:
+    """What the link leaves TCP after the UDP stream, in payload KB/s (from packets)."""
     before = read_pcap(trial_dir / "R" / "bottleneck_in.pcap")
     addresses = record["network"]["addresses"]
     udp = before[(before.proto == 17) & (before.src == ip_to_int(addresses["B"]))]
@@ -224,18 +316,7 @@ def test_htcp_trial_through_netem_and_fq_codel_on_the_vm_rack(trial):
     )
     full = tcp[tcp.payload_len == tcp.payload_len.max()].iloc[0]
     fraction = int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
-    expected_kBps = (1e6 - udp_bps) * fraction / 8000
-    print(
-        f"H-TCP goodput {s['goodput_kBps']:.2f} KB/s (link leaves {expected_kBps:.2f}); "
-        f"UDP OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
-        f"p99 {s['owd_p99_ms']:.2f} max {s['owd_max_ms']:.2f} ms, "
-        f"lost {s['udp_lost']}/{s['udp_packets']}; retransmitted {s['retransmitted_packets']}"
-    )
-    # TCP fills the link that fq_codel keeps short.
-    assert s["goodput_kBps"] > 0.9 * expected_kBps
-    assert s["goodput_kBps"] < 1.02 * expected_kBps
-    assert s["udp_packets"] >= 0.9 * 20 / 0.020
-    assert s["retransmitted_packets"] > 0  # CoDel dropped
+    return (rate_bps - udp_bps) * fraction / 8000
 
 
 def test_tcp_probe_records_the_cwnd_on_the_vm(trial):
@@ -254,21 +335,21 @@ def test_tcp_probe_records_the_cwnd_on_the_vm(trial):
     assert flow.snd_cwnd.max() >= 4
 
 
-def test_fq_codel_keeps_the_udp_delay_far_below_droptail(trial):
-    s = trial["summary"]
-    # What a drop-tail queue that TCP fills gives the UDP stream: the delay plus the whole
-    # 60 000-byte buffer at 1 Mbit/s (measured on the namespace rack: p99 ~ 496 ms).
-    full_droptail_ms = 25 + 60000 * 8 / 1e6 * 1000
+def test_fq_codel_keeps_the_udp_delay_far_below_droptail(trial, droptail):
+    """The same link and load with fq_codel instead of the drop-tail queue of the batch's other
+    trial: the UDP stream's delay stays far below what the drop-tail trial measured."""
+    s, full = trial["summary"], droptail["summary"]
     print(
         f"fq_codel: UDP OWD min {s['owd_min_ms']:.2f} median {s['owd_median_ms']:.2f} "
-        f"p99 {s['owd_p99_ms']:.2f} max {s['owd_max_ms']:.2f} ms "
-        f"(a full drop-tail queue: {full_droptail_ms:.0f} ms)"
+        f"p99 {s['owd_p99_ms']:.2f} max {s['owd_max_ms']:.2f} ms (drop-tail: median "
+        f"{full['owd_median_ms']:.2f}, p99 {full['owd_p99_ms']:.2f} ms)"
     )
-    assert abs(s["owd_min_ms"] - 25) <= 3
+    assert abs(s["owd_min_ms"] - 25) <= DELAY_ACCURACY_MS
     # The UDP stream is its own flow in fq_codel: it waits behind at most a frame or two,
     # never behind TCP's standing queue (the maximum can include a TCG stall).
-    assert s["owd_p99_ms"] < 0.25 * full_droptail_ms
+    assert s["owd_p99_ms"] < 0.25 * full["owd_p99_ms"]
     assert s["owd_median_ms"] < 25 + 30
+    assert full["owd_median_ms"] > 25 + 200  # the drop-tail queue stood
 
 
 def test_calibration_is_recorded_and_bounds_the_rates(vm_rack, trial, tmp_path):
@@ -379,7 +460,7 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(vm_rack.inventory),
-         "--results", str(tmp_path / "results")],
+         "--results", str(tmp_path / "results"), "--keep-network"],
         cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     took = time.monotonic() - start
@@ -462,9 +543,10 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
     assert fin["goodput_bps"] > fout["goodput_bps"]
     assert fin["goodput_bps"] + fout["goodput_bps"] > 0.8 * RIO_RATE_BPS * 1448 / 1514
 
-    # The runner's teardown took RIO away (the root and the clsact with its filters); the role
-    # applies it again from the trial's variables, a second configure changes nothing, and a
-    # teardown without variables removes it from its own record.
+    # --keep-network left the trial's RIO on R (the root and the clsact with its filters);
+    # configure.yml by hand with the trial's variables finds nothing to change (the runner
+    # applied exactly what the role applies), and a teardown without variables removes it
+    # from its own record.
     key, known = vm_rack.state_dir / "id_ed25519", vm_rack.state_dir / "known_hosts"
 
     def r_right() -> str:
@@ -475,20 +557,17 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
             capture_output=True, text=True, check=True, timeout=60,
         ).stdout  # fmt: skip
 
-    assert "gred" not in r_right() and "clsact" not in r_right()
+    assert "configuration stays on the rack" in " ".join(done.stderr.split())
+    kept = r_right()
+    assert "qdisc gred 10:" in kept and "qdisc clsact" in kept
+    assert kept.count("ip_tos") == 4 and "matchall" in kept  # AF11, AF21, AF31, AF41
     overlay = trial_dir / "ansible" / "trial_vars.yml"
-    runs = [
-        vm_rack.playbook("configure.yml", "-i", str(vm_rack.inventory), "-i", str(overlay),
-                         "--limit", "localhost,R")
-        for _ in range(2)
-    ]  # fmt: skip
-    for run in runs:
-        assert run.returncode == 0, run.stdout[-3000:]
-    assert recap(runs[0].stdout)["R"]["changed"] > 0
-    assert recap(runs[1].stdout)["R"]["changed"] == 0
-    applied = r_right()
-    assert "qdisc gred 10:" in applied and "qdisc clsact" in applied
-    assert applied.count("ip_tos") == 4 and "matchall" in applied  # AF11, AF21, AF31, AF41
+    again = vm_rack.playbook(
+        "configure.yml", "-i", str(vm_rack.inventory), "-i", str(overlay), "--limit", "localhost,R"
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert recap(again.stdout)["R"]["changed"] == 0
     down = vm_rack.playbook("teardown.yml", "-i", str(vm_rack.inventory), "--limit", "localhost,R")
     assert down.returncode == 0, down.stdout[-3000:]
+    assert recap(down.stdout)["R"]["changed"] > 0
     assert "gred" not in r_right() and "clsact" not in r_right()
