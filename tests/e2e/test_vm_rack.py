@@ -237,7 +237,7 @@ def test_htcp_trial_through_netem_and_fq_codel_on_the_vm_rack(trial):
     )
     # TCP fills the link that fq_codel keeps short.
     assert s["goodput_kBps"] > 0.9 * expected_kBps
-    assert s["goodput_kBps"] < 1.02 * expected_kBps
+    assert s["goodput_kBps"] < 1.02 * expected_kBps + held_out_of_order_kBps()
     assert s["udp_packets"] >= 0.9 * 20 / 0.020
     assert s["retransmitted_packets"] > 0  # CoDel dropped
 
@@ -291,7 +291,7 @@ def test_htcp_droptail_trial_keeps_the_foundations_bounds_on_the_vm_rack(droptai
     # What the shaper loses under TCG it does not make up: 5 % instead of the namespace
     # rack's 3 % (measured: -1.2 %).
     assert s["goodput_kBps"] > 0.95 * expected_kBps
-    assert s["goodput_kBps"] < 1.02 * expected_kBps
+    assert s["goodput_kBps"] < 1.02 * expected_kBps + held_out_of_order_kBps()
     assert abs(s["owd_min_ms"] - one_way_ms) <= DELAY_ACCURACY_MS
     assert s["udp_delay_path_stalled"] <= 0.75 * s["udp_packets"]
     assert s["udp_lost_service_median_ms"] < 10
@@ -300,6 +300,20 @@ def test_htcp_droptail_trial_keeps_the_foundations_bounds_on_the_vm_rack(droptai
     assert s["udp_packets"] >= 0.9 * 20 / 0.020
     assert s["queue_drops_capture"] > 0
     assert s["queue_drops_capture"] == s["queue_drops_tc"]
+
+
+def held_out_of_order_kBps() -> float:
+    """How far in-order goodput over the trial's steady window can exceed the link's rate: a
+    window that opens while the receiver holds data behind a loss counts that data when the
+    retransmission fills the hole (seen: the cumulative ACK jumped 50 kB at 5.03 s, making
+    114.3 KB/s over [5 s, 20 s] and 110.6-110.9 with the window opened 0.5 s either way). It
+    holds at most a window: the buffer plus the path's bandwidth-delay product."""
+    exp = yaml.safe_load(EXPERIMENT)
+    link = exp["network"]["links"][0]
+    rate = parse_rate(link["rate"])
+    bdp = rate / 8 * 2 * parse_duration_ns(link["delay"]) / 1e9
+    window_s = (parse_duration_ns(exp["duration"]) - parse_duration_ns(exp["warmup"])) / 1e9
+    return (parse_buffer(link["buffer"]).in_bytes(MAX_FRAME_BYTES) + bdp) / window_s / 1000
 
 
 def link_leaves_tcp_kBps(trial_dir: Path, record: dict, rate_bps: float) -> float:
