@@ -43,16 +43,15 @@ from tests.e2e.conftest import (
     remove_stale_test_rack,
     state_dir,
 )
+from tests.e2e.test_collateral_damage import DELAY_ACCURACY_MS, link_leaves_tcp_kBps
 from tests.e2e.test_collateral_damage import EXPERIMENT as DUMBBELL_EXPERIMENT
 
 pytestmark = pytest.mark.rack
 
 PREFIX = "tv-"
 SUBNET = 3
-ETHERNET_HEADER = 14
 # netem at the root, HTB its child, the link's queue HTB's leaf (`tc -s qdisc show` order).
 NETEM_HTB = r"qdisc netem 1: root[^#]*qdisc htb 2: parent 1:1[^#]*qdisc "
-DELAY_ACCURACY_MS = 2  # as on the namespace rack (the calibration: netem's min error ~1 ms)
 # The foundation's dumbbell experiment with H-TCP, netem and fq pacing, with a drop-tail
 # (bfifo) bottleneck and with fq_codel: two trials of one batch.
 EXPERIMENT = yaml.safe_dump(
@@ -314,23 +313,6 @@ def held_out_of_order_kBps() -> float:
     bdp = rate / 8 * 2 * parse_duration_ns(link["delay"]) / 1e9
     window_s = (parse_duration_ns(exp["duration"]) - parse_duration_ns(exp["warmup"])) / 1e9
     return (parse_buffer(link["buffer"]).in_bytes(MAX_FRAME_BYTES) + bdp) / window_s / 1000
-
-
-def link_leaves_tcp_kBps(trial_dir: Path, record: dict, rate_bps: float) -> float:
-    """What the link leaves TCP after the UDP stream, in payload KB/s (from packets)."""
-    before = read_pcap(trial_dir / "R" / "bottleneck_in.pcap")
-    addresses = record["network"]["addresses"]
-    udp = before[(before.proto == 17) & (before.src == ip_to_int(addresses["B"]))]
-    tcp = before[(before.proto == 6) & (before.src == ip_to_int(addresses["A"]))]
-    tcp = tcp[tcp.payload_len > 0]
-    udp_bps = (
-        (udp.ip_len.astype(int) + ETHERNET_HEADER).sum()
-        * 8
-        / ((udp.ts_ns.iloc[-1] - udp.ts_ns.iloc[0]) / 1e9)
-    )
-    full = tcp[tcp.payload_len == tcp.payload_len.max()].iloc[0]
-    fraction = int(full.payload_len) / (int(full.ip_len) + ETHERNET_HEADER)
-    return (rate_bps - udp_bps) * fraction / 8000
 
 
 def test_tcp_probe_records_the_cwnd_on_the_vm(trial):
