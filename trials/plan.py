@@ -190,16 +190,17 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping of keys at the top level")
     raw = copy.deepcopy(raw)
-    factors = dict(raw.get("factors") or {}) if isinstance(raw.get("factors"), dict) else None
     for text in sets:
         try:
             key, value = parse_set(text)
-            if factors is not None and key in factors:
-                del factors[key]  # a single value set on the command line replaces the factor
-                raw["factors"] = factors
-            set_key(raw, key, value)
+            file_factors = raw.get("factors")
+            if isinstance(file_factors, dict) and key in file_factors:
+                # A single value set on the command line replaces the factor.
+                raw["factors"] = {k: v for k, v in file_factors.items() if k != key}
+            set_key(raw, key, value)  # `factors={...}` replaces them all
         except ValueError as exc:
             raise SpecError(f"{path}: --set {text}: {exc}") from None
+    factors = dict(raw["factors"]) if isinstance(raw.get("factors"), dict) else None
     try:
         base: Experiment | None = validate(raw, path)
     except SpecError as exc:

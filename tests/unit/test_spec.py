@@ -103,6 +103,11 @@ def test_set_overrides_the_file_and_replaces_a_factor(tmp_path):
     assert plan.base.duration == 20 * 10**9
     assert len(plan.trials) == 2 * 2  # initcwnd is no longer a factor
     assert {t.experiment.hosts["senders"].initcwnd for t in plan.trials} == {10}
+    # The factors themselves are a key: set, they replace the file's (no longer ignored).
+    plan = load_plan(write(tmp_path, GOOD), ['factors={"hosts.senders.initcwnd": [1, 3]}'])
+    assert len(plan.trials) == 2 * 2
+    assert {t.experiment.hosts["senders"].initcwnd for t in plan.trials} == {1, 3}
+    assert {t.experiment.traffic[1].start for t in plan.trials} == {15 * 10**9}  # the file's
     message = error_of(tmp_path, GOOD, ("duration=20 seconds",))
     assert "key 'duration'" in message and "us, ms, s, min" in message
     message = error_of(tmp_path, GOOD, ("duration",))
