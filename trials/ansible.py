@@ -30,6 +30,7 @@ CONFIGURE_TAGS = {
     "testbed_host_cc": "cc",
     "testbed_host_cc_params": "cc",
     "testbed_host_cc_choices": "cc",
+    "testbed_host_cc_choice_params": "cc",
     "trialbed_flow_cc": "cc",
     "testbed_host_sysctls": "sysctls",
     "testbed_host_mtu": "mtu",

@@ -153,10 +153,11 @@ def host_vars(
     trial: Trial,
     net: ResolvedNetwork,
     settings: dict[str, HostSettings],
-    cc_choices: dict[str, list[str]] | None = None,
+    cc_choices: dict[str, dict[str, dict[str, Any]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The trial's variables for every host (the roles' inputs), from the resolved network;
-    `cc_choices`: per host, the congestion controls its batch selects there."""
+    `cc_choices`: per host, the congestion controls its batch selects there, each with the
+    module parameters every trial gives it (None where they differ)."""
     exp = trial.experiment
     flow_cc: dict[str, list[str]] = {}
     for gen in exp.traffic:
@@ -196,8 +197,10 @@ def host_vars(
         if s.cc:
             v["testbed_host_cc"] = s.cc
             v["testbed_host_cc_params"] = s.cc_params.get(s.cc, {})
-            if (cc_choices or {}).get(host):
-                v["testbed_host_cc_choices"] = cc_choices[host]
+            if choices := (cc_choices or {}).get(host):
+                v["testbed_host_cc_choices"] = sorted(choices)
+                if params := {cc: p for cc, p in choices.items() if p}:
+                    v["testbed_host_cc_choice_params"] = params
         links = [e for e in net.egress if e.host == host]
         if links or node in net.routers:
             v["linux_router_forwarding"] = node in net.routers
@@ -223,14 +226,18 @@ def host_vars(
 def cc_switchable(applied: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
     """Whether a host's congestion control goes from `applied`'s to `wanted`'s by a switch: it
     differs, the configure that applied `applied` made the new one available
-    (testbed_host_cc_choices), and its module parameters are the same."""
+    (testbed_host_cc_choices) and set its module parameters (testbed_host_cc_choice_params:
+    module-wide, so set while another was selected), and those are the ones wanted."""
     if applied is None or "testbed_host_cc" not in wanted:
         return False
+    cc = wanted["testbed_host_cc"]
+    choice_params = wanted.get("testbed_host_cc_choice_params", {})
     return (
-        applied.get("testbed_host_cc") != wanted["testbed_host_cc"]
-        and wanted["testbed_host_cc"] in applied.get("testbed_host_cc_choices", [])
-        and applied.get("testbed_host_cc_params") == wanted.get("testbed_host_cc_params")
+        applied.get("testbed_host_cc") != cc
+        and cc in applied.get("testbed_host_cc_choices", [])
         and applied.get("testbed_host_cc_choices") == wanted.get("testbed_host_cc_choices")
+        and applied.get("testbed_host_cc_choice_params", {}) == choice_params
+        and wanted.get("testbed_host_cc_params", {}) == choice_params.get(cc, {})
     )
 
 
@@ -244,7 +251,7 @@ class TrialRunner:
         self.applied: dict[str, dict[str, Any]] = {}
         self.applied_by = ""
         self.static_facts: dict[str, dict[str, Any]] = {}  # per host, read on its first trial
-        self._cc_choices: dict[str, list[str]] | None = None
+        self._cc_choices: dict[str, dict[str, dict[str, Any]]] | None = None
         self.watching: TrialWatch | None = None  # the running trial's watch
         self.pacing: dict[str, list[str]] = {}  # the running trial's fq hosts: their interfaces
         self.watch_timeout_s = watch_timeout_s(rack)
@@ -283,7 +290,11 @@ class TrialRunner:
                 }
             )
             for h, cc in switch.items():
-                self.applied[h] = {**self.applied[h], "testbed_host_cc": cc}
+                self.applied[h] = {
+                    **self.applied[h],
+                    "testbed_host_cc": cc,
+                    "testbed_host_cc_params": variables[h].get("testbed_host_cc_params", {}),
+                }
             changed = [h for h in changed if self.applied[h] != variables[h]]
         if not changed:
             self.applied_by = trial
@@ -309,12 +320,14 @@ class TrialRunner:
         done = {"overlay": overlay.name, "recap": recap, "hosts": changed, "tags": tags or "all"}
         return {**done, "cc_switched": switch} if switch else done
 
-    def cc_choices(self) -> dict[str, list[str]]:
+    def cc_choices(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per Linux host, the congestion controls the plan's trials select there, where they
-        select more than one: configured once (testbed_host_cc_choices), so that a trial that
-        differs from the last only in them switches instead of running configure.yml."""
+        select more than one, each with its module parameters where every trial gives it the
+        same ({} where they differ): configured once (testbed_host_cc_choices and
+        testbed_host_cc_choice_params), so that a trial that differs from the last only in
+        them switches instead of running configure.yml."""
         if self._cc_choices is None:
-            found: dict[str, set[str]] = {}
+            found: dict[str, dict[str, list[dict[str, Any]]]] = {}
             source = str(self.plan.source)
             for t in self.plan.trials:
                 if t.error:
@@ -327,8 +340,16 @@ class TrialRunner:
                 for node, s in settings.items():
                     host = net.host_of(node)
                     if s.cc and not net.runs_freebsd(host):
-                        found.setdefault(host, set()).add(s.cc)
-            self._cc_choices = {h: sorted(c) for h, c in found.items() if len(c) > 1}
+                        given = found.setdefault(host, {}).setdefault(s.cc, [])
+                        given.append(s.cc_params.get(s.cc, {}))
+            self._cc_choices = {
+                h: {
+                    cc: params[0] if all(p == params[0] for p in params) else {}
+                    for cc, params in sorted(choices.items())
+                }
+                for h, choices in found.items()
+                if len(choices) > 1
+            }
         return self._cc_choices
 
     def run_on(self, commands: dict[str, str], skip: Container[str] = ()) -> None:

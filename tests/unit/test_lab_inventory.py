@@ -17,7 +17,7 @@ from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
 from trials.network import host_settings, resolve_network
 from trials.plan import load_plan
-from trials.runner import TrialRunner, host_vars
+from trials.runner import TrialRunner, cc_switchable, host_vars
 
 PROJECT = Path(__file__).resolve().parents[2]
 LAB = PROJECT / "inventory/lab.example/hosts.yml"
@@ -149,3 +149,21 @@ def test_a_freebsd_sender_records_its_cwnd_with_siftr(tmp_path):
     assert set(recorders) == {("R", "ipfw_sampler"), ("A", "siftr")}
     command, ready = recorders["A", "siftr"]
     assert ready == "recording siftr" and command.split()[-2:] == ["--out", "siftr.log"]
+
+
+def test_seed000_switches_between_its_three_congestion_controls(tmp_path):
+    """H-TCP's module parameters (the paper's settings) go with the choices the batch's first
+    configure makes, so that reno -> htcp -> cubic are switches, not configure runs."""
+    runner, net, _ = lab_trial(tmp_path)
+    htcp = {"use_bandwidth_switch": 0, "use_rtt_scaling": 1}
+    assert runner.cc_choices()["A"] == {"cubic": {}, "htcp": htcp, "reno": {}}
+    by_cc = {}
+    for trial in runner.plan.trials:
+        settings = host_settings(trial.experiment, net, str(EXPERIMENT))
+        variables = host_vars(trial, net, settings, runner.cc_choices())["A"]
+        if trial.overrides["traffic[tcp].flows"] == 1 and trial.repetition == 1:
+            by_cc.setdefault(trial.overrides["hosts.all.cc"], variables)
+    assert by_cc["htcp"]["testbed_host_cc_params"] == htcp
+    assert by_cc["htcp"]["testbed_host_cc_choice_params"] == {"htcp": htcp}
+    for before, after in (("reno", "htcp"), ("htcp", "cubic"), ("cubic", "reno")):
+        assert cc_switchable(by_cc[before], by_cc[after])

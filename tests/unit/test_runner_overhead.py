@@ -52,6 +52,22 @@ def test_a_congestion_control_made_available_is_switched_to_without_configure():
     assert not cc_switchable(None, {**applied, "testbed_host_cc": "reno"})  # nothing known
 
 
+def test_module_parameters_set_with_the_choices_do_not_stop_a_switch():
+    # H-TCP's parameters were set by the configure that made the choices (module-wide).
+    params = {"htcp": {"use_bandwidth_switch": 0}}
+    applied = {
+        **BASE,
+        "testbed_host_cc_choices": ["cubic", "htcp", "reno"],
+        "testbed_host_cc_choice_params": params,
+    }
+    htcp = {**applied, "testbed_host_cc": "htcp", "testbed_host_cc_params": params["htcp"]}
+    assert cc_switchable(applied, htcp)
+    assert cc_switchable(htcp, {**applied, "testbed_host_cc": "reno"})
+    # Other parameters than the ones set, or a different set of them: configure.yml.
+    assert not cc_switchable(applied, {**htcp, "testbed_host_cc_params": {"use_rtt_scaling": 0}})
+    assert not cc_switchable(applied, {**htcp, "testbed_host_cc_choice_params": {}})
+
+
 TIMES = {
     "started": "2026-11-22T10:00:00.000+00:00",
     "configured": "2026-11-22T10:00:04.500+00:00",
