@@ -38,6 +38,7 @@ CONFIGURE_TAGS = {
     "testbed_host_pacing_interfaces": "pacing",
     "linux_router_forwarding": "shaping",
     "linux_router_links": "shaping",
+    "linux_router_links_choices": "shaping",
     "dscp_marker_rules": "marking",
     "capture_points": "captures",
 }

@@ -154,10 +154,12 @@ def host_vars(
     net: ResolvedNetwork,
     settings: dict[str, HostSettings],
     cc_choices: dict[str, dict[str, dict[str, Any]]] | None = None,
+    shaping_choices: dict[str, list[list[dict[str, Any]]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The trial's variables for every host (the roles' inputs), from the resolved network;
     `cc_choices`: per host, the congestion controls its batch selects there, each with the
-    module parameters every trial gives it (None where they differ)."""
+    module parameters every trial gives it ({} where they differ); `shaping_choices`: per
+    router, the link settings its batch's trials switch between."""
     exp = trial.experiment
     flow_cc: dict[str, list[str]] = {}
     for gen in exp.traffic:
@@ -215,6 +217,8 @@ def host_vars(
                 }
                 for e in links
             ]
+            if choices := (shaping_choices or {}).get(host):
+                v["linux_router_links_choices"] = choices
         # Always set, so that the next trial without marking takes the table away again.
         v["dscp_marker_rules"] = net.marking.get(host, [])
         points = [c for c in net.captures if c.host == host]
@@ -241,6 +245,27 @@ def cc_switchable(applied: dict[str, Any] | None, wanted: dict[str, Any]) -> boo
     )
 
 
+def shaping_switchable(applied: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    """Whether a router's links go from `applied`'s to `wanted`'s by its trialbed-select-shaping:
+    they differ, and the configure that applied `applied` rendered the wanted ones among the
+    same choices (linux_router_links_choices)."""
+    if applied is None or "linux_router_links" not in wanted:
+        return False
+    choices = wanted.get("linux_router_links_choices", [])
+    return (
+        applied.get("linux_router_links") != wanted["linux_router_links"]
+        and wanted["linux_router_links"] in choices
+        and applied.get("linux_router_links_choices") == choices
+    )
+
+
+def shaping_shape(links: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The interfaces a link list shapes and those it delays: a switch keeps both (the role
+    refuses choices that differ in them)."""
+    delayed = tuple(x["iface"] for x in links if (x.get("delay_ms") or 0) > 0)
+    return tuple(x["iface"] for x in links), delayed
+
+
 class TrialRunner:
     def __init__(self, plan: Plan, rack: Rack, batch_dir: Path, log: Callable[[str], None] = print):
         self.plan, self.rack, self.batch_dir, self.log = plan, rack, batch_dir, log
@@ -252,6 +277,7 @@ class TrialRunner:
         self.applied_by = ""
         self.static_facts: dict[str, dict[str, Any]] = {}  # per host, read on its first trial
         self._cc_choices: dict[str, dict[str, dict[str, Any]]] | None = None
+        self._shaping_choices: dict[str, list[list[dict[str, Any]]]] | None = None
         self.watching: TrialWatch | None = None  # the running trial's watch
         self.pacing: dict[str, list[str]] = {}  # the running trial's fq hosts: their interfaces
         self.watch_timeout_s = watch_timeout_s(rack)
@@ -273,32 +299,48 @@ class TrialRunner:
         changed = sorted(h for h in variables if self.applied.get(h) != variables[h])
         if not changed:
             return {"overlay": overlay.name, "skipped": True, "same_as": self.applied_by}
-        # A congestion control the role made available is switched to by the host's
-        # trialbed-select-cc, which sets what the playbook would (15 ms instead of 10 s); the
+        # A congestion control or a router's link settings the roles rendered for the batch
+        # are switched to by the host's trialbed-select-cc / trialbed-select-shaping, which
+        # set what the playbook would (one SSH round trip instead of 4-35 s of Ansible); the
         # playbook runs only where something else differs, with the tags of that.
         switch = {
             h: variables[h]["testbed_host_cc"]
             for h in changed
             if cc_switchable(self.applied.get(h), variables[h])
         }
-        if switch:
-            self.rack.run_parallel(
-                {
-                    h: f"{shlex.quote(self.rack.host(h).workdir + '/trialbed-select-cc')} "
-                    f"{shlex.quote(cc)}"
-                    for h, cc in switch.items()
-                }
-            )
+        shaping = {
+            h: variables[h]["linux_router_links_choices"].index(variables[h]["linux_router_links"])
+            for h in changed
+            if shaping_switchable(self.applied.get(h), variables[h])
+        }
+        commands: dict[str, list[str]] = {}
+        for h, cc in switch.items():
+            script = shlex.quote(f"{self.rack.host(h).workdir}/trialbed-select-cc")
+            commands.setdefault(h, []).append(f"{script} {shlex.quote(cc)}")
+        for h, index in shaping.items():
+            script = shlex.quote(f"{self.rack.host(h).workdir}/router/trialbed-select-shaping")
+            commands.setdefault(h, []).append(f"{script} {index}")
+        if commands:
+            self.rack.run_parallel({h: " && ".join(c) for h, c in commands.items()})
             for h, cc in switch.items():
                 self.applied[h] = {
                     **self.applied[h],
                     "testbed_host_cc": cc,
                     "testbed_host_cc_params": variables[h].get("testbed_host_cc_params", {}),
                 }
+            for h in shaping:
+                self.applied[h] = {
+                    **self.applied[h],
+                    "linux_router_links": variables[h]["linux_router_links"],
+                }
             changed = [h for h in changed if self.applied[h] != variables[h]]
+        switched = {
+            **({"cc_switched": switch} if switch else {}),
+            **({"shaping_switched": shaping} if shaping else {}),
+        }
         if not changed:
             self.applied_by = trial
-            return {"overlay": overlay.name, "cc_switched": switch}
+            return {"overlay": overlay.name, **switched}
         needed = [configure_tags(self.applied.get(h), variables[h]) for h in changed]
         tags = None if None in needed else sorted(set().union(*needed))
         # Only the trial's hosts (and the controller, for the virtual rack): a rack of 18
@@ -318,7 +360,7 @@ class TrialRunner:
         self.applied.update({h: variables[h] for h in changed})
         self.applied_by = trial
         done = {"overlay": overlay.name, "recap": recap, "hosts": changed, "tags": tags or "all"}
-        return {**done, "cc_switched": switch} if switch else done
+        return {**done, **switched}
 
     def cc_choices(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per Linux host, the congestion controls the plan's trials select there, where they
@@ -327,30 +369,54 @@ class TrialRunner:
         testbed_host_cc_choice_params), so that a trial that differs from the last only in
         them switches instead of running configure.yml."""
         if self._cc_choices is None:
-            found: dict[str, dict[str, list[dict[str, Any]]]] = {}
-            source = str(self.plan.source)
-            for t in self.plan.trials:
-                if t.error:
-                    continue
-                try:
-                    net = resolve_network(t.experiment, self.rack, source)
-                    settings = host_settings(t.experiment, net, source)
-                except (SpecError, RackError):
-                    continue  # preflight named it; that trial fails on its own
-                for node, s in settings.items():
-                    host = net.host_of(node)
-                    if s.cc and not net.runs_freebsd(host):
-                        given = found.setdefault(host, {}).setdefault(s.cc, [])
-                        given.append(s.cc_params.get(s.cc, {}))
-            self._cc_choices = {
-                h: {
-                    cc: params[0] if all(p == params[0] for p in params) else {}
-                    for cc, params in sorted(choices.items())
-                }
-                for h, choices in found.items()
-                if len(choices) > 1
+            self._scan_plan()
+        return self._cc_choices or {}
+
+    def shaping_choices(self) -> dict[str, list[list[dict[str, Any]]]]:
+        """Per Linux router, the link settings (linux_router_links) of the plan's trials, where
+        they take more than one and every one shapes and delays the same interfaces:
+        rendered once (linux_router_links_choices), so that a trial that differs from the
+        last only in them (a delay, rate, buffer or queue factor) switches."""
+        if self._shaping_choices is None:
+            self._scan_plan()
+        return self._shaping_choices or {}
+
+    def _scan_plan(self) -> None:
+        """What the plan's trials set on each host that a switch can change: congestion
+        controls with their module parameters, and routers' link settings."""
+        cc_found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        links_found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        source = str(self.plan.source)
+        for t in self.plan.trials:
+            if t.error:
+                continue
+            try:
+                net = resolve_network(t.experiment, self.rack, source)
+                settings = host_settings(t.experiment, net, source)
+            except (SpecError, RackError):
+                continue  # preflight named it; that trial fails on its own
+            for node, s in settings.items():
+                host = net.host_of(node)
+                if s.cc and not net.runs_freebsd(host):
+                    given = cc_found.setdefault(host, {}).setdefault(s.cc, [])
+                    given.append(s.cc_params.get(s.cc, {}))
+            for host, v in host_vars(t, net, settings).items():
+                if v.get("linux_router_links") and not net.runs_freebsd(host):
+                    key = json.dumps(v["linux_router_links"], sort_keys=True)
+                    links_found.setdefault(host, {})[key] = v["linux_router_links"]
+        self._cc_choices = {
+            h: {
+                cc: params[0] if all(p == params[0] for p in params) else {}
+                for cc, params in sorted(choices.items())
             }
-        return self._cc_choices
+            for h, choices in cc_found.items()
+            if len(choices) > 1
+        }
+        self._shaping_choices = {
+            h: [found[k] for k in sorted(found)]
+            for h, found in links_found.items()
+            if len(found) > 1 and len({shaping_shape(x) for x in found.values()}) == 1
+        }
 
     def run_on(self, commands: dict[str, str], skip: Container[str] = ()) -> None:
         """One command per host, the hosts at once, but those in `skip` (not answering)."""
@@ -588,7 +654,9 @@ class TrialRunner:
         try:
             self.log(f"[{trial.name}] configure (ansible-playbook configure.yml)")
             record["configure"] = self.configure(
-                trial_dir, host_vars(trial, net, settings, self.cc_choices()), trial.name
+                trial_dir,
+                host_vars(trial, net, settings, self.cc_choices(), self.shaping_choices()),
+                trial.name,
             )
             record["times"]["configured"] = now_iso()
 

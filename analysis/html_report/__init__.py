@@ -211,8 +211,8 @@ def _seconds(a: str | None, b: str | None) -> float | None:
 
 def configured_by(configure: dict) -> str:
     """How the runner brought the rack to a trial's configuration (trial.json "configure"):
-    the playbook (and which tags), the hosts' congestion control switch, or nothing (the
-    previous trial's configuration was the same)."""
+    the playbook (and which tags), the hosts' congestion control switch, the routers' shaping
+    switch, or nothing (the previous trial's configuration was the same)."""
     if configure.get("skipped"):
         return f"kept ({configure.get('same_as') or 'same as before'})"
     ways = []
@@ -222,6 +222,8 @@ def configured_by(configure: dict) -> str:
     if configure.get("cc_switched"):
         hosts = len(configure["cc_switched"])
         ways.append(f"cc switch ({hosts} host{'s' if hosts > 1 else ''})")
+    if configure.get("shaping_switched"):
+        ways.append(f"shaping switch ({', '.join(sorted(configure['shaping_switched']))})")
     return " + ".join(ways) or "?"
 
 

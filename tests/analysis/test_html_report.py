@@ -288,4 +288,6 @@ def test_the_timing_table_says_how_each_trial_was_configured() -> None:
     both = {"recap": {}, "tags": ["shaping"], "cc_switched": {"A": "reno", "B": "reno"}}
     assert configured_by(both) == "playbook (shaping) + cc switch (2 hosts)"
     assert configured_by({"cc_switched": {"A": "reno"}}) == "cc switch (1 host)"
+    switched = {"cc_switched": {"A": "reno", "B": "reno"}, "shaping_switched": {"R": 1}}
+    assert configured_by(switched) == "cc switch (2 hosts) + shaping switch (R)"
     assert configured_by({"skipped": True, "same_as": "r1"}) == "kept (r1)"

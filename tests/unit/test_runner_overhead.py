@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from tests.unit.test_marking import dumbbell
 from trials.ansible import configure_tags
-from trials.runner import cc_switchable, overhead_phases, overhead_s
+from trials.network import host_settings, resolve_network
+from trials.plan import load_plan
+from trials.runner import (
+    TrialRunner,
+    cc_switchable,
+    host_vars,
+    overhead_phases,
+    overhead_s,
+    shaping_switchable,
+)
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 BASE = {
     "testbed_host_cc": "cubic",
@@ -66,6 +80,48 @@ def test_module_parameters_set_with_the_choices_do_not_stop_a_switch():
     # Other parameters than the ones set, or a different set of them: configure.yml.
     assert not cc_switchable(applied, {**htcp, "testbed_host_cc_params": {"use_rtt_scaling": 0}})
     assert not cc_switchable(applied, {**htcp, "testbed_host_cc_choice_params": {}})
+
+
+def test_a_router_switches_between_the_link_settings_rendered_for_the_batch():
+    links = {d: [{"iface": "right", "rate": "1mbit", "delay_ms": d}] for d in (25.0, 50.0)}
+    applied = {**BASE, "linux_router_links_choices": [links[25.0], links[50.0]]}
+    assert shaping_switchable(applied, {**applied, "linux_router_links": links[50.0]})
+    assert not shaping_switchable(applied, dict(applied))  # the same
+    other = [{"iface": "right", "rate": "2mbit", "delay_ms": 25.0}]
+    assert not shaping_switchable(applied, {**applied, "linux_router_links": other})
+    assert not shaping_switchable(BASE, {**BASE, "linux_router_links": links[50.0]})
+    assert not shaping_switchable(None, {**applied, "linux_router_links": links[50.0]})
+
+
+def test_seed000_renders_both_delays_on_the_router_and_switches_with_the_cc(tmp_path):
+    """The seed-000 matrix on the dumbbell: R gets both delays' links as choices (the order
+    fixed, whichever trial comes first), the end hosts none; from any trial to one with the
+    other delay and congestion control, both are switches."""
+    source = PROJECT / "experiments/collateral_damage.yml"
+    plan = load_plan(
+        source,
+        ['factors={"hosts.all.cc": ["reno", "cubic"], "network.links[*].delay": ["25ms", "50ms"]}'],
+    )
+    rack = dumbbell()
+    runner = TrialRunner(plan, rack, tmp_path)
+    choices = runner.shaping_choices()
+    assert set(choices) == {"R"}
+    assert [{x["delay_ms"] for x in c} for c in choices["R"]] == [{25.0}, {50.0}]
+    variables = {}
+    for trial in plan.trials:
+        net = resolve_network(trial.experiment, rack, str(source))
+        settings = host_settings(trial.experiment, net, str(source))
+        variables[trial.name] = host_vars(
+            trial, net, settings, runner.cc_choices(), runner.shaping_choices()
+        )
+    first, second = variables["cc-reno_delay-25ms_r1"], variables["cc-cubic_delay-50ms_r1"]
+    assert shaping_switchable(first["R"], second["R"])
+    assert all(cc_switchable(first[h], second[h]) for h in "ABCDR")
+    assert "linux_router_links_choices" not in first["A"]
+    # Every variable that differs is one a switch sets.
+    for h in "ABCDR":
+        differs = {k for k in first[h] if first[h][k] != second[h].get(k)}
+        assert differs <= {"testbed_host_cc", "linux_router_links"}, (h, differs)
 
 
 TIMES = {
