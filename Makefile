@@ -35,6 +35,10 @@ rack-down: setup  ## remove the virtual rack that is up, whatever its topology o
 # A lab rack instead of the virtual one: INVENTORY=inventory/lab/hosts.yml (see inventory/lab.example).
 INVENTORY ?=
 RACK_INVENTORY = $(or $(INVENTORY),inventory/virtual/hosts.yml)
+# Stop on a file the user named that is not there (ansible-playbook would only warn and run on
+# no host at all): $(call need_file,PATH,WHAT,HINT).
+need_file = test -e "$(1)" || { echo "$(2) $(1): no such file$(if $(3),; $(3))" >&2; exit 2; }
+INVENTORY_HINT = $(if $(INVENTORY),check INVENTORY=,no virtual rack is up: make rack-up)
 trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results; INVENTORY=: on that rack
 	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
 
@@ -42,9 +46,10 @@ preflight: setup  ## can the rack run $(EXPERIMENT)? SSH, tools, CC, qdiscs, int
 	@$(PYTHON) -m trials preflight $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
 
 # BATCH=results/NAME resumes that batch (or starts it there); RACKS="inv/a inv/b" shares the
-# plan between racks (one worker each); RETRIES: runs after a failed attempt.
+# plan between racks (one worker each; INVENTORY= alone is one such rack); RETRIES: runs after
+# a failed attempt.
 BATCH ?=
-RACKS ?=
+RACKS ?= $(INVENTORY)
 RETRIES ?= 2
 batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable (BATCH=), several racks (RACKS=)
 	@$(PYTHON) -m trials batch $(EXPERIMENT) --rack-kind $(RACK) $(if $(BATCH),--batch $(BATCH)) \
@@ -76,9 +81,12 @@ VARS ?=
 CHECK ?=
 configure: setup  ## apply $(VARS) (inventory overlays, e.g. playbooks/examples/dumbbell_bottleneck.yml; several: "a.yml b.yml") to the rack: they describe its whole state; CHECK=1: only show the diff
 	@test -n "$(VARS)" || { echo "usage: make configure VARS=\"playbooks/examples/<file>.yml [...]\" [CHECK=1]"; exit 2; }
+	@$(call need_file,$(RACK_INVENTORY),inventory,$(INVENTORY_HINT))
+	@$(foreach overlay,$(VARS),$(call need_file,$(overlay),VARS);)
 	@$(ANSIBLE_PLAYBOOK) playbooks/configure.yml -i $(RACK_INVENTORY) $(foreach overlay,$(VARS),-i $(overlay)) $(if $(CHECK),--check --diff)
 
 teardown: setup  ## give every rack host back what configure changed there, from its own records (no variables needed); CHECK=1: only show
+	@$(call need_file,$(RACK_INVENTORY),inventory,$(INVENTORY_HINT))
 	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i $(RACK_INVENTORY) $(if $(CHECK),--check --diff)
 
 docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults

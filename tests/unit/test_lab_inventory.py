@@ -167,3 +167,31 @@ def test_seed000_switches_between_its_three_congestion_controls(tmp_path):
     assert by_cc["htcp"]["testbed_host_cc_choice_params"] == {"htcp": htcp}
     for before, after in (("reno", "htcp"), ("htcp", "cubic"), ("cubic", "reno")):
         assert cc_switchable(by_cc[before], by_cc[after])
+
+
+def make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "-s", *args], cwd=PROJECT, capture_output=True, text=True, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_inventory_is_the_one_variable_that_picks_the_rack(tmp_path):
+    """INVENTORY= reaches every target that runs on a rack (a batch too: as its one rack), and a
+    wrong path is refused naming it, before ansible-playbook could run on no host at all."""
+    batch = make("-n", "batch", f"EXPERIMENT={EXPERIMENT}", f"INVENTORY={LAB}")
+    assert f"--rack {LAB}" in batch.stdout, batch.stdout
+    nightly = make("-n", "nightly-run", f"EXPERIMENT={EXPERIMENT}", f"INVENTORY={LAB}")
+    assert f"--rack {LAB}" in nightly.stdout, nightly.stdout
+    missing = tmp_path / "lab" / "hosts.yml"
+    example = PROJECT / "playbooks/examples/dumbbell_bottleneck.yml"
+    for target in (("configure", f"VARS={example}"), ("teardown",)):
+        done = make(*target, f"INVENTORY={missing}")
+        assert done.returncode == 2
+        assert f"inventory {missing}: no such file; check INVENTORY=" in done.stderr, done.stderr
+    for target in ("trial", "preflight", "status"):
+        done = make(target, f"INVENTORY={missing}")
+        assert done.returncode == 2
+        assert f"{missing}: inventory not found" in done.stderr, done.stderr
+    done = make("configure", f"VARS={example} {tmp_path / 'nope.yml'}", f"INVENTORY={LAB}")
+    assert done.returncode == 2 and f"VARS {tmp_path / 'nope.yml'}: no such file" in done.stderr
