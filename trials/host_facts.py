@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -125,10 +126,170 @@ def speed(interface):
 
 # What does not change while the kernel and the packages stay: `--changing` leaves these out
 # (a runner reads them once per host and keeps them for its later trials).
-STATIC = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools")
+STATIC = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools", "siftr")
+
+
+# -- FreeBSD (a dummynet router of the group freebsd_routers, an end host of freebsd_hosts) --
+# The same keys where they make sense, from FreeBSD's own commands; each call fails soft (a
+# missing or failing command gives None). Not run on FreeBSD here: the unit tests
+# (tests/unit/test_host_facts_freebsd.py) run it against stand-ins written from the manuals.
+#   cc_loaded, cc_modules: Linux names (FreeBSD's newreno is reno, as roles/freebsd_host maps).
+#   sysctls: FreeBSD's own names (FREEBSD_SYSCTLS), net.inet.tcp.cc.algorithm as the kernel
+#     says it (newreno); cc_params {} (htcp's two MIB variables are among the sysctls).
+#   tools: ipfw (its path) instead of tc; qdiscs: the dummynet AQMs roles/freebsd_router
+#     renders, when dummynet is loaded or loadable; offloads: per interface, the ifconfig
+#     options TSO4, TSO6 and LRO on or off; speed and routes: None; tracepoints: [].
+#   siftr: True when SIFTR (siftr(4), the cwnd recorder of a FreeBSD sender) is loaded or
+#     compiled in (`kldstat -q -m siftr`) or its module file exists; False otherwise.
+FREEBSD_SYSCTLS = [
+    "net.inet.tcp.cc.algorithm",
+    "net.inet.tcp.cc.htcp.adaptive_backoff",
+    "net.inet.tcp.cc.htcp.rtt_scaling",
+    "net.inet.tcp.hostcache.enable",
+    "net.inet.tcp.rfc1323",
+    "net.inet.tcp.sack.enable",
+    "net.inet.tcp.ecn.enable",
+    "net.inet.tcp.recvspace",
+    "net.inet.tcp.recvbuf_max",
+    "net.inet.tcp.recvbuf_auto",
+    "net.inet.tcp.sendspace",
+    "net.inet.tcp.sendbuf_max",
+    "net.inet.tcp.sendbuf_auto",
+    "kern.ipc.maxsockbuf",
+    "net.inet.ip.forwarding",
+    "kern.hz",
+    "net.inet.ip.dummynet.io_fast",
+]
+FREEBSD_TOOLS = {
+    "iperf3": ["iperf3", "--version"],
+    "tcpreplay": ["tcpreplay", "-V"],
+    "tcpdump": ["tcpdump", "--version"],
+    "python3": ["python3", "--version"],
+}
+# The qdiscs roles/freebsd_router renders on a dummynet pipe (red, gred and pie on its queue,
+# fq_codel as its scheduler; droptail is the pipe's own queue, cake is refused).
+DUMMYNET_AQMS = ["red", "gred", "fq_codel", "pie"]
+# mod_cc(4) names -> Linux's (roles/freebsd_host: reno is FreeBSD's newreno).
+FREEBSD_CC_NAMES = {"newreno": "reno"}
+# Where kld(4) modules are (kldload's default module path), and where FreeBSD keeps its
+# system commands, searched after PATH (an SSH session's PATH may lack /sbin).
+FREEBSD_MODULE_DIRS = ["/boot/kernel", "/boot/modules"]
+FREEBSD_COMMAND_DIRS = [
+    "/sbin",
+    "/usr/sbin",
+    "/bin",
+    "/usr/bin",
+    "/usr/local/sbin",
+    "/usr/local/bin",
+]
+FREEBSD_OFFLOADS = ("TSO4", "TSO6", "LRO")
+
+
+def which(name):
+    path = os.pathsep.join([os.environ.get("PATH", ""), *FREEBSD_COMMAND_DIRS])
+    return shutil.which(name, path=path)
+
+
+def run_soft(cmd, any_status=False):
+    """cmd's stdout (with any_status, stdout or else stderr, whatever its exit status); None
+    where the command is missing, fails or hangs."""
+    path = which(cmd[0])
+    if not path:
+        return None
+    try:
+        done = subprocess.run([path, *cmd[1:]], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if any_status:
+        return done.stdout or done.stderr
+    return done.stdout if done.returncode == 0 else None
+
+
+def freebsd_cc_names(text):
+    """`sysctl -n net.inet.tcp.cc.available` -> Linux names. FreeBSD 13 on print a table, a
+    header line "CCmod D PCB count" then one line per module, name first; older ones a list
+    separated by commas."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if lines and lines[0].split()[0] == "CCmod":
+        names = [line.split()[0] for line in lines[1:]]
+    else:
+        names = (text or "").replace(",", " ").split()
+    return [FREEBSD_CC_NAMES.get(n, n) for n in names]
+
+
+def kld_available(name):
+    """A kld(4) module loaded or compiled in (kldstat -q -m: exit status), or a file to load."""
+    if run_soft(["kldstat", "-q", "-m", name]) is not None:
+        return True
+    return any(os.path.isfile(f"{d}/{name}.ko") for d in FREEBSD_MODULE_DIRS)
+
+
+def ifconfig_of(interface):
+    """`ifconfig IFACE` (ifconfig(8)): the MTU at the end of its first line (`mtu N`), and
+    which of TSO4, TSO6 and LRO its `options=...<...>` line names. None for no such
+    interface (ifconfig fails)."""
+    out = run_soft(["ifconfig", interface])
+    if out is None:
+        return None
+    found = re.search(r"\bmtu (\d+)", out)
+    options = re.search(r"^\s*options=\w*<([^>]*)>", out, re.MULTILINE)
+    on = options[1].split(",") if options else []
+    return {
+        "mtu": int(found[1]) if found else None,
+        "offloads": {o: o in on for o in FREEBSD_OFFLOADS},
+    }
+
+
+def freebsd_facts(workdir, interfaces, changing_only=False):
+    def sysctl(name):
+        out = run_soft(["sysctl", "-n", name])
+        return out.strip() if out is not None else None
+
+    ifconfig = {itf: ifconfig_of(itf) for itf in interfaces}
+    os.makedirs(workdir, exist_ok=True)
+    usage = shutil.disk_usage(workdir)
+    facts = {
+        "cc_loaded": freebsd_cc_names(sysctl("net.inet.tcp.cc.available")),
+        "cc_params": {},
+        "sysctls": {k: sysctl(k) for k in FREEBSD_SYSCTLS},
+        "offloads": {itf: i["offloads"] for itf, i in ifconfig.items() if i},
+        "mtu": {itf: i["mtu"] if i else None for itf, i in ifconfig.items()},
+        "speed": {itf: None for itf in interfaces},
+        "interfaces": sorted((run_soft(["ifconfig", "-l"]) or "").split()),
+        "routes": None,
+        "free_disk_bytes": usage.free,
+    }
+    if not changing_only:
+        kernel = run_soft(["uname", "-r"])
+        modules = sorted(
+            {
+                os.path.basename(p)[3:-3]
+                for d in FREEBSD_MODULE_DIRS
+                for p in glob.glob(f"{d}/cc_*.ko")
+            }
+        )
+        tools = {
+            name: (run_soft(cmd, any_status=True) or "").strip()
+            for name, cmd in FREEBSD_TOOLS.items()
+        }
+        tools = {name: (out.splitlines() or [None])[0] for name, out in tools.items()}
+        tools["ipfw"] = which("ipfw")  # no version option: its path
+        facts.update(
+            hostname=platform.node(),
+            kernel=kernel.strip() if kernel else platform.release(),
+            cc_modules=[FREEBSD_CC_NAMES.get(m, m) for m in modules],
+            qdiscs=list(DUMMYNET_AQMS) if kld_available("dummynet") else [],
+            tracepoints=[],
+            siftr=kld_available("siftr"),
+            tools=tools,
+        )
+    return facts
 
 
 def main(workdir, interfaces, changing_only=False):
+    if platform.system() == "FreeBSD":
+        print(json.dumps(freebsd_facts(workdir, interfaces, changing_only)))
+        return
     release = platform.release()
     offloads = {}
     for itf in interfaces:

@@ -19,7 +19,15 @@ import paramiko
 
 from core.rack import Rack, RackError
 from core.units import format_rate, parse_duration_ns, parse_rate
-from trials.network import CaptureSite, ResolvedNetwork, host_settings, resolve_network
+from trials.generators import GENERATOR_TYPES
+from trials.generators.base import TrialContext
+from trials.network import (
+    FREEBSD_GROUPS,
+    CaptureSite,
+    ResolvedNetwork,
+    host_settings,
+    resolve_network,
+)
 from trials.plan import Trial
 from trials.rack_kind import vm_max_rate
 from trials.spec import SpecError
@@ -27,7 +35,7 @@ from trials.watch import watch_timeout_s
 
 _FACTS_SOURCE = (Path(__file__).with_name("host_facts.py")).read_text()
 # host_facts.STATIC (that module runs on the hosts and is not imported here).
-STATIC_FACTS = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools")
+STATIC_FACTS = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools", "siftr")
 MIN_FREE_DISK = 200 * 10**6
 # What a capture writes per packet: the capture role's snaplen (128) and pcap's 16-byte record
 # header; packets are taken as 500 bytes on average (full-size data and 66-byte ACKs mixed).
@@ -36,6 +44,8 @@ MEAN_PACKET_BYTES = 500
 CLOCK_SAMPLES = 5
 DEFAULT_MAX_CLOCK_OFFSET = "1ms"
 SHAPING_TOOLS = ["tc"]
+# A FreeBSD router (group freebsd_routers) shapes with ipfw and dummynet (roles/freebsd_router).
+FREEBSD_SHAPING_TOOLS = ["ipfw"]
 # Kernel modules of a link's qdisc where it is not sch_<qdisc> alone. rio: GRED in RIO mode,
 # whose virtual queue a clsact (sch_ingress) egress filter sets: flower for IN, matchall OUT.
 QDISC_MODULES = {"rio": ["sch_gred", "sch_ingress", "cls_flower", "cls_matchall"]}
@@ -45,6 +55,13 @@ INSTALLED_BY = {
     "gcc": "the transactions role with transactions_install_packages: true",
     "nft": "the dscp_marker role with dscp_marker_install_packages: true",
     "": "the testbed_host role with testbed_host_install_packages: true",
+}
+# What to do about a tool of FreeBSD's base system that a FreeBSD host lacks.
+FREEBSD_TOOL_HINTS = {
+    "ipfw": (
+        "it is in FreeBSD's base system (/sbin/ipfw), which roles/freebsd_router needs with "
+        "dummynet: restore it there, or make the host a Linux router (group linux_routers)"
+    ),
 }
 
 
@@ -82,12 +99,35 @@ def available(facts: dict[str, dict[str, Any]]) -> list[str]:
     for name, f in sorted(facts.items()):
         ccs = sorted(set(f["cc_loaded"]) | set(f["cc_modules"]))
         trace = f.get("tracepoints")
+        siftr = f"; siftr {'yes' if f['siftr'] else 'no'}" if "siftr" in f else ""  # FreeBSD
         lines.append(
             f"{name} (kernel {f['kernel']}): cc {' '.join(ccs)}; "
             f"qdiscs {' '.join(f.get('qdiscs') or []) or '?'}; "
-            f"tracepoints {' '.join(trace) if trace else ('none' if trace == [] else '?')}"
+            f"tracepoints {' '.join(trace) if trace else ('none' if trace == [] else '?')}" + siftr
         )
     return lines
+
+
+def runs_freebsd(rack: Rack, host: str) -> bool:
+    """A host of the groups freebsd_routers or freebsd_hosts (ResolvedNetwork.runs_freebsd)."""
+    return any(g in rack.host(host).groups for g in FREEBSD_GROUPS)
+
+
+def siftr_senders(exp, net: ResolvedNetwork, rack: Rack) -> dict[str, str]:
+    """FreeBSD sender host -> the generator whose TCP cwnd SIFTR records there (the runner's
+    recorders: TrialRunner.tcp_senders)."""
+    if not any(runs_freebsd(rack, net.host_of(spec.from_)) for spec in exp.traffic):
+        return {}
+    ctx = TrialContext(rack=rack, network=net, daemons=None, duration_ns=exp.duration)  # type: ignore[arg-type]
+    out: dict[str, str] = {}
+    names = exp.generator_names()
+    for i, (spec, name) in enumerate(zip(exp.traffic, names, strict=True)):
+        if not runs_freebsd(rack, net.host_of(spec.from_)):
+            continue
+        g = GENERATOR_TYPES[spec.type](spec, name, i, ctx)
+        if g.records_cwnd and g.record().get("proto") == 6:
+            out.setdefault(g.sender, f"traffic[{i}] ({spec.type})")
+    return out
 
 
 def kernel_modules(qdisc: str) -> list[str]:
@@ -125,6 +165,7 @@ def preflight(
     needs_params: dict[tuple[str, str], dict[str, str]] = {}  # (host, cc) -> param -> key
     needs_tools: dict[str, dict[str, str]] = {}  # host -> tool -> why
     needs_qdisc: dict[str, dict[str, str]] = {}  # host -> qdisc -> link
+    needs_siftr: dict[str, str] = {}  # FreeBSD sender host -> generator whose cwnd it records
     needs_disk: dict[str, dict[str, float]] = {}  # host -> capture point -> bytes it writes
     needs_speed: dict[tuple[str, str], tuple[int, str]] = {}  # (host, iface) -> (rate, link)
     clocks: dict[str, set[str]] = {}  # declared clock domain -> hosts that capture in it
@@ -158,8 +199,11 @@ def preflight(
                 for param in params:
                     key = f"hosts.*.cc_params.{cc}.{param}"
                     needs_params.setdefault((net.host_of(node), cc), {})[param] = key
+        for host, why in siftr_senders(exp, net, rack).items():
+            needs_siftr.setdefault(host, why)
         for e in net.egress:
-            for tool in SHAPING_TOOLS:
+            shaping_tools = FREEBSD_SHAPING_TOOLS if runs_freebsd(rack, e.host) else SHAPING_TOOLS
+            for tool in shaping_tools:
                 needs_tools.setdefault(e.host, {})[tool] = f"link {e.link}"
             if e.shaping.rate and e.shaping.rate > needs_speed.get((e.host, e.iface), (0,))[0]:
                 needs_speed[(e.host, e.iface)] = (e.shaping.rate, e.link)
@@ -190,7 +234,7 @@ def preflight(
     answered, unreachable = reachability(rack, hosts)
     problems += unreachable
     for gone in set(hosts) - set(answered):  # nothing more can be asked of them
-        for needs in (needs_tools, needs_cc, needs_qdisc, needs_disk):
+        for needs in (needs_tools, needs_cc, needs_qdisc, needs_disk, needs_siftr):
             needs.pop(gone, None)
         needs_params = {k: v for k, v in needs_params.items() if k[0] != gone}
         needs_speed = {k: v for k, v in needs_speed.items() if k[0] != gone}
@@ -239,14 +283,29 @@ def preflight(
     for host, tools in needs_tools.items():
         for tool, why in tools.items():
             if not facts[host]["tools"].get(tool):
+                if tool in FREEBSD_TOOL_HINTS and runs_freebsd(rack, host):
+                    problems.append(
+                        f"host {host} lacks {tool} (needed by {why}): {FREEBSD_TOOL_HINTS[tool]}"
+                    )
+                    continue
                 problems.append(
                     f"host {host} lacks {tool} (needed by {why}): install it (make setup, or "
                     f"{INSTALLED_BY.get(tool, INSTALLED_BY[''])})"
                 )
+    for host, why in needs_siftr.items():
+        if facts[host].get("siftr") is False:
+            problems.append(
+                f"host {host} runs FreeBSD and has no SIFTR (siftr(4): not loaded, no siftr.ko), "
+                f"which records the cwnd of {why} there: load it (kldload siftr) or use a "
+                "kernel that has it"
+            )
+    bsd_qdisc = {h: d for h, d in needs_qdisc.items() if runs_freebsd(rack, h)}
+    linux_qdisc = {h: d for h, d in needs_qdisc.items() if h not in bsd_qdisc}
     have_qdisc = qdiscs_available(
-        rack, sorted(needs_qdisc), {q for d in needs_qdisc.values() for q in d}
+        rack, sorted(linux_qdisc), {q for d in linux_qdisc.values() for q in d}
     )
-    for host, qdiscs in needs_qdisc.items():
+    problems += freebsd_qdisc_problems(source, bsd_qdisc, facts)
+    for host, qdiscs in linux_qdisc.items():
         for qdisc, link in qdiscs.items():
             if qdisc not in have_qdisc[host]:
                 kernel = facts.get(host, {}).get("kernel", "?")
@@ -292,6 +351,37 @@ def preflight(
         said = "\n".join(dict.fromkeys(problems))
         raise SpecError(said + (f"\nWhat the hosts have:\n{have}" if facts else ""))
     return facts
+
+
+def freebsd_qdisc_problems(
+    source: str, needs: dict[str, dict[str, str]], facts: dict[str, dict[str, Any]]
+) -> list[str]:
+    """The qdiscs FreeBSD hosts lack: a router has the dummynet AQMs its facts list
+    (host_facts.DUMMYNET_AQMS, none without dummynet); fq pacing is Linux's only."""
+    problems = []
+    for host, qdiscs in needs.items():
+        f = facts.get(host, {})
+        have = f.get("qdiscs") or []
+        kernel = f.get("kernel", "?")
+        for qdisc, link in qdiscs.items():
+            if link.startswith("hosts."):
+                problems.append(
+                    f"{source}: key '{link}': pacing needs Linux's fq qdisc and host {host} runs "
+                    f"FreeBSD ({kernel}), which roles/freebsd_host refuses pacing on; use "
+                    "traffic[].pacing instead, or a Linux host"
+                )
+            elif qdisc not in have:
+                offers = (
+                    f"its dummynet offers {', '.join(have)}"
+                    if have
+                    else "dummynet is neither loaded nor loadable there (kldstat -m dummynet)"
+                )
+                problems.append(
+                    f"{source}: link {link}: qdisc {qdisc!r} is not available on the FreeBSD "
+                    f"host {host} ({kernel}): {offers}; use droptail or one of those here, or a "
+                    "Linux router"
+                )
+    return problems
 
 
 def _cc_key(trial: Trial, exp, node: str) -> str:

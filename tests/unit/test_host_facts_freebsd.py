@@ -1,0 +1,291 @@
+"""trials/host_facts.py's FreeBSD branch run on this machine against stand-in commands (no
+FreeBSD host can run here): small shell scripts named sysctl, ifconfig, kldstat, uname, ipfw,
+iperf3, ... first (and alone) on PATH, platform.system() saying FreeBSD. Their outputs are
+written from the manuals of FreeBSD 13/14, each sample naming its source. Then such facts for
+the FreeBSD router R of inventory/lab.example (and a FreeBSD sender) go through preflight's
+checks for the seed-000 experiment (nothing is contacted: host_facts and reachability are
+replaced, as in tests/unit/test_rio.py)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from core.rack import Rack
+from trials import host_facts, preflight
+from trials.plan import load_plan
+from trials.spec import SpecError
+
+PROJECT = Path(__file__).resolve().parents[2]
+LAB = PROJECT / "inventory/lab.example/hosts.yml"
+EXPERIMENT = PROJECT / "experiments/collateral_damage.yml"
+
+# mod_cc(4): net.inet.tcp.cc.available is the "list of currently available congestion control
+# algorithms by name"; FreeBSD 13 and later print it as a table, a header line "CCmod D PCB
+# count" then one line per module, name first, `*` in D on the default (the layout of
+# sys/netinet/cc/cc.c, not spelled out by the manual; `sysctl -n` prints the value alone,
+# which starts on a new line). newreno is cc_newreno(4), Linux's reno.
+CC_AVAILABLE = "\n" + "".join(
+    f"{name:<16}{default} {count}\n"
+    for name, default, count in (
+        ("CCmod", "D", "PCB count"),
+        ("newreno", "*", 3),
+        ("cubic", " ", 0),
+        ("htcp", " ", 0),
+    )
+)
+# sysctl(8): `sysctl -n NAME` prints the value only; an unknown name is an error
+# ("unknown oid") with a non-zero exit status.
+SYSCTLS = {
+    "net.inet.tcp.cc.available": CC_AVAILABLE,
+    "net.inet.tcp.cc.algorithm": "newreno",  # mod_cc(4): the default algorithm's name
+    "net.inet.tcp.cc.htcp.adaptive_backoff": "0",  # cc_htcp(4)
+    "net.inet.tcp.cc.htcp.rtt_scaling": "0",
+    "kern.hz": "2000",
+    "net.inet.ip.forwarding": "1",
+}
+# ifconfig(8): `-l` lists every interface on one line; `ifconfig IFACE` prints a first line
+# `IFACE: flags=...<...> metric 0 mtu N`, then `options=...<...>` naming the capabilities
+# that are on (TSO4, TSO6, LRO among them), ether, inet, media and status lines (the format
+# of ifconfig(8)'s EXAMPLES and of roles/freebsd_router's offload check).
+IFCONFIG = """\
+{name}: flags=8863<UP,BROADCAST,RUNNING,SIMPLEX,MULTICAST> metric 0 mtu {mtu}
+\toptions={options}
+\tether 00:0c:29:3a:1b:{byte}
+\tinet {address} netmask 0xffffff00 broadcast {broadcast}
+\tmedia: Ethernet autoselect (1000baseT <full-duplex>)
+\tstatus: active
+\tnd6 options=29<PERFORMNUD,IFDISABLED,AUTO_LINKLOCAL>
+"""
+INTERFACES = {
+    "em1": {"mtu": 1500, "options": "481249b<RXCSUM,VLAN_MTU,VLAN_HWTAGGING,LRO,WOL_MAGIC>"},
+    "em2": {"mtu": 9000, "options": "4812098<VLAN_MTU,VLAN_HWTAGGING,VLAN_HWCSUM,TSO4,TSO6>"},
+    "enp2s0": {"mtu": 1500, "options": "0"},  # the lab inventory's name for A's port
+}
+# First lines of the tools' version output (iperf3(1) --version, tcpdump(1) --version,
+# tcpreplay(1) -V, python3 --version). ipfw(8) has no version option: its path is the fact.
+TOOLS = {
+    "iperf3": "iperf 3.16 (cJSON 1.7.15)",
+    "tcpdump": "tcpdump version 4.9.3",
+    "tcpreplay": "tcpreplay version: 4.4.4 (build git:v4.4.4)",
+    "python3": "Python 3.11.9",
+}
+
+
+def script(path: Path, body: str) -> None:
+    # PATH holds the stand-ins alone: their own cat and test come from the system's.
+    path.write_text("#!/bin/sh\nPATH=/usr/bin:/bin\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+
+
+def standins(
+    tmp_path: Path, monkeypatch, *, ipfw: bool = True, siftr: str = "file", dummynet: bool = True
+) -> Path:
+    """A FreeBSD host's commands in tmp_path/bin, alone on PATH, and its module directory.
+    siftr: "loaded" (kldstat -q -m siftr succeeds), "file" (siftr.ko to load), "none"."""
+    bin_dir = tmp_path / "bin"
+    modules = tmp_path / "boot/kernel"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    modules.mkdir(parents=True, exist_ok=True)
+    # uname(1): -r prints the release.
+    script(bin_dir / "uname", 'test "$1" = -r && echo 14.1-RELEASE\n')
+    cases = "".join(
+        f"  {name}) printf '%s\\n' '{value}' ;;\n" if "\n" not in value else ""
+        for name, value in SYSCTLS.items()
+    )
+    (tmp_path / "cc_available").write_text(CC_AVAILABLE)
+    script(
+        bin_dir / "sysctl",
+        f"""\
+        test "$1" = -n || exit 64
+        case "$2" in
+          net.inet.tcp.cc.available) cat {tmp_path / "cc_available"} ;;
+        {cases}  *) echo "sysctl: unknown oid '$2'" >&2; exit 1 ;;
+        esac
+        """,
+    )
+    blocks = []
+    for i, (name, itf) in enumerate(INTERFACES.items()):
+        text = IFCONFIG.format(
+            name=name, byte=f"{i:02x}", address=f"198.18.{i}.1", broadcast=f"198.18.{i}.255", **itf
+        )
+        blocks.append(f"  {name}) cat <<'EOF'\n{text}EOF\n  ;;\n")
+    script(
+        bin_dir / "ifconfig",
+        'case "$1" in\n  -l) echo em0 em1 em2 lo0 ;;\n'
+        + "".join(blocks)
+        + '  *) echo "ifconfig: interface $1 does not exist" >&2; exit 1 ;;\nesac\n',
+    )
+    # kldstat(8): -q -m NAME exits 0 when module NAME is loaded or compiled in, else not.
+    loaded = ["dummynet"] if dummynet else []
+    loaded += ["siftr"] if siftr == "loaded" else []
+    script(
+        bin_dir / "kldstat",
+        f'for m in {" ".join(loaded) or "-"}; do test "$3" = "$m" && exit 0; done; exit 1\n',
+    )
+    if siftr == "file":
+        (modules / "siftr.ko").write_bytes(b"")
+    for cc in ("cubic", "htcp", "dctcp"):  # kldload(8) cc_NAME: the file cc_NAME.ko
+        (modules / f"cc_{cc}.ko").write_bytes(b"")
+    if ipfw:
+        script(bin_dir / "ipfw", "exit 0\n")
+    for name, line in TOOLS.items():
+        script(bin_dir / name, f"echo '{line}'\n")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(host_facts, "FREEBSD_COMMAND_DIRS", [])
+    monkeypatch.setattr(host_facts, "FREEBSD_MODULE_DIRS", [str(modules)])
+    monkeypatch.setattr(platform, "system", lambda: "FreeBSD")
+    return bin_dir
+
+
+def run_facts(tmp_path: Path, capsys, interfaces: list[str], *args) -> dict:
+    host_facts.main(str(tmp_path / "work"), interfaces, *args)
+    return json.loads(capsys.readouterr().out)
+
+
+def test_freebsd_router_facts_from_its_commands(tmp_path, monkeypatch, capsys):
+    standins(tmp_path, monkeypatch)
+    facts = run_facts(tmp_path, capsys, ["em1", "em2", "em9"])
+    assert facts["kernel"] == "14.1-RELEASE"
+    assert facts["cc_loaded"] == ["reno", "cubic", "htcp"]  # header gone, newreno is reno
+    assert facts["cc_modules"] == ["cubic", "dctcp", "htcp"]
+    assert facts["cc_params"] == {}
+    assert facts["sysctls"]["net.inet.tcp.cc.algorithm"] == "newreno"
+    assert facts["sysctls"]["kern.hz"] == "2000"
+    assert facts["sysctls"]["net.inet.tcp.rfc1323"] is None  # unknown to the stand-in
+    assert "net.ipv4.tcp_congestion_control" not in facts["sysctls"]
+    assert facts["interfaces"] == ["em0", "em1", "em2", "lo0"]
+    assert facts["mtu"] == {"em1": 1500, "em2": 9000, "em9": None}
+    assert facts["speed"] == {"em1": None, "em2": None, "em9": None}
+    assert facts["offloads"] == {
+        "em1": {"TSO4": False, "TSO6": False, "LRO": True},
+        "em2": {"TSO4": True, "TSO6": True, "LRO": False},
+    }
+    assert facts["routes"] is None
+    assert facts["qdiscs"] == ["red", "gred", "fq_codel", "pie"]
+    assert facts["tracepoints"] == [] and facts["siftr"] is True  # siftr.ko to load
+    assert facts["tools"] == {**TOOLS, "ipfw": str(tmp_path / "bin/ipfw")}
+    assert facts["free_disk_bytes"] > 0
+    assert set(host_facts.STATIC) <= set(facts)
+    changing = run_facts(tmp_path, capsys, ["em1"], True)
+    assert not set(host_facts.STATIC) & set(changing)
+
+
+def test_kldstat_says_what_is_loaded_and_nothing_means_nothing(tmp_path, monkeypatch, capsys):
+    standins(tmp_path, monkeypatch, siftr="loaded", dummynet=False)
+    facts = run_facts(tmp_path, capsys, ["em1"])
+    assert facts["siftr"] is True and facts["qdiscs"] == []
+    standins(tmp_path / "none", monkeypatch, siftr="none")
+    assert run_facts(tmp_path, capsys, ["em1"])["siftr"] is False
+
+
+def test_missing_commands_give_none_not_an_exception(tmp_path, monkeypatch, capsys):
+    standins(tmp_path, monkeypatch)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    facts = run_facts(tmp_path, capsys, ["em1"])
+    assert facts["cc_loaded"] == [] and facts["interfaces"] == []
+    assert facts["mtu"] == {"em1": None} and facts["offloads"] == {}
+    assert set(facts["sysctls"].values()) == {None}
+    assert set(facts["tools"].values()) == {None}
+    assert facts["kernel"] == platform.release()
+
+
+def test_cc_available_in_both_layouts():
+    assert host_facts.freebsd_cc_names(CC_AVAILABLE) == ["reno", "cubic", "htcp"]
+    assert host_facts.freebsd_cc_names("newreno, cubic") == ["reno", "cubic"]  # before 13
+    assert host_facts.freebsd_cc_names(None) == []
+
+
+def lab_preflight(tmp_path, monkeypatch, capsys, overlays=(), **freebsd):
+    """Preflight of seed 000's trials on the lab rack: R (and the hosts of freebsd_hosts) with
+    facts from the FreeBSD branch and the stand-ins, the Debian hosts with Linux ones."""
+    rack = Rack.load([LAB, *overlays])
+    standins(tmp_path, monkeypatch, **freebsd)
+    bsd = {}
+    for name, host in rack.hosts.items():
+        if preflight.runs_freebsd(rack, name):
+            bsd[name] = run_facts(tmp_path, capsys, list(host.interfaces))
+    linux_tools = {t: "x" for t in ("tc", "tcpdump", "tcpreplay", "python3", "iperf3")}
+
+    def fake_facts(rack, names, **_):
+        return {
+            n: bsd.get(n)
+            or {
+                "kernel": "6.1.0-28-amd64",
+                "cc_loaded": ["reno", "cubic"],
+                "cc_modules": ["htcp"],
+                "cc_params": {},
+                "tools": linux_tools,
+                "free_disk_bytes": 10**10,
+                "qdiscs": [],
+                "tracepoints": ["tcp:tcp_probe"],
+                "mtu": {itf: 1500 for itf in rack.host(n).interfaces},
+                "speed": {},
+            }
+            for n in names
+        }
+
+    def no_ssh(*_, **__):
+        raise AssertionError("nothing is probed over SSH")
+
+    monkeypatch.setattr(preflight, "host_facts", fake_facts)
+    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    monkeypatch.setattr(rack, "run_parallel", no_ssh)
+    trials = load_plan(EXPERIMENT).select(None)
+    return preflight.preflight(trials, rack, str(EXPERIMENT))
+
+
+def test_seed000_passes_preflight_on_the_lab_rack_with_its_freebsd_router(
+    tmp_path, monkeypatch, capsys
+):
+    facts = lab_preflight(tmp_path, monkeypatch, capsys)
+    assert facts["R"]["tools"]["ipfw"] and "tc" not in facts["R"]["tools"]
+    assert preflight.available({"R": facts["R"]}) == [
+        "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred fq_codel pie; "
+        "tracepoints none; siftr yes"
+    ]
+
+
+def test_seed000_preflight_names_r_and_ipfw_when_ipfw_is_missing(tmp_path, monkeypatch, capsys):
+    with pytest.raises(SpecError) as exc:
+        lab_preflight(tmp_path, monkeypatch, capsys, ipfw=False)
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        "host R lacks ipfw (needed by link upstream): it is in FreeBSD's base system "
+        "(/sbin/ipfw), which roles/freebsd_router needs with dummynet: restore it there, or "
+        "make the host a Linux router (group linux_routers)"
+    ]
+
+
+def test_a_freebsd_sender_needs_siftr_and_has_reno_as_newreno(tmp_path, monkeypatch, capsys):
+    overlay = tmp_path / "freebsd_a.yml"
+    overlay.write_text("all:\n  children:\n    freebsd_hosts:\n      hosts:\n        A: {}\n")
+    facts = lab_preflight(tmp_path, monkeypatch, capsys, [overlay])
+    assert {"reno", "htcp", "cubic"} <= set(facts["A"]["cc_loaded"])  # seed 000's three
+    with pytest.raises(SpecError) as exc:
+        lab_preflight(tmp_path / "none", monkeypatch, capsys, [overlay], siftr="none")
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        "host A runs FreeBSD and has no SIFTR (siftr(4): not loaded, no siftr.ko), which "
+        "records the cwnd of traffic[0] (bulk_tcp) there: load it (kldload siftr) or use a "
+        "kernel that has it"
+    ]
+
+
+def test_a_freebsd_router_is_told_which_dummynet_aqms_it_has():
+    problems = preflight.freebsd_qdisc_problems(
+        "exp.yml",
+        {"R": {"cake": "core", "fq_codel": "edge"}},
+        {"R": {"kernel": "14.1-RELEASE", "qdiscs": ["red", "gred", "fq_codel", "pie"]}},
+    )
+    assert problems == [
+        "exp.yml: link core: qdisc 'cake' is not available on the FreeBSD host R "
+        "(14.1-RELEASE): its dummynet offers red, gred, fq_codel, pie; use droptail or one of "
+        "those here, or a Linux router"
+    ]
