@@ -1,11 +1,14 @@
 """`make preflight` (python -m trials preflight) on the test rack: the clean rack passes; then
 one run meets, each made real on the rack, a host whose sshd refuses the key it is given, a
 host that does not answer, a host whose clock reads 50 ms ahead of its clock domain's, an
-interface the inventory names but the router lacks, and captures bigger than the free disk;
-every problem is one line naming the host and what to check, and no host is changed."""
+interface the inventory names but the router lacks, a receiver without iperf3 (hidden by a bind
+mount in that host's own mount namespace), and captures bigger than the free disk; every
+problem is one line naming the host and what to check, and no host is changed."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -85,7 +88,18 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
         )
     )
     before = host_states(rack)
-    done = preflight([test_rack.inventory, overlay], str(exp), "--set", "duration=100000000s")
+    # C's sshd runs in a mount namespace of its own (ip netns exec makes one, a slave of the
+    # controller's): /dev/null bound over iperf3 there is a C without iperf3, and only C.
+    c_sshd = (test_rack.state_dir / "hosts" / "C" / "sshd.pid").read_text().strip()
+    in_c = ["nsenter", "--target", c_sshd, "--mount", "--"]
+    iperf3 = shutil.which("iperf3")
+    assert iperf3
+    subprocess.run([*in_c, "mount", "--bind", "/dev/null", iperf3], check=True)
+    try:
+        assert os.access(iperf3, os.X_OK)  # the controller's own is untouched
+        done = preflight([test_rack.inventory, overlay], str(exp), "--set", "duration=100000000s")
+    finally:
+        subprocess.run([*in_c, "umount", iperf3], check=True)
     print(done.stdout + done.stderr)
     assert done.returncode == 1
     lines = [" ".join(line.split()) for line in done.stderr.split("\n  ")]
@@ -95,6 +109,7 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
         "clock": [ln for ln in lines if "clock domain 'controller'" in ln and "A's clock" in ln],
         "interface": [ln for ln in lines if ln.startswith("host R has no interface 'ghost0'")],
         "disk": [ln for ln in lines if ln.startswith("host R: only") and "MB free" in ln],
+        "tool": [ln for ln in lines if ln.startswith("host C lacks iperf3 (needed by traffic[0]")],
     }
     assert all(found.values()), found
     assert str(stranger) in found["key"][0] and "authorized_keys" in found["key"][0]
@@ -104,6 +119,8 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     within = float(found["clock"][0].split("\u00b1")[1].split(" ms")[0])
     assert abs(offset - 50) <= within + 1, found["clock"]
     assert "bottleneck_in" in found["disk"][0]
+    assert "install it (make setup, or" in found["tool"][0]
+    assert not any("lacks" in ln and not ln.startswith("host C") for ln in lines)
     assert not any("C's clock" in ln or "R's clock" in ln for ln in lines)
     assert host_states(rack) == before
     rack.close()

@@ -78,6 +78,17 @@ def test_sshd_listens_only_on_the_management_address(test_rack):
     assert listeners == {"198.19.1.11:22"}
 
 
+def test_hosts_speak_no_ipv6(test_rack):
+    """IPv6 is off in every namespace: no link-local address, so none of IPv6's own frames
+    (router solicitations, MLD) enters a shaped queue where the `ip` captures miss it."""
+    for host in "ABCDR":
+        out = subprocess.run(
+            ["ip", "-n", f"{PREFIX}{host}", "-6", "-o", "addr", "show"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert out == "", (host, out)
+
+
 def test_rack_up_records_its_owner(test_rack):
     owner = json.loads(test_rack.owner_file.read_text())
     assert owner["project_dir"] == str(PROJECT)

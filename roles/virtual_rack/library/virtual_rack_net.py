@@ -212,6 +212,7 @@ class Net:
         else:
             self.change(f"namespace {ns}", "ip", "netns", "add", ns)
             inner, addrs, routes = {}, {}, set()
+        self.ensure_ipv4_only(ns)
         self.ensure_up(ns, "lo", inner)
         for itf in ifs:
             name, peer, bridge = itf["name"], itf["peer"], itf["bridge"]
@@ -258,6 +259,19 @@ class Net:
                     f"{ns}: route {route['to']} via {route['via']}",
                     *self.ip(ns, "route", "replace", route["to"], "via", route["via"]),
                 )
+
+    def ensure_ipv4_only(self, ns: str) -> None:
+        """No IPv6 in a host's namespace, before its links come up: the rack is IPv4
+        (198.18.0.0/15), and IPv6's own frames (router solicitations, sent forever with a
+        backoff since Linux 4.19; MLD reports) would cross the shaped queues unseen by the
+        `ip` captures: a router's solicitation dropped at a full bottleneck was a drop tc
+        counted and no capture saw."""
+        enter = ["nsenter", f"--net=/run/netns/{ns}"]  # /proc/sys/net is the namespace's
+        files = [f"/proc/sys/net/ipv6/conf/{c}/disable_ipv6" for c in ("all", "default")]
+        now = self.run(*enter, "cat", *files, check=False).split()
+        if now != ["1", "1"] and (now or self.module.check_mode):
+            write = " && ".join(f"echo 1 > {f}" for f in files)
+            self.change(f"{ns}: IPv6 off", *enter, "sh", "-c", write)
 
     def ensure_up(self, ns: str | None, ifname: str, links: dict[str, dict]) -> None:
         if "UP" not in links.get(ifname, {}).get("flags", []):
