@@ -42,8 +42,9 @@ INVENTORY_HINT = $(if $(INVENTORY),check INVENTORY=,no virtual rack is up: make 
 trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results; INVENTORY=: on that rack
 	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
 
-preflight: setup  ## can the rack run $(EXPERIMENT)? SSH, tools, CC, qdiscs, interfaces and link speed, disk for the captures, clock offsets, Ansible versions (reads only; the virtual rack is brought up if needed); INVENTORY=: that rack
-	@$(PYTHON) -m trials preflight $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
+preflight: setup  ## can the rack run $(EXPERIMENT)? SSH, tools, CC, qdiscs, interfaces and link speed, disk for the captures on the hosts and under results/ (BATCH=: its directory), clock offsets, Ansible versions (reads only; the virtual rack is brought up if needed); INVENTORY=: that rack
+	@$(PYTHON) -m trials preflight $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY)) \
+	  $(if $(BATCH),--results $(dir $(BATCH)))
 
 # BATCH=results/NAME resumes that batch (or starts it there); RACKS="inv/a inv/b" shares the
 # plan between racks (one worker each; INVENTORY= alone is one such rack); RETRIES: runs after

@@ -4,9 +4,9 @@ run EXPERIMENT [--set KEY=VALUE]... [--only NAME|GLOB]... [-i INVENTORY]...
 batch EXPERIMENT [--set ...] [--only ...] [--batch DIR] [--rack INV[,INV]]... [--retries N]
                                               unattended, resumable; one worker per rack
 check EXPERIMENT [--set ...] [--only ...]     the plan; no host is touched
-preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]...
-                                              can the rack run it? (reads only; one line per
-                                              problem with its fix)
+preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]... [--results DIR]
+                                              can the rack (and the results disk) run it?
+                                              (reads only; one line per problem with its fix)
 report results/<batch>                        analyse again and print
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
 """
@@ -143,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
             action="append",
             help="inventory (default: the virtual rack, brought up for the experiment's topology)",
         )
-    run.add_argument("--results", type=Path, default=PROJECT_DIR / "results")
+    for p in (run, pre):
+        p.add_argument(
+            "--results",
+            type=Path,
+            default=PROJECT_DIR / "results",
+            help="where the trials' files are brought back (preflight: checks its free disk)",
+        )
     run.add_argument(
         "--keep-network",
         action="store_true",
@@ -229,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"rack: {why}", highlight=False)
             ensure_virtual_rack(plan.base.topology, kind)
         if args.command == "preflight":
-            return run_preflight(plan, trials, args.inventory or [DEFAULT_INVENTORY])
+            inventory = args.inventory or [DEFAULT_INVENTORY]
+            return run_preflight(plan, trials, inventory, args.results)
         rack = Rack.load(args.inventory)
         try:
             batch_dir, records = run_plan(
@@ -269,13 +276,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def run_preflight(plan: Plan, trials: list[Trial], inventory: list[Path]) -> int:
-    """Every check a run makes before it touches a host, on the controller and on every host
-    of the selected trials; 0 when the rack can run them, 1 with one line per problem."""
+def run_preflight(plan: Plan, trials: list[Trial], inventory: list[Path], results: Path) -> int:
+    """Every check a run makes before it touches a host, on the controller (its results disk
+    too) and on every host of the selected trials; 0 when the rack can run them, 1 with one
+    line per problem."""
     problems = controller_problems(PROJECT_DIR)
     rack = Rack.load(inventory)
     try:
-        facts = preflight(trials, rack, str(plan.source))
+        facts = preflight(trials, rack, str(plan.source), results)
     except SpecError as exc:
         problems += str(exc).splitlines()
         facts = None

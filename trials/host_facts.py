@@ -240,14 +240,20 @@ def ifconfig_of(interface):
     }
 
 
+def trials_disk(workdir):
+    """The disk where the trials' files land (<workdir>/trials: a lab may mount one there)."""
+    where = os.path.join(workdir, "trials")
+    os.makedirs(where, exist_ok=True)
+    return shutil.disk_usage(where)
+
+
 def freebsd_facts(workdir, interfaces, changing_only=False):
     def sysctl(name):
         out = run_soft(["sysctl", "-n", name])
         return out.strip() if out is not None else None
 
     ifconfig = {itf: ifconfig_of(itf) for itf in interfaces}
-    os.makedirs(workdir, exist_ok=True)
-    usage = shutil.disk_usage(workdir)
+    usage = trials_disk(workdir)
     facts = {
         "cc_loaded": freebsd_cc_names(sysctl("net.inet.tcp.cc.available")),
         "cc_params": {},
@@ -308,8 +314,7 @@ def main(workdir, interfaces, changing_only=False):
     for path in sorted(glob.glob("/sys/module/tcp_*/parameters/*")):
         module, _, name = path.split("/")[3:6]
         cc_params.setdefault(module[4:], {})[name] = read(path)
-    os.makedirs(workdir, exist_ok=True)
-    usage = shutil.disk_usage(workdir)
+    usage = trials_disk(workdir)
     facts = {
         "cc_loaded": (read("/proc/sys/net/ipv4/tcp_available_congestion_control") or "").split(),
         "cc_params": cc_params,

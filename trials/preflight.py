@@ -340,8 +340,8 @@ def preflight(
             )
             problems.append(
                 f"host {name}: only {f['free_disk_bytes'] / 1e6:.0f} MB free in "
-                f"{rack.host(name).workdir} (trialbed_dir); {why}: free space there or point "
-                "trialbed_dir at a larger disk"
+                f"{rack.host(name).workdir}/trials (where trialbed_dir's trials land); {why}: "
+                "free space there, mount a larger disk there or point trialbed_dir at one"
             )
     problems += clock_problems(rack, clocks)
     if results is not None:

@@ -2,7 +2,9 @@
 one run meets, each made real on the rack, a host whose sshd refuses the key it is given, a
 host that does not answer, a host whose clock reads 50 ms ahead of its clock domain's, an
 interface the inventory names but the router lacks, a receiver without iperf3 (hidden by a bind
-mount in that host's own mount namespace), and captures bigger than the free disk; every
+mount in that host's own mount namespace), a router whose disk for the trials is full (a small
+one mounted there and filled), and captures bigger than the free disk of a sender and of the
+controller's results directory; every
 problem is one line naming the host and what to check, and no host is changed."""
 
 from __future__ import annotations
@@ -95,11 +97,25 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     iperf3 = shutil.which("iperf3")
     assert iperf3
     subprocess.run([*in_c, "mount", "--bind", "/dev/null", iperf3], check=True)
+    # R's disk for the trials' files, full: a small one mounted there in R's mount namespace
+    # and filled from a shell on R.
+    r_trials = f"{rack.host('R').workdir}/trials"
+    rack.run("R", f"mkdir -p {r_trials} && mount -t tmpfs -o size=4m tmpfs {r_trials}")
+    results = tmp_path / "results"
     try:
+        rack.run("R", f"dd if=/dev/zero of={r_trials}/filler bs=64k", check=False)
         assert os.access(iperf3, os.X_OK)  # the controller's own is untouched
-        done = preflight([test_rack.inventory, overlay], str(exp), "--set", "duration=100000000s")
+        done = preflight(
+            [test_rack.inventory, overlay],
+            str(exp),
+            "--set",
+            "duration=100000000s",
+            "--results",
+            str(results),
+        )
     finally:
         subprocess.run([*in_c, "umount", iperf3], check=True)
+        rack.run("R", f"umount {r_trials}", check=False)
     print(done.stdout + done.stderr)
     assert done.returncode == 1
     lines = [" ".join(line.split()) for line in done.stderr.split("\n  ")]
@@ -108,7 +124,9 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
         "unreachable": [ln for ln in lines if ln.startswith("host D") and "unreachable" in ln],
         "clock": [ln for ln in lines if "clock domain 'controller'" in ln and "A's clock" in ln],
         "interface": [ln for ln in lines if ln.startswith("host R has no interface 'ghost0'")],
-        "disk": [ln for ln in lines if ln.startswith("host R: only") and "MB free" in ln],
+        "disk": [ln for ln in lines if ln.startswith(f"host R: only 0 MB free in {r_trials} ")],
+        "sized": [ln for ln in lines if ln.startswith("host A: only") and "MB free in" in ln],
+        "results": [ln for ln in lines if ln.startswith(f"results {results}: only")],
         "tool": [ln for ln in lines if ln.startswith("host C lacks iperf3 (needed by traffic[0]")],
     }
     assert all(found.values()), found
@@ -119,6 +137,11 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     within = float(found["clock"][0].split("\u00b1")[1].split(" ms")[0])
     assert abs(offset - 50) <= within + 1, found["clock"]
     assert "bottleneck_in" in found["disk"][0]
+    # A's disk is not full, only too small for a capture of 10^8 s; so is the controller's
+    assert int(found["sized"][0].split("only ")[1].split(" MB")[0]) > 100
+    assert "sender" in found["sized"][0]
+    assert "the 1 trial(s) bring back up to" in found["results"][0]
+    assert not results.exists()  # reads only
     assert "install it (make setup, or" in found["tool"][0]
     assert not any("lacks" in ln and not ln.startswith("host C") for ln in lines)
     assert not any("C's clock" in ln or "R's clock" in ln for ln in lines)
