@@ -298,6 +298,7 @@ class TrialRunner:
         self.last_vars = {**(self.last_vars or {}), **variables}
         changed = sorted(h for h in variables if self.applied.get(h) != variables[h])
         if not changed:
+            self.log(f"[{trial}] configure: nothing differs from {self.applied_by}'s")
             return {"overlay": overlay.name, "skipped": True, "same_as": self.applied_by}
         # A congestion control or a router's link settings the roles rendered for the batch
         # are switched to by the host's trialbed-select-cc / trialbed-select-shaping, which
@@ -321,6 +322,9 @@ class TrialRunner:
             script = shlex.quote(f"{self.rack.host(h).workdir}/router/trialbed-select-shaping")
             commands.setdefault(h, []).append(f"{script} {index}")
         if commands:
+            said = [f"{h} to {cc}" for h, cc in switch.items()]
+            said += [f"{h}'s shaping to choice {i}" for h, i in shaping.items()]
+            self.log(f"[{trial}] configure: switch {', '.join(said)}")
             self.rack.run_parallel({h: " && ".join(c) for h, c in commands.items()})
             for h, cc in switch.items():
                 self.applied[h] = {
@@ -351,6 +355,10 @@ class TrialRunner:
         args = ["--limit", ",".join(["localhost", *changed]), "--skip-tags", "input_checks"]
         if tags is not None:
             args += ["--tags", ",".join(tags)]
+        self.log(
+            f"[{trial}] configure: ansible-playbook configure.yml on {', '.join(changed)}"
+            + (f" (tags {', '.join(tags)})" if tags is not None else "")
+        )
         recap = run_playbook(
             "configure.yml",
             [*self.rack.inventory, overlay],
@@ -652,7 +660,6 @@ class TrialRunner:
         (trial_dir / "trial.json").write_text(dump_json(record))
         nfqueue: list[str] = []
         try:
-            self.log(f"[{trial.name}] configure (ansible-playbook configure.yml)")
             record["configure"] = self.configure(
                 trial_dir,
                 host_vars(trial, net, settings, self.cc_choices(), self.shaping_choices()),
