@@ -164,3 +164,38 @@ def test_check_mode_on_a_host_that_has_not_built_the_tools_yet(test_rack):
     assert applied.returncode == 0, applied.stdout[-3000:]
     assert (bin_dir / "trialbed-transact").resolve().is_file()
     assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+
+
+def test_ipv6_on_an_experiment_interface_is_turned_off_and_given_back(test_rack):
+    """A lab host speaks IPv6 on its experiment interface (the rack's hosts do not: turned on
+    here by hand). configure turns it off there (its own IPv6 frames would enter the
+    bottleneck's queue unseen by the IPv4 captures), a second configure changes nothing, and
+    teardown gives it back."""
+    inventory = ("-i", str(test_rack.inventory), "--limit", "localhost,C")
+    rack = Rack.load([test_rack.inventory])
+    (iface,) = rack.host("C").interfaces
+    key = f"net.ipv6.conf.{iface}.disable_ipv6"
+
+    def ipv6() -> tuple[str, str]:
+        return (
+            rack.run("C", f"sysctl -n {key}").strip(),
+            rack.run("C", f"ip -6 -o addr show dev {iface}").strip(),
+        )
+
+    try:
+        assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+        rack.run("C", f"sysctl -qw {key}=0")
+        own = ipv6()
+        assert own[0] == "0" and "fe80::" in own[1], own  # a link-local address: IPv6 on
+        runs = [test_rack.playbook("configure.yml", *inventory) for _ in range(2)]
+        for run in runs:
+            assert run.returncode == 0, run.stdout[-3000:]
+        off = ipv6()
+        print(f"C's {iface}: {own} before, {off} after configure")
+        assert off == ("1", "")
+        assert changed(runs[0])["C"] > 0 and changed(runs[1])["C"] == 0
+        assert test_rack.playbook("teardown.yml", *inventory).returncode == 0
+        assert ipv6()[0] == "0"
+    finally:
+        rack.run("C", f"sysctl -qw {key}=1", check=False)
+        rack.close()

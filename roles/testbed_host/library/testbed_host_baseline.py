@@ -53,6 +53,10 @@ options:
 """
 
 RETURN = r"""
+absent_sysctls:
+  description: The listed sysctls this kernel does not have (e.g. IPv6's, without IPv6).
+  returned: state=recorded
+  type: list
 restored:
   description: What was written back, one line per value (C(net.ipv4.tcp_congestion_control=cubic)).
   returned: state=restored
@@ -72,7 +76,9 @@ ROUTE_METRICS = ("initcwnd", "initrwnd", "rto_min")
 
 
 def sysctl_path(name: str) -> str:
-    return "/proc/sys/" + name.replace(".", "/")
+    """As sysctl(8) reads a name: dots separate its parts, a "/" in a part stands for a dot
+    (net.ipv6.conf.eth0/100.disable_ipv6 is /proc/sys/net/ipv6/conf/eth0.100/disable_ipv6)."""
+    return "/proc/sys/" + "/".join(part.replace("/", ".") for part in name.split("."))
 
 
 def module_parameter_path(name: str) -> str:
@@ -183,6 +189,9 @@ def record(module: AnsibleModule, host: Host) -> dict:
     return {
         "changed": bool(given_back),
         "recorded": added,
+        "absent_sysctls": [
+            n for n in module.params["sysctls"] if not os.path.exists(sysctl_path(n))
+        ],
         "restored": given_back,
         "route_metrics": routes_of(recorded),
         "diff": {"prepared": "".join(f"restore {line}\n" for line in given_back)},
