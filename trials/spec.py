@@ -44,7 +44,7 @@ from trials.generators import GENERATOR_TYPES, Generator
 # Queue disciplines of a link direction. droptail is bfifo (byte buffer) or pfifo (packet
 # buffer); the AQMs are accepted here and checked against the router's kernel by preflight.
 # rio is GRED in RIO mode with the drop precedence taken from the DSCP (core/rio.py).
-QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "cake")
+QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "codel", "cake")
 # The kernel qdisc a link's qdisc needs, where the names differ.
 KERNEL_QDISC = {"rio": "gred"}
 

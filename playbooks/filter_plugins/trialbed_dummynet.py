@@ -25,7 +25,7 @@ except ImportError:  # ansible-playbook from outside the project's environment
     from core import units
 
 # Queue disciplines of the shared link model that dummynet has (cake it has not).
-DUMMYNET_QDISCS = ("droptail", "red", "gred", "fq_codel", "pie")
+DUMMYNET_QDISCS = ("droptail", "red", "gred", "fq_codel", "pie", "codel")
 # dummynet.c keeps bw in an int: bit/s above this are refused ("bandwidth too large").
 LARGEST_BW = 2**31 - 1
 LARGEST_DELAY_MS = 9999  # dummynet.c: "delay must be < 10000"

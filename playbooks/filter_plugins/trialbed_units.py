@@ -19,7 +19,7 @@ except ImportError:  # ansible-playbook from outside the project's environment
 FULL_FRAME_BYTES = 1500
 # A drop-tail limit in bytes must hold at least one full Ethernet frame.
 SMALLEST_BUFFER_BYTES = 1514
-QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "cake")
+QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "codel", "cake")
 
 
 def _given(value: object) -> bool:

@@ -7,9 +7,9 @@ manuals of FreeBSD 13/14. Each expectation names its source:
   K|M|G and bit/s; `delay` in milliseconds; `queue` in slots or Kbytes; `red | gred
   w_q/min_th/max_th/max_p` (thresholds in bytes when the queue is in bytes, else slots);
   `sched N config ... type fq_codel` with `limit` in packets (at most 20480).
-- ipfw(8) "CONFIGURING CODEL, PIE, FQ-CODEL and FQ-PIE AQM": pie on a pipe (`pipe N config bw
-  ... pie`); fq_codel as a scheduler: `pipe 1 config bw`, `sched 1 config pipe 1 type
-  fq_codel`, `queue 1 config sched 1`, `add ... queue 1 ...`.
+- ipfw(8) "CONFIGURING CODEL, PIE, FQ-CODEL and FQ-PIE AQM": pie and codel on a pipe (`pipe N
+  config bw ... pie`, `... codel`); fq_codel as a scheduler: `pipe 1 config bw`, `sched 1
+  config pipe 1 type fq_codel`, `queue 1 config sched 1`, `add ... queue 1 ...`.
 - ipfw(8) "LIST OF RULES AND PREPROCESSING": a file of ipfw commands, one per line, `#`
   comments; "RULE FORMAT" / "RULE OPTIONS": `out`, `xmit iface` (only on outgoing packets),
   `via iface`; rules are tried in number order.
@@ -237,6 +237,38 @@ def test_aqm_rendered_where_the_experiment_asks(aqm):
             assert int(min_th) < int(max_th)  # dummynet.c refuses min_th >= max_th
 
 
+def test_seed000_with_codel_on_the_pipe(tmp_path):
+    """Seed 000's links (1 Mbit/s, 60 000 B, 25 ms one way) with dummynet's plain CoDel."""
+    out = tmp_path / "router"
+    result = run_role(out, [link("em1", qdisc="codel"), link("em2", qdisc="codel")],
+                      freebsd_router_management_iface="em0")  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rules = commands((out / "ipfw.rules").read_text())
+    # ipfw(8) "CONFIGURING CODEL, PIE, FQ-CODEL and FQ-PIE AQM": `ipfw pipe 1 config bw
+    # 1mbits/s codel` (codel on the pipe itself, no sched or queue object); "TRAFFIC SHAPER
+    # (DUMMYNET) CONFIGURATION": `codel [target time] [interval time] [ecn | noecn]`, and
+    # "any token after codel is considered a parameter for CoDel": so it comes last, after
+    # bw, delay and queue. target and interval stay at their defaults (5 ms, 100 ms).
+    assert rules == [
+        "add 10000 allow ip from any to any via em0",
+        "pipe 10001 config bw 1Mbit/s delay 25 queue 60000bytes codel noecn",
+        "add 10001 pipe 10001 ip from any to any out xmit em1",
+        "pipe 10002 config bw 1Mbit/s delay 25 queue 60000bytes codel noecn",
+        "add 10002 pipe 10002 ip from any to any out xmit em2",
+    ]
+    for command in rules:
+        if command.startswith("pipe "):
+            words = command.split()
+            after = words[words.index("codel") + 1 :]
+            assert after == ["noecn"]  # CoDel's own words only, ECN off (its default too)
+            assert pipe_words(command.split(" codel")[0])["queue"] == "60000bytes"
+    # A queue management on the pipe, not a scheduler: teardown removes rules and pipes only.
+    record = json.loads((out / "delay_backend.json").read_text())
+    assert record["owned"] == {
+        "rules": [10000, 10001, 10002], "pipes": [10001, 10002], "scheds": [], "queues": [],
+    }  # fmt: skip
+
+
 def test_teardown_removes_exactly_its_own_rules_and_pipes(aqm):
     # Teardown gets no links: it reads the record the render left.
     result = run_role(aqm, [], step="removal")
@@ -273,7 +305,7 @@ def test_bad_links_refused_naming_the_key(tmp_path):
     )
     assert result.returncode != 0
     out = result.stdout
-    assert "qdisc 'cake': dummynet has droptail, red, gred, fq_codel, pie" in out
+    assert "qdisc 'cake': dummynet has droptail, red, gred, fq_codel, pie, codel" in out
     assert "delay_ms 25.5: dummynet delays by whole milliseconds" in out
     assert "rate: '1mbps' is not a rate" in out
     assert "iface 'em9' is not an experiment interface of this host" in out

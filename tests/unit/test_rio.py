@@ -130,6 +130,27 @@ def test_role_renders_gred_in_rio_mode_and_the_clsact_filters():
     assert "clsact" not in render([{**link, "qdisc": "droptail"}])
 
 
+def test_role_renders_codel_as_the_leaf_under_htb():
+    # Not RIO: the same template's plain CoDel leaf, for seed 000's link (1 Mbit/s, 60 000 B,
+    # 25 ms one way). tc-codel(8): `tc qdisc ... codel [ limit PACKETS ] [ target TIME ]
+    # [ interval TIME ] [ ecn | noecn ]`; limit in packets, the buffer in full frames as for
+    # pie and fq_codel (60 000 B / 1500 = 40), target and interval at their defaults (5ms,
+    # 100ms), ECN off as fq_codel's.
+    link = {"iface": "right", "rate": "1mbit", "buffer": "60000B", "delay_ms": 25}
+    assert lines(render([{**link, "qdisc": "codel"}])) == [
+        "qdisc add dev right root handle 1: netem delay 25ms limit 1000000",
+        "qdisc add dev right parent 1:1 handle 2: htb default 10",
+        "class add dev right parent 2: classid 2:10 htb rate 1mbit ceil 1mbit "
+        "burst 1600b cburst 1600b",
+        "qdisc add dev right parent 2:10 handle 10: codel limit 40 noecn",
+    ]
+    # Without netem (the delay line): HTB is the root, CoDel its leaf; a buffer in packets
+    # is CoDel's limit as given.
+    nfqueue = lines(render([{**link, "buffer": "20pkt", "qdisc": "codel"}], backend="nfqueue"))
+    assert nfqueue[-1] == "qdisc add dev right parent 1:10 handle 10: codel limit 20 noecn"
+    assert "clsact" not in " ".join(nfqueue)
+
+
 def test_role_checks_name_the_key():
     problems = _plugin("trialbed_units")["trialbed_link_problems"]
     link = {"iface": "right", "rate": "1500kbit", "buffer": "20000B", "qdisc": "rio"}

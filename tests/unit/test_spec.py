@@ -11,6 +11,7 @@ import pytest
 
 from core.units import Buffer, parse_buffer, parse_bytes, parse_duration_ns, parse_rate
 from tests.unit.spec_files import error_of, write
+from trials import preflight, rack_kind
 from trials.plan import load_plan, parse_key, set_key
 from trials.spec import SpecError
 
@@ -122,6 +123,18 @@ def test_only_takes_names_and_globs(tmp_path):
     assert len(plan.select(["*_r1", plan.trials[0].id])) == 6 + (plan.trials[0].repetition == 2)
     with pytest.raises(SpecError, match="--only nope matches no trial"):
         plan.select(["nope"])
+
+
+def test_codel_is_a_link_qdisc(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD.replace("delay: 50ms}", "delay: 50ms, qdisc: codel}")))
+    bottleneck = plan.base.network.links[0]
+    assert bottleneck.direction("forward").qdisc == "codel"
+    assert bottleneck.direction("reverse").qdisc == "codel"
+    # Checked against the kernel like pie: sch_codel, and the rack whose kernel has it.
+    assert rack_kind.needs(plan.trials)["qdiscs"] == {"codel"}
+    assert preflight.kernel_modules("codel") == ["sch_codel"]
+    message = error_of(tmp_path, GOOD.replace("delay: 50ms}", "delay: 50ms, qdisc: codle}"))
+    assert "key 'network.links[0].qdisc'" in message and "'codel'" in message
 
 
 def test_wrong_references_are_named(tmp_path):
