@@ -71,7 +71,7 @@ def ipv4_routes():
 
 
 # Queue disciplines an experiment may name (and the shaping's own).
-QDISCS = ["netem", "htb", "tbf", "red", "gred", "fq", "fq_codel", "pie", "cake", "sfq"]
+QDISCS = ["netem", "htb", "tbf", "red", "gred", "fq", "fq_codel", "pie", "codel", "cake", "sfq"]
 TRACEPOINTS = ["tcp/tcp_probe"]
 
 
@@ -138,7 +138,12 @@ STATIC = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools", 
 #     says it (newreno); cc_params {} (htcp's two MIB variables are among the sysctls).
 #   tools: ipfw (its path) instead of tc; qdiscs: the dummynet AQMs roles/freebsd_router
 #     renders, when dummynet is loaded or loadable; offloads: per interface, the ifconfig
-#     options TSO4, TSO6 and LRO on or off; speed and routes: None; tracepoints: [].
+#     options TSO4, TSO6 and LRO on or off; tracepoints: [].
+#   speed: per interface in Mbit/s as on Linux, from the active media of `ifconfig IFACE`
+#     (None without carrier or a media word that names no speed).
+#   routes: the IPv4 routes of the default FIB in ipv4_routes()'s shape, from netstat(1)
+#     (its libxo JSON, else its text); the host routes to the host's own addresses (on lo0,
+#     Linux's table local) left out; metrics {} (FreeBSD has no per-route initcwnd/rto_min).
 #   siftr: True when SIFTR (siftr(4), the cwnd recorder of a FreeBSD sender) is loaded or
 #     compiled in (`kldstat -q -m siftr`) or its module file exists; False otherwise.
 FREEBSD_SYSCTLS = [
@@ -166,9 +171,9 @@ FREEBSD_TOOLS = {
     "tcpdump": ["tcpdump", "--version"],
     "python3": ["python3", "--version"],
 }
-# The qdiscs roles/freebsd_router renders on a dummynet pipe (red, gred and pie on its queue,
-# fq_codel as its scheduler; droptail is the pipe's own queue, cake is refused).
-DUMMYNET_AQMS = ["red", "gred", "fq_codel", "pie"]
+# The qdiscs roles/freebsd_router renders on a dummynet pipe (red, gred, pie and codel on its
+# queue, fq_codel as its scheduler; droptail is the pipe's own queue, cake is refused).
+DUMMYNET_AQMS = ["red", "gred", "fq_codel", "pie", "codel"]
 # mod_cc(4) names -> Linux's (roles/freebsd_host: reno is FreeBSD's newreno).
 FREEBSD_CC_NAMES = {"newreno": "reno"}
 # Where kld(4) modules are (kldload's default module path), and where FreeBSD keeps its
@@ -225,9 +230,9 @@ def kld_available(name):
 
 
 def ifconfig_of(interface):
-    """`ifconfig IFACE` (ifconfig(8)): the MTU at the end of its first line (`mtu N`), and
-    which of TSO4, TSO6 and LRO its `options=...<...>` line names. None for no such
-    interface (ifconfig fails)."""
+    """`ifconfig IFACE` (ifconfig(8)): the MTU at the end of its first line (`mtu N`), which
+    of TSO4, TSO6 and LRO its `options=...<...>` line names, and the link speed its media
+    line says (freebsd_speed). None for no such interface (ifconfig fails)."""
     out = run_soft(["ifconfig", interface])
     if out is None:
         return None
@@ -237,7 +242,101 @@ def ifconfig_of(interface):
     return {
         "mtu": int(found[1]) if found else None,
         "offloads": {o: o in on for o in FREEBSD_OFFLOADS},
+        "speed": freebsd_speed(out),
     }
+
+
+# A media subtype's speed (ifmedia(4) names: 10baseT/UTP, 100baseTX, 1000baseT, 2500Base-T,
+# 10Gbase-T, 10GBase-SR, 25GBase-CR, 100GBase-LR4, ...): a number, G for gigabit, then base.
+_MEDIA_SPEED = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(G?)base", re.IGNORECASE)
+
+
+def freebsd_speed(ifconfig):
+    """The link speed in Mbit/s (an int, as speed() gives on Linux) from `ifconfig IFACE`
+    (ifconfig(8)): the active media, in parentheses after the selected one on its `media:`
+    line (`media: Ethernet autoselect (1000baseT <full-duplex>)`), else the selected one
+    (`media: Ethernet 10Gbase-T <full-duplex>`). None without carrier (`status: no carrier`,
+    active media `(none)`), without a media line, or for a media word naming no speed."""
+    media = re.search(r"^\s*media:\s*(.*)$", ifconfig or "", re.MULTILINE)
+    status = re.search(r"^\s*status:\s*(.*?)\s*$", ifconfig or "", re.MULTILINE)
+    if not media or (status and status[1] != "active"):
+        return None
+    active = re.search(r"\(([^)]*)\)", media[1])
+    found = _MEDIA_SPEED.search(active[1] if active else media[1])
+    if not found:
+        return None
+    mbits = float(found[1]) * (1000 if found[2] else 1)
+    return int(mbits) if mbits > 0 else None
+
+
+def _freebsd_route(destination, gateway, flags, netif):
+    """One netstat(1) route as ipv4_routes() gives a Linux one; None for a host route to one
+    of the host's own addresses (H on a loopback interface: what Linux keeps in table local)."""
+    flags = flags or ""
+    if "H" in flags and re.fullmatch(r"lo\d+", netif or ""):
+        return None
+    route = {
+        # netstat's B (blackhole) and R (reject) routes; every other one forwards (unicast).
+        "type": "blackhole" if "B" in flags else ("unreachable" if "R" in flags else "unicast"),
+        "dst": destination,
+    }
+    # A directly connected network has link#N (or a MAC address) as its gateway: no gateway.
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", gateway or ""):
+        route["gateway"] = gateway
+    if netif:
+        route["dev"] = netif
+    route.update(table="main", metrics={})  # netstat -rn shows the default FIB (0)
+    return route
+
+
+def freebsd_routes():
+    """The IPv4 routes (netstat(1) -rn): from `netstat -rn -4 --libxo json` (FreeBSD 11 on:
+    statistics.route-information.route-table.rt-family[] of address-family "Internet", each
+    rt-entry with destination, gateway, flags and interface-name), else from the text of
+    `netstat -rn -f inet` (a header line naming the columns Destination, Gateway, Flags, ...,
+    Netif, then one line per route). None where netstat is missing or says nothing usable."""
+    routes = None
+    out = run_soft(["netstat", "-rn", "-4", "--libxo", "json"])
+    try:
+        table = json.loads(out)["statistics"]["route-information"]["route-table"]
+        families = table["rt-family"]
+        families = families if isinstance(families, list) else [families]
+        routes = [
+            _freebsd_route(
+                e.get("destination"),
+                e.get("gateway"),
+                e.get("flags"),
+                e.get("interface-name") or e.get("netif"),
+            )
+            for family in families
+            if family.get("address-family", "Internet") == "Internet"
+            for e in family.get("rt-entry") or []
+        ]
+    except (TypeError, ValueError, KeyError, AttributeError):
+        routes = None
+    if routes is None:
+        text = run_soft(["netstat", "-rn", "-f", "inet"])
+        if text is None:
+            return None
+        header = None
+        routes = []
+        for line in text.splitlines():
+            words = line.split()
+            if words[:2] == ["Destination", "Gateway"]:
+                header = words
+            elif header and len(words) >= 3 and not line.endswith(":"):
+                netif = header.index("Netif") if "Netif" in header else None
+                routes.append(
+                    _freebsd_route(
+                        words[0],
+                        words[1],
+                        words[2],
+                        words[netif] if netif is not None and netif < len(words) else None,
+                    )
+                )
+        if header is None:
+            return None
+    return [r for r in routes if r is not None]
 
 
 def trials_disk(workdir):
@@ -260,9 +359,9 @@ def freebsd_facts(workdir, interfaces, changing_only=False):
         "sysctls": {k: sysctl(k) for k in FREEBSD_SYSCTLS},
         "offloads": {itf: i["offloads"] for itf, i in ifconfig.items() if i},
         "mtu": {itf: i["mtu"] if i else None for itf, i in ifconfig.items()},
-        "speed": {itf: None for itf in interfaces},
+        "speed": {itf: i["speed"] if i else None for itf, i in ifconfig.items()},
         "interfaces": sorted((run_soft(["ifconfig", "-l"]) or "").split()),
-        "routes": None,
+        "routes": freebsd_routes(),
         "free_disk_bytes": usage.free,
     }
     if not changing_only:

@@ -2,7 +2,11 @@
 screen, read over SSH (nothing is changed): per experiment interface the shaping in force
 (qdiscs, HTB rate, queue limit, netem delay or the delay line's), its counters; per host the
 congestion control and its parameters, offloads, MTU and TCP route metrics; trialbed's
-daemons running there and trial directories left behind."""
+daemons running there and trial directories left behind.
+
+A FreeBSD host (its probe says "platform": "FreeBSD") shows the dummynet pipe its ipfw rule
+sends each interface's packets to instead of qdiscs (dummynet_shaping), its congestion
+control as net.inet.tcp.cc.algorithm names it, and the offloads TSO4, TSO6 and LRO."""
 
 from __future__ import annotations
 
@@ -45,9 +49,52 @@ def gather(rack: Rack) -> dict[str, dict[str, Any]]:
     return {n: {**probes[n], "facts": facts[n]} for n in names}
 
 
+def is_freebsd(state: dict[str, Any]) -> bool:
+    return state.get("platform") == "FreeBSD"
+
+
+def dummynet_rate(text: str | None) -> str:
+    """ipfw's "  1.000 Mbit/s" as 1Mbit/s; "unlimited" as it is; "-" when unread."""
+    if not text:
+        return "-"
+    found = re.fullmatch(r"\s*([\d.]+) (\S+)\s*", text)
+    return f"{float(found[1]):g}{found[2]}" if found else text.strip()
+
+
+def dummynet_shaping(state: dict[str, Any], iface: str) -> dict[str, Any]:
+    """One interface of a FreeBSD host, in shaping_of's keys: the dummynet objects its ipfw
+    rule sends it to (a pipe and its AQM; or a queue, a scheduler such as fq_codel, whose
+    pipe gives rate and delay), the queue limit (KB as ipfw prints it, 1024 bytes; slots as
+    pkt), the pipe's delay and the counters of its flows. "-" for what could not be read."""
+    pipe = (state.get("dummynet") or {}).get(iface)
+    unread = {"rate": "-", "limit": "-", "delay": "-", "sent": "-", "dropped": "-",
+              "backlog": "-"}  # fmt: skip
+    if pipe is None:
+        return {"chain": "-", **unread}
+    if not pipe.get("chain"):
+        return {"chain": "no dummynet rule", **unread}
+    chain = list(pipe["chain"])
+    if len(chain) == 1 and pipe.get("aqm"):
+        chain.append(pipe["aqm"])
+    queue, delay, packets = pipe.get("queue"), pipe.get("delay_ms"), pipe.get("packets")
+    return {
+        "chain": "dummynet " + " → ".join(chain),
+        "rate": dummynet_rate(pipe.get("rate")),
+        "limit": f"{queue}{pipe.get('queue_unit') or ''}" if queue is not None else "-",
+        "delay": f"{delay:g} ms (dummynet)" if delay is not None else "-",
+        "sent": packets if packets is not None else "-",
+        "dropped": pipe["drops"] if pipe.get("drops") is not None else "-",
+        "backlog": f"{pipe.get('backlog', 0)}B/{pipe.get('qlen', 0)}p"
+        if packets is not None
+        else "-",
+    }
+
+
 def shaping_of(state: dict[str, Any], iface: str) -> dict[str, Any]:
     """One interface: its qdisc chain, rate, queue limit, delay (and where it comes from) and
     the counters of the queue that holds the packets (the leaf; the root if it is alone)."""
+    if is_freebsd(state):
+        return dummynet_shaping(state, iface)
     qdiscs = state["qdiscs"].get(iface) or []
     chain = " → ".join(q["kind"] for q in qdiscs) or "?"
     rate = re.search(r"\brate (\S+)", state["classes"].get(iface) or "")
@@ -89,7 +136,7 @@ def own_settings(record: dict[str, Any] | None) -> str:
     if not record:
         return "-"
     sysctls = record.get("sysctls", {})
-    cc = sysctls.get("net.ipv4.tcp_congestion_control")
+    cc = sysctls.get("net.ipv4.tcp_congestion_control") or sysctls.get("net.inet.tcp.cc.algorithm")
     others = len(sysctls) - bool(cc) + len(record.get("module_parameters", {}))
     parts = [f"cc {cc}"] if cc else []
     parts += [f"{others} other sysctl{'s' if others > 1 else ''}"] if others else []
@@ -97,8 +144,29 @@ def own_settings(record: dict[str, Any] | None) -> str:
     return "; ".join(parts)
 
 
+def cc_of(state: dict[str, Any]) -> str | None:
+    """The congestion control: Linux's sysctl; on FreeBSD net.inet.tcp.cc.algorithm as the
+    probe read it (else as the facts did)."""
+    sysctls = state["facts"]["sysctls"]
+    if is_freebsd(state):
+        return state.get("cc") or sysctls.get("net.inet.tcp.cc.algorithm")
+    return sysctls.get("net.ipv4.tcp_congestion_control")
+
+
+def cc_params_of(state: dict[str, Any], cc: str | None) -> dict[str, Any]:
+    """The congestion control's parameters: Linux's module parameters; on FreeBSD its MIB
+    variables among the facts' sysctls (net.inet.tcp.cc.htcp.rtt_scaling, ...)."""
+    f = state["facts"]
+    if is_freebsd(state):
+        prefix = f"net.inet.tcp.cc.{cc}."
+        sysctls = f.get("sysctls") or {}
+        return {k[len(prefix) :]: v for k, v in sysctls.items() if k.startswith(prefix)}
+    return (f.get("cc_params") or {}).get(cc, {})
+
+
 def render(rack: Rack, states: dict[str, dict[str, Any]], console: Console) -> None:
-    links = Table(title="Experiment interfaces (tc)")
+    kinds = {"dummynet" if is_freebsd(s) else "tc" for s in states.values()} or {"tc"}
+    links = Table(title=f"Experiment interfaces ({', '.join(sorted(kinds, reverse=True))})")
     for col in LINK_COLUMNS:
         links.add_column(col, justify="right" if col in ("sent pkt", "dropped") else "left")
     for name, state in states.items():
@@ -113,11 +181,14 @@ def render(rack: Rack, states: dict[str, dict[str, Any]], console: Console) -> N
         hosts.add_column(col)
     for name, state in states.items():
         f = state["facts"]
-        cc = f["sysctls"].get("net.ipv4.tcp_congestion_control") or "?"
-        params = ", ".join(f"{k}={v}" for k, v in (f.get("cc_params") or {}).get(cc, {}).items())
+        cc = cc_of(state) or "?"
+        params = ", ".join(f"{k}={v}" for k, v in cc_params_of(state, cc).items())
         offloads = "; ".join(
             f"{iface} "
-            + " ".join(f"{k} {'on' if on.get(o) else 'off'}" for o, k in OFFLOADS.items())
+            + " ".join(
+                f"{k} {'on' if on.get(o) else 'off'}"
+                for o, k in ({o: o.lower() for o in on} if is_freebsd(state) else OFFLOADS).items()
+            )
             for iface, on in (f.get("offloads") or {}).items()
         )
         mtu = ", ".join(f"{i} {m}" for i, m in (f.get("mtu") or {}).items())
@@ -138,11 +209,11 @@ def summary(rack: Rack, states: dict[str, dict[str, Any]]) -> dict[str, dict[str
     out = {}
     for name, state in states.items():
         f = state["facts"]
-        cc = f["sysctls"].get("net.ipv4.tcp_congestion_control")
+        cc = cc_of(state)
         out[name] = {
             "interfaces": {i: shaping_of(state, i) for i in rack.host(name).interfaces},
             "cc": cc,
-            "cc_params": (f.get("cc_params") or {}).get(cc, {}),
+            "cc_params": cc_params_of(state, cc),
             "offloads": f.get("offloads"),
             "mtu": f.get("mtu"),
             "running": state["daemons"],

@@ -4,11 +4,21 @@ counters (`tc -s -j`), the delay backend the router role recorded and whether it
 and NFQUEUE rules are in place, the daemons of trialbed running there, and trial directories
 left behind (a trial's files are removed once the controller has verified its copy), and
 the host's own settings that configure recorded before changing them (teardown gives them
-back). Reads only; `python -m trials status` renders it."""
+back). Reads only; `python -m trials status` renders it.
+
+On FreeBSD (a dummynet router, a FreeBSD end host) the same object, with "platform":
+"FreeBSD", no tc: "dummynet" gives per experiment interface the dummynet pipe (or queue,
+scheduler and pipe) that trialbed's ipfw rule sends its outgoing packets to, with its rate,
+delay, queue limit, AQM and counters (freebsd_dummynet), "cc" the congestion control
+(`sysctl -n net.inet.tcp.cc.algorithm`); "own_settings" merges the records of
+roles/freebsd_host and roles/freebsd_router. A command missing or failing gives None."""
 
 import glob
 import json
 import os
+import platform
+import re
+import shutil
 import subprocess
 import sys
 
@@ -87,5 +97,255 @@ def main(workdir, interfaces):
     )
 
 
+# -- FreeBSD ------------------------------------------------------------------------------
+# Where FreeBSD keeps its system commands, searched after PATH (an SSH session's may lack
+# /sbin), as in trials/host_facts.py.
+FREEBSD_COMMAND_DIRS = ["/sbin", "/usr/sbin", "/bin", "/usr/bin", "/usr/local/sbin"]
+
+
+def run_soft(argv):
+    """argv's stdout; None where the command is missing, fails or hangs."""
+    search = os.pathsep.join([os.environ.get("PATH", ""), *FREEBSD_COMMAND_DIRS])
+    path = shutil.which(argv[0], path=search)
+    if not path:
+        return None
+    try:
+        done = subprocess.run([path, *argv[1:]], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+# The text sbin/ipfw/dummynet.c's list_pipes() prints for `ipfw pipe|sched|queue show` (the
+# same reading as analysis/ipfw_samples.py, copied: this probe is sent alone):
+#   10001:   1.000 Mbit/s   25 ms burst 0        link: "%05d: %s %4d ms burst %s"
+#   q141073 58 KB 0 flows (1 buckets) sched 75537 weight 0 lmax 0 pri 0 droptail
+#                                                flowset: queue size (KB, B or "sl." slots),
+#                                                then its AQM: droptail, "AQM CoDel ...",
+#                                                "AQM type PIE ..." or, on the next line,
+#   \t  RED w_q 0.002000 min_th 5 max_th 15 max_p 0.100000    (GRED with a G)
+#    sched 75537 type FIFO flags 0x0 0 buckets 1 active
+#    FQ_CODEL target 5ms interval 100ms quantum 1514 limit 40 flows 1024 NoECN
+#   BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt/Byte Drp
+#     0 ip           0.0.0.0/0             0.0.0.0/0     7489 10803048 21 31500   0
+# A flow line ends with total packets and bytes, packets and bytes queued now, drops.
+_LINK = re.compile(r"^(\d{5,}):\s+(unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burst ")
+_FLOWSET = re.compile(
+    r"^q(\d+)\s+(\d+ KB|\d+ B|\d+ sl\.)\S*.*?\bsched (\d+) weight \d+ lmax \d+ pri \d+\s*(.*)$"
+)
+_RED = re.compile(r"^\s+(G?)RED w_q ")
+_SCHED = re.compile(r"^\s*sched (\d+) type (\S+) ")
+_SCHED_LIMIT = re.compile(r"^\s*(?:FQ_CODEL|FQ_PIE)\b.*\blimit (\d+)")
+_FLOW = re.compile(r"^\s*\d+\*?\s+\S+.*?\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
+# ipfw(8) `ipfw list`: "NNNNN ACTION ...", a rule sending to a pipe or queue on an interface.
+_RULE = re.compile(r"^(\d+)\s+(pipe|queue)\s+(\d+)\s.*?\b(?:xmit|via)\s+(\S+)")
+
+
+def aqm_of(text):
+    """droptail, red, gred, codel, pie (the roles' names) from a flowset's AQM words."""
+    words = text.split()
+    if not words:
+        return None
+    if words[0] == "droptail":
+        return "droptail"
+    if words[:2] == ["AQM", "CoDel"]:
+        return "codel"
+    if words[:3] == ["AQM", "type", "PIE"]:
+        return "pie"
+    return text.strip()
+
+
+def parse_dummynet(text):
+    """`ipfw pipe|sched|queue show` -> {"links": {N: {...}}, "flowsets": {N: {...}},
+    "scheds": {N: {...}}}. A link (pipe, or a scheduler's link) has rate, delay_ms, the
+    flowset, scheduler and counters printed under it; a flowset its queue size, AQM, sched
+    and counters (flows under it before a link or sched line); a scheduler its type, limit
+    (FQ_CODEL, FQ_PIE) and counters. Counters: packets, bytes, qlen, backlog, drops, summed
+    over the flows; None where no flow line came (no packet yet)."""
+    out = {"links": {}, "flowsets": {}, "scheds": {}}
+    link = flowset = sched = None
+
+    def counters(obj, values):
+        for i, key in enumerate(("packets", "bytes", "qlen", "backlog", "drops")):
+            obj[key] = (obj.get(key) or 0) + values[i]
+
+    for line in (text or "").splitlines():
+        found = _LINK.match(line)
+        if found:
+            link = out["links"][int(found[1])] = {"rate": found[2], "delay_ms": int(found[3])}
+            flowset = sched = None
+            continue
+        found = _FLOWSET.match(line)
+        if found:
+            size, unit = found[2].split(" ", 1)
+            flowset = {
+                "queue": int(size),
+                "queue_unit": {"KB": "KB", "B": "B", "sl.": "pkt"}[unit],
+                "aqm": aqm_of(found[4]),
+                "sched": int(found[3]),
+            }
+            out["flowsets"][int(found[1])] = flowset
+            if link is not None and "flowset" not in link:
+                link["flowset"] = flowset
+            continue
+        found = _RED.match(line)
+        if found and flowset is not None:
+            flowset["aqm"] = "gred" if found[1] else "red"
+            continue
+        found = _SCHED.match(line)
+        if found:
+            sched = out["scheds"][int(found[1])] = {"type": found[2].lower(), "limit": None}
+            if link is not None:
+                link["sched"] = sched
+                sched["link"] = link
+            continue
+        found = _SCHED_LIMIT.match(line)
+        if found and sched is not None:
+            sched["limit"] = int(found[1])
+            continue
+        found = _FLOW.match(line)
+        if found and not line.lstrip().startswith(("q", "BKT")):
+            values = [int(v) for v in found.groups()]
+            owner = link if link is not None else flowset
+            if owner is not None:
+                counters(owner, values)
+            if sched is not None and owner is not sched:
+                counters(sched, values)
+    return out
+
+
+def freebsd_dummynet(interfaces, record):
+    """Per interface: what trialbed's ipfw rule sends its outgoing packets to. The rules are
+    those the router's record (delay_backend.json, "owned") names, every rule without one.
+    None for an interface when ipfw cannot be read; {"chain": []} when no rule shapes it."""
+    rules = run_soft(["ipfw", "list"])
+    if rules is None:
+        return {i: None for i in interfaces}
+    owned = record.get("owned") if isinstance(record, dict) else None
+    owned = owned.get("rules") if isinstance(owned, dict) else None
+    owned = {int(r) for r in owned if str(r).isdigit()} if isinstance(owned, list) else None
+    first = {}
+    for line in rules.splitlines():
+        found = _RULE.match(line.strip())
+        if found and (owned is None or int(found[1]) in owned):
+            first.setdefault(found[4], (int(found[1]), found[2], int(found[3])))
+    pipes = parse_dummynet(run_soft(["ipfw", "pipe", "show"]))
+    queued = any(kind == "queue" for _, kind, _ in first.values())
+    queues = parse_dummynet(run_soft(["ipfw", "queue", "show"]) if queued else "")
+    scheds = parse_dummynet(run_soft(["ipfw", "sched", "show"]) if queued else "")
+    report = {}
+    for iface in interfaces:
+        if iface not in first:
+            report[iface] = {"chain": []}
+            continue
+        rule, kind, number = first[iface]
+        entry = {"rule": rule, "chain": [f"{kind} {number}"], "rate": None, "delay_ms": None,
+                 "queue": None, "queue_unit": None, "aqm": None}  # fmt: skip
+        counted = None
+        if kind == "pipe":
+            link = pipes["links"].get(number)
+            if link is not None:
+                flowset = link.get("flowset") or {}
+                entry.update(rate=link["rate"], delay_ms=link["delay_ms"])
+                for key in ("aqm", "queue", "queue_unit"):
+                    entry[key] = flowset.get(key)
+                counted = link
+        else:  # a queue fed to a scheduler (fq_codel) and its pipe
+            flowset = queues["flowsets"].get(number)
+            sched_nr = flowset["sched"] if flowset else number
+            sched = scheds["scheds"].get(sched_nr)
+            link = (sched or {}).get("link") or pipes["links"].get(sched_nr)
+            entry["chain"].append(f"sched {sched_nr} {sched['type'] if sched else '?'}")
+            if link is not None:
+                entry.update(rate=link["rate"], delay_ms=link["delay_ms"])
+            if sched is not None and sched["limit"] is not None:
+                entry.update(queue=sched["limit"], queue_unit="pkt")
+            elif flowset is not None:
+                entry.update(queue=flowset["queue"], queue_unit=flowset["queue_unit"])
+            counted = sched if sched and "packets" in sched else flowset
+            entry["aqm"] = sched["type"] if sched else None
+        for key in ("packets", "bytes", "qlen", "backlog", "drops"):
+            entry[key] = (counted or {}).get(key, 0 if counted is not None else None)
+        report[iface] = entry
+    return report
+
+
+def freebsd_alive(pidfile):
+    """The pid of a trialbed-daemon pid file if that process still runs. FreeBSD has no /proc
+    (trialbed-daemon records no start time there): the pid exists (kill 0) and ps(1) does
+    not show it a zombie (state Z)."""
+    try:
+        with open(pidfile) as f:
+            pid = int(f.read().split()[0])
+        if pid <= 0:
+            return None
+        os.kill(pid, 0)
+    except PermissionError:
+        pass
+    except (OSError, ValueError, IndexError, OverflowError):
+        return None
+    state = run_soft(["ps", "-o", "state=", "-p", str(pid)])
+    return pid if state is None or not state.strip().startswith("Z") else None
+
+
+def read_json(path):
+    """A JSON object from a file; None where it is missing, unreadable or not an object."""
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def freebsd_main(workdir, interfaces):
+    backend = read_json(os.path.join(workdir, "router", "delay_backend.json"))
+    daemons = []
+    for pidfile in sorted(glob.glob(f"{workdir}/**/*.pid", recursive=True)):
+        pid = freebsd_alive(pidfile)
+        if pid is not None:
+            name = os.path.basename(pidfile)[: -len(".pid")]
+            daemons.append({"name": name, "pid": pid, "dir": os.path.dirname(pidfile)})
+    # The records of roles/freebsd_host (sysctls, interfaces) and roles/freebsd_router
+    # (sysctls, offloads it turned off per interface), as one.
+    host = read_json(os.path.join(workdir, "freebsd_host", "baseline.json")) or {}
+    router = read_json(os.path.join(workdir, "router", "baseline.json")) or {}
+    own = None
+    if host or router:
+
+        def part(record, key):
+            value = record.get(key)
+            return value if isinstance(value, dict) else {}
+
+        changed = {i for i, on in part(router, "offloads").items() if on}
+        own = {
+            "sysctls": {**part(router, "sysctls"), **part(host, "sysctls")},
+            "interfaces": sorted(set(part(host, "interfaces")) | changed),
+        }
+    leftovers = sorted(
+        os.path.relpath(d, workdir) for d in glob.glob(f"{workdir}/trials/*/*") if os.path.isdir(d)
+    )
+    cc = run_soft(["sysctl", "-n", "net.inet.tcp.cc.algorithm"])
+    print(
+        json.dumps(
+            {
+                "platform": "FreeBSD",
+                "qdiscs": {},
+                "classes": {},
+                "dummynet": freebsd_dummynet(interfaces, backend),
+                "cc": (cc or "").strip() or None,
+                "delay_backend": backend,
+                "nfqueue_rules": 0,
+                "daemons": daemons,
+                "leftover_trials": leftovers,
+                "own_settings": own,
+            }
+        )
+    )
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    if platform.system() == "FreeBSD":
+        freebsd_main(sys.argv[1], sys.argv[2:])
+    else:
+        main(sys.argv[1], sys.argv[2:])

@@ -51,21 +51,75 @@ SYSCTLS = {
 # ifconfig(8): `-l` lists every interface on one line; `ifconfig IFACE` prints a first line
 # `IFACE: flags=...<...> metric 0 mtu N`, then `options=...<...>` naming the capabilities
 # that are on (TSO4, TSO6, LRO among them), ether, inet, media and status lines (the format
-# of ifconfig(8)'s EXAMPLES and of roles/freebsd_router's offload check).
+# of ifconfig(8)'s EXAMPLES and of roles/freebsd_router's offload check). The media line
+# (ifconfig(8) "media type", ifmedia(4) subtypes): the selected media, then in parentheses
+# the active one when autoselect chose it; the status line: active, or no carrier.
 IFCONFIG = """\
 {name}: flags=8863<UP,BROADCAST,RUNNING,SIMPLEX,MULTICAST> metric 0 mtu {mtu}
 \toptions={options}
 \tether 00:0c:29:3a:1b:{byte}
 \tinet {address} netmask 0xffffff00 broadcast {broadcast}
-\tmedia: Ethernet autoselect (1000baseT <full-duplex>)
-\tstatus: active
+\tmedia: {media}
+\tstatus: {status}
 \tnd6 options=29<PERFORMNUD,IFDISABLED,AUTO_LINKLOCAL>
 """
+AUTO_1G = "Ethernet autoselect (1000baseT <full-duplex>)"
 INTERFACES = {
-    "em1": {"mtu": 1500, "options": "481249b<RXCSUM,VLAN_MTU,VLAN_HWTAGGING,LRO,WOL_MAGIC>"},
-    "em2": {"mtu": 9000, "options": "4812098<VLAN_MTU,VLAN_HWTAGGING,VLAN_HWCSUM,TSO4,TSO6>"},
-    "enp2s0": {"mtu": 1500, "options": "0"},  # the lab inventory's name for A's port
-}
+    "em1": {"mtu": 1500, "options": "481249b<RXCSUM,VLAN_MTU,VLAN_HWTAGGING,LRO,WOL_MAGIC>",
+            "media": AUTO_1G, "status": "active"},
+    "em2": {"mtu": 9000, "options": "4812098<VLAN_MTU,VLAN_HWTAGGING,VLAN_HWCSUM,TSO4,TSO6>",
+            "media": "Ethernet 10Gbase-T <full-duplex>", "status": "active"},  # fixed media
+    "em3": {"mtu": 1500, "options": "0", "media": "Ethernet autoselect (none)",
+            "status": "no carrier"},  # cable out
+    # the lab inventory's name for A's port
+    "enp2s0": {"mtu": 1500, "options": "0", "media": AUTO_1G, "status": "active"},
+}  # fmt: skip
+# netstat(1) -r -n (FreeBSD 14): "Routing tables", a family line "Internet:", a header naming
+# the columns (Destination Gateway Flags Netif Expire), one line per route; a directly
+# connected network's gateway is link#N, the host routes to the host's own addresses (flags
+# UHS, UH for 127.0.0.1) go through lo0; flags U up, G gateway, S static, H host, B blackhole
+# (the FLAGS of netstat(1) / route(8)). -4 and -f inet show IPv4 alone.
+NETSTAT_ROUTES = [
+    ("default", "198.19.10.1", "UGS", "em0"),
+    ("127.0.0.1", "link#4", "UH", "lo0"),
+    ("198.18.0.0/16", "198.18.1.11", "UGS", "em1"),
+    ("198.18.1.0/24", "link#2", "U", "em1"),
+    ("198.18.1.1", "link#4", "UHS", "lo0"),
+    ("198.18.2.0/24", "link#3", "U", "em2"),
+    ("198.18.2.1", "link#4", "UHS", "lo0"),
+    ("198.19.10.0/24", "link#1", "U", "em0"),
+    ("198.19.10.10", "link#4", "UHS", "lo0"),
+    ("203.0.113.0/24", "127.0.0.1", "UGSB", "lo0"),
+]
+NETSTAT_TEXT = "Routing tables\n\nInternet:\n" + "".join(
+    f"{d:<19}{g:<19}{f:<10}{n:>8}\n"
+    for d, g, f, n in [("Destination", "Gateway", "Flags", "Netif Expire"), *NETSTAT_ROUTES]
+)
+# netstat(1) with libxo (xo_parse_args(3), `--libxo json`; FreeBSD 11 on): the same routes in
+# statistics.route-information.route-table.rt-family[].rt-entry[], the interface as
+# interface-name, flags also spelled out in flags_pretty (sbin's route.c field names).
+PRETTY = {"U": "up", "G": "gateway", "S": "static", "H": "host", "B": "blackhole"}
+NETSTAT_JSON = json.dumps(
+    {"statistics": {"route-information": {"route-table": {"rt-family": [{
+        "address-family": "Internet",
+        "rt-entry": [
+            {"destination": d, "gateway": g, "flags": f,
+             "flags_pretty": [PRETTY[c] for c in f], "weight": 1, "interface-name": n}
+            for d, g, f, n in NETSTAT_ROUTES
+        ],
+    }]}}}}
+)  # fmt: skip
+# What the Linux branch (ipv4_routes: `ip -4 -d -j route show table all` without table
+# local) would give for these routes: the host's own addresses are left out.
+ROUTES = [
+    {"type": "unicast", "dst": "default", "gateway": "198.19.10.1", "dev": "em0"},
+    {"type": "unicast", "dst": "198.18.0.0/16", "gateway": "198.18.1.11", "dev": "em1"},
+    {"type": "unicast", "dst": "198.18.1.0/24", "dev": "em1"},
+    {"type": "unicast", "dst": "198.18.2.0/24", "dev": "em2"},
+    {"type": "unicast", "dst": "198.19.10.0/24", "dev": "em0"},
+    {"type": "blackhole", "dst": "203.0.113.0/24", "gateway": "127.0.0.1", "dev": "lo0"},
+]
+ROUTES = [{**r, "table": "main", "metrics": {}} for r in ROUTES]
 # First lines of the tools' version output (iperf3(1) --version, tcpdump(1) --version,
 # tcpreplay(1) -V, python3 --version). ipfw(8) has no version option: its path is the fact.
 TOOLS = {
@@ -83,10 +137,17 @@ def script(path: Path, body: str) -> None:
 
 
 def standins(
-    tmp_path: Path, monkeypatch, *, ipfw: bool = True, siftr: str = "file", dummynet: bool = True
+    tmp_path: Path,
+    monkeypatch,
+    *,
+    ipfw: bool = True,
+    siftr: str = "file",
+    dummynet: bool = True,
+    libxo: bool = True,
 ) -> Path:
     """A FreeBSD host's commands in tmp_path/bin, alone on PATH, and its module directory.
-    siftr: "loaded" (kldstat -q -m siftr succeeds), "file" (siftr.ko to load), "none"."""
+    siftr: "loaded" (kldstat -q -m siftr succeeds), "file" (siftr.ko to load), "none".
+    libxo: netstat knows --libxo (else it refuses it, as one before FreeBSD 11 would)."""
     bin_dir = tmp_path / "bin"
     modules = tmp_path / "boot/kernel"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -133,6 +194,19 @@ def standins(
         (modules / f"cc_{cc}.ko").write_bytes(b"")
     if ipfw:
         script(bin_dir / "ipfw", "exit 0\n")
+    (tmp_path / "netstat.json").write_text(NETSTAT_JSON)
+    (tmp_path / "netstat.txt").write_text(NETSTAT_TEXT)
+    json_case = f"  *--libxo*) cat {tmp_path / 'netstat.json'} ;;\n" if libxo else ""
+    script(
+        bin_dir / "netstat",
+        f"""\
+        case "$*" in
+        {json_case}  *--libxo*) echo "netstat: illegal option -- -" >&2; exit 1 ;;
+          "-rn -f inet") cat {tmp_path / "netstat.txt"} ;;
+          *) exit 64 ;;
+        esac
+        """,
+    )
     for name, line in TOOLS.items():
         script(bin_dir / name, f"echo '{line}'\n")
     monkeypatch.setenv("PATH", str(bin_dir))
@@ -149,7 +223,7 @@ def run_facts(tmp_path: Path, capsys, interfaces: list[str], *args) -> dict:
 
 def test_freebsd_router_facts_from_its_commands(tmp_path, monkeypatch, capsys):
     standins(tmp_path, monkeypatch)
-    facts = run_facts(tmp_path, capsys, ["em1", "em2", "em9"])
+    facts = run_facts(tmp_path, capsys, ["em1", "em2", "em3", "em9"])
     assert facts["kernel"] == "14.1-RELEASE"
     assert facts["cc_loaded"] == ["reno", "cubic", "htcp"]  # header gone, newreno is reno
     assert facts["cc_modules"] == ["cubic", "dctcp", "htcp"]
@@ -159,14 +233,16 @@ def test_freebsd_router_facts_from_its_commands(tmp_path, monkeypatch, capsys):
     assert facts["sysctls"]["net.inet.tcp.rfc1323"] is None  # unknown to the stand-in
     assert "net.ipv4.tcp_congestion_control" not in facts["sysctls"]
     assert facts["interfaces"] == ["em0", "em1", "em2", "lo0"]
-    assert facts["mtu"] == {"em1": 1500, "em2": 9000, "em9": None}
-    assert facts["speed"] == {"em1": None, "em2": None, "em9": None}
+    assert facts["mtu"] == {"em1": 1500, "em2": 9000, "em3": 1500, "em9": None}
+    # Mbit/s as an int, as the Linux branch's speed() (/sys/class/net/IFACE/speed) gives it.
+    assert facts["speed"] == {"em1": 1000, "em2": 10000, "em3": None, "em9": None}
     assert facts["offloads"] == {
         "em1": {"TSO4": False, "TSO6": False, "LRO": True},
         "em2": {"TSO4": True, "TSO6": True, "LRO": False},
+        "em3": {"TSO4": False, "TSO6": False, "LRO": False},
     }
-    assert facts["routes"] is None
-    assert facts["qdiscs"] == ["red", "gred", "fq_codel", "pie"]
+    assert facts["routes"] == ROUTES
+    assert facts["qdiscs"] == ["red", "gred", "fq_codel", "pie", "codel"]
     assert facts["tracepoints"] == [] and facts["siftr"] is True  # siftr.ko to load
     assert facts["tools"] == {**TOOLS, "ipfw": str(tmp_path / "bin/ipfw")}
     assert facts["free_disk_bytes"] > 0
@@ -191,9 +267,70 @@ def test_missing_commands_give_none_not_an_exception(tmp_path, monkeypatch, caps
     facts = run_facts(tmp_path, capsys, ["em1"])
     assert facts["cc_loaded"] == [] and facts["interfaces"] == []
     assert facts["mtu"] == {"em1": None} and facts["offloads"] == {}
+    assert facts["speed"] == {"em1": None} and facts["routes"] is None
     assert set(facts["sysctls"].values()) == {None}
     assert set(facts["tools"].values()) == {None}
     assert facts["kernel"] == platform.release()
+
+
+@pytest.mark.parametrize(
+    ("media", "status", "speed"),
+    [
+        ("Ethernet autoselect (1000baseT <full-duplex>)", "active", 1000),
+        ("Ethernet autoselect (10Gbase-T <full-duplex>)", "active", 10000),  # vtnet(4), ix(4)
+        ("Ethernet autoselect (10Gbase-SR <full-duplex,rxpause,txpause>)", "active", 10000),
+        ("Ethernet 10GBase-SR <full-duplex>", "active", 10000),  # fixed media, no autoselect
+        ("Ethernet autoselect (100baseTX <full-duplex>)", "active", 100),
+        ("Ethernet autoselect (10baseT/UTP <half-duplex>)", "active", 10),
+        ("Ethernet autoselect (2500Base-T <full-duplex>)", "active", 2500),
+        ("Ethernet autoselect (25GBase-SR <full-duplex>)", "active", 25000),
+        ("Ethernet autoselect (100GBase-LR4 <full-duplex>)", "active", 100000),
+        # media set by hand (ifconfig em1 media 1000baseT): selected, then active
+        ("Ethernet 1000baseT <full-duplex> (1000baseT <full-duplex>)", "active", 1000),
+        ("Ethernet autoselect (none)", "no carrier", None),
+        ("Ethernet autoselect (1000baseT <full-duplex>)", "no carrier", None),  # stale media
+        ("Ethernet autoselect", "active", None),  # no active media reported
+        ("Ethernet autoselect (autoselect)", "active", None),
+        ("IEEE 802.11 Wireless Ethernet autoselect mode 11g (autoselect)", "active", None),
+    ],
+)
+def test_link_speed_from_the_media_line(media, status, speed):
+    text = IFCONFIG.format(
+        name="em1", address="198.18.1.1", broadcast="198.18.1.255", byte="00", mtu=1500,
+        options="0", media=media, status=status,
+    )  # fmt: skip
+    assert host_facts.freebsd_speed(text) == speed
+    # lo0 (ifconfig(8)): no media line, no status line.
+    assert (
+        host_facts.freebsd_speed("lo0: flags=8049<UP,LOOPBACK,RUNNING> metric 0 mtu 16384\n")
+        is None
+    )
+    assert host_facts.freebsd_speed(None) is None
+
+
+def test_routes_from_netstat_text_without_libxo(tmp_path, monkeypatch, capsys):
+    standins(tmp_path, monkeypatch, libxo=False)
+    assert run_facts(tmp_path, capsys, ["em1"])["routes"] == ROUTES
+
+
+def test_routes_from_the_older_netstat_layout(monkeypatch):
+    # netstat(1) of FreeBSD 10 and before: Refs and Use columns before Netif; no libxo.
+    text = (
+        "Routing tables\n\nInternet:\n"
+        "Destination        Gateway            Flags    Refs      Use  Netif Expire\n"
+        "default            198.19.10.1        UGS         0     1432    em0\n"
+        "127.0.0.1          link#4             UH          0        8    lo0\n"
+        "198.18.1.0/24      link#2             U           0      310    em1\n"
+    )
+    outputs = {("netstat", "-rn", "-f", "inet"): text}
+    monkeypatch.setattr(
+        host_facts, "run_soft", lambda cmd, any_status=False: outputs.get(tuple(cmd))
+    )
+    assert host_facts.freebsd_routes() == [ROUTES[0], ROUTES[2]]
+    outputs = {}  # netstat missing or failing
+    assert host_facts.freebsd_routes() is None
+    outputs = {("netstat", "-rn", "-4", "--libxo", "json"): "{}"}  # JSON without routes
+    assert host_facts.freebsd_routes() is None
 
 
 def test_cc_available_in_both_layouts():
@@ -246,8 +383,10 @@ def test_seed000_passes_preflight_on_the_lab_rack_with_its_freebsd_router(
 ):
     facts = lab_preflight(tmp_path, monkeypatch, capsys)
     assert facts["R"]["tools"]["ipfw"] and "tc" not in facts["R"]["tools"]
+    # preflight compares the speed (Mbit/s) with each shaped link's rate: 1 Mbit/s fits.
+    assert facts["R"]["speed"] == {"em1": 1000, "em2": 10000}
     assert preflight.available({"R": facts["R"]}) == [
-        "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred fq_codel pie; "
+        "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred fq_codel pie codel; "
         "tracepoints none; siftr yes"
     ]
 
