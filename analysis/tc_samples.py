@@ -23,7 +23,9 @@ __all__ = [
     "sample_records",
 ]
 
-LEAF_KINDS = ("bfifo", "pfifo", "dummynet")  # the drop-tail queue under the shaper; a dummynet pipe
+# The queue under the shaper that holds the link's packets and counts its drops: drop-tail
+# (bfifo, pfifo), an AQM, or a dummynet pipe.
+LEAF_KINDS = ("bfifo", "pfifo", "red", "gred", "codel", "fq_codel", "pie", "cake", "dummynet")
 SAMPLE_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")
 
 
@@ -65,7 +67,7 @@ def read_tc_samples(path: str | Path) -> pd.DataFrame:
 
 
 def leaf_samples(samples: pd.DataFrame, dev: str) -> pd.DataFrame:
-    """The drop-tail leaf qdisc's samples on ``dev``, in time order."""
+    """The leaf qdisc's samples on ``dev`` (its queue: LEAF_KINDS), in time order."""
     leaf = samples[(samples["dev"] == dev) & samples["kind"].isin(LEAF_KINDS)]
     return leaf.sort_values("ts_ns", kind="stable").reset_index(drop=True)
 

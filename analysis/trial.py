@@ -25,7 +25,7 @@ from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
 from analysis.queue import crossing, queue_occupancy, queue_summary
 from analysis.stalls import lost_service_ns
-from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
+from analysis.tc_samples import LEAF_KINDS, compare_with_samples, leaf_samples, read_tc_samples
 from analysis.traffic import ANALYSES
 from analysis.traffic.cbr_udp import judge_lost_service, max_transit_ns
 from core.units import parse_duration_ns, parse_offset_ns
@@ -37,10 +37,15 @@ QUEUE_WINDOW_NS = 60 * 10**9  # queue-full events are counted over 60 s mid-tria
 
 
 def tc_drops(tc_text: str, iface: str) -> int:
-    """The drop-tail leaf's drop counter on `iface` from a `tc -s qdisc show` snapshot."""
+    """The drop counter of the leaf qdisc (LEAF_KINDS: drop-tail or an AQM) on `iface` from a
+    `tc -s qdisc show` snapshot."""
     block = tc_text.split(f"## {iface}\n", 1)[-1].split("## ", 1)[0]
-    match = re.search(r"qdisc [bp]fifo .*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)", block)
-    return int(match[1]) if match else 0
+    for kind, dropped in re.findall(
+        r"qdisc (\S+) .*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)", block
+    ):
+        if kind in LEAF_KINDS:
+            return int(dropped)
+    return 0
 
 
 def egress(record: dict[str, Any], host: str, iface: str) -> dict[str, Any]:

@@ -161,7 +161,7 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
         ("UDP lost at the queue", f"{r.udp_lost} of {r.udp_packets}"),
         (
             "queue drops",
-            f"{r.queue_drops_capture} from captures, {r.queue_drops_tc} by the drop-tail counter",
+            f"{r.queue_drops_capture} from captures, {r.queue_drops_tc} by the queue's own counter",
         ),
         (
             "queue-full events",
