@@ -41,8 +41,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
 fi
 
 # ansible.cfg names the mitogen strategy by this stable path (the package sits under the
-# venv's python version).
-strategy=$(.venv/bin/python -c 'import ansible_mitogen, os; print(os.path.dirname(ansible_mitogen.__file__))')/plugins/strategy
+# venv's python version). Its real path: a .venv that is a link to another checkout's must not
+# leave a path through this checkout in that venv.
+strategy=$(.venv/bin/python -c 'import ansible_mitogen, os; print(os.path.realpath(os.path.dirname(ansible_mitogen.__file__)))')/plugins/strategy
 [ "$(readlink .venv/ansible-strategy 2>/dev/null)" = "$strategy" ] || ln -sfn "$strategy" .venv/ansible-strategy
 
 # Ansible collections: the pinned `ansible` package ships them; install from Galaxy only
