@@ -8,6 +8,10 @@ AND SCHEDULER CONFIGURATION", and the parser that reads it (sbin/ipfw/dummynet.c
   - queue: slots, or bytes: `N Kbytes` means N * 1024 bytes, so 60 000 bytes are written
     `60000bytes` (dummynet.c: a B or "bytes" suffix), never 60KBytes (= 61 440 bytes);
   - delay: whole milliseconds, below 10 000.
+
+qdisc rio (seed 004's RIO) has no dummynet counterpart: it is approximated by two RED queues
+(flowsets) on the link's pipe, IN and OUT, fed by rules matching the DSCP (dummynet_rio; the
+template roles/freebsd_router/templates/ipfw.rules.j2 says what differs from Linux's GRED).
 """
 
 from __future__ import annotations
@@ -19,19 +23,37 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from core import units
+    from core import rio, units
+    from core.dscp import dscp_name
 except ImportError:  # ansible-playbook from outside the project's environment
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from core import units
+    from core import rio, units
+    from core.dscp import dscp_name
 
-# Queue disciplines of the shared link model that dummynet has (cake it has not).
-DUMMYNET_QDISCS = ("droptail", "red", "gred", "fq_codel", "pie", "codel")
+# Queue disciplines of the shared link model that dummynet has (cake it has not); rio as an
+# approximation (two RED queues on one pipe, see dummynet_rio).
+DUMMYNET_QDISCS = ("droptail", "red", "gred", "fq_codel", "pie", "codel", "rio")
 # dummynet.c keeps bw in an int: bit/s above this are refused ("bandwidth too large").
 LARGEST_BW = 2**31 - 1
 LARGEST_DELAY_MS = 9999  # dummynet.c: "delay must be < 10000"
 # fq_codel's limit (packets) must lie in 1..20480 (ipfw(8), sched type fq_codel: limit).
 LARGEST_FQ_LIMIT = 20480
 FULL_FRAME_BYTES = 1500
+# dummynet.c keeps RED's w_q and max_p as fixed point, (int)(x * 2^SCALE_RED), SCALE_RED 16:
+# a w_q below 2^-16 would be 0.
+SCALE_RED = 16
+# ipfw(8), PIPE, QUEUE AND SCHEDULER CONFIGURATION: a queue's weight, 1..100. IN and OUT get
+# the same one (the pipe's WF2Q+ then favours neither; see the template).
+RIO_WEIGHT = 1
+RIO_LABEL = "approximated by two dummynet RED queues (IN, OUT) on one pipe"
+RIO_DIFFERENCES = (
+    "each queue keeps its own average queue length: OUT's drop probability follows OUT's "
+    "average, where RIO's (GRED grio) follows the total of IN and OUT",
+    "the two queues are served by the pipe's WF2Q+ scheduler with equal weights, not as one "
+    "FIFO: while both are backlogged each gets half the link whatever its arrival share (an "
+    "idle one's share goes to the other), and each queue may hold a whole buffer",
+    "thresholds and queue limits are counted in packets (dummynet slots), not bytes",
+)
 
 
 def _given(value: object) -> bool:
@@ -58,6 +80,14 @@ def dummynet_problems(link: dict) -> list[str]:
         delay = float(link.get("delay_ms") or 0)
     except (TypeError, ValueError):
         delay = 0.0  # trialbed_link_problems names it
+    if qdisc == "rio":
+        for name in rio.PRECEDENCES:
+            w_q = ((link.get("rio") or {}).get(name) or {}).get("w_q")
+            if isinstance(w_q, int | float) and 0 < w_q < 2**-SCALE_RED:
+                problems.append(
+                    f"rio.{name}.w_q {w_q!r}: dummynet keeps w_q in {SCALE_RED} bits, "
+                    f"at least {2**-SCALE_RED:.7f} (2^-{SCALE_RED})"
+                )
     if delay != int(delay) or not 0 <= delay <= LARGEST_DELAY_MS:
         problems.append(
             f"delay_ms {link.get('delay_ms')!r}: dummynet delays by whole milliseconds, "
@@ -114,6 +144,76 @@ def dummynet_packets(value: object) -> int:
     return min(max(packets, 1), LARGEST_FQ_LIMIT)
 
 
+def _rio_level(vq: rio.VirtualQueue) -> dict:
+    red = f"{vq.w_q:g}/{vq.min_packets}/{vq.max_packets}/{vq.pmax:g}"
+    return {
+        "red": red,
+        "min_slots": vq.min_packets,
+        "max_slots": vq.max_packets,
+        "pmax": vq.pmax,
+        "w_q": vq.w_q,
+        "w_q_effective": int(vq.w_q * 2**SCALE_RED) / 2**SCALE_RED,
+    }
+
+
+def dummynet_rio(link: dict) -> dict:
+    """qdisc rio as two dummynet RED queues: per precedence (in, out) the `red` argument
+    w_q/min_th/max_th/max_p with the thresholds in slots (packets, as the paper and
+    linux_router_links give them), the queues' size in slots (`slots`: the buffer in packets,
+    or its bytes in whole mean packets), the weight, and the IN DSCPs as ipfw's `dscp` option
+    reads them (af11,af21,...; a code without a name as its number)."""
+    try:
+        settings = link.get("rio") or {}
+        vq_in, vq_out = rio.virtual_queues(settings, link["buffer"])
+        codes = rio.in_dscp(settings)
+    except (rio.RioError, KeyError) as e:
+        raise AnsibleFilterError(f"linux_router_links entry {link.get('iface')}: {e}") from e
+    return {
+        "slots": vq_in.limit // vq_in.mean_packet,
+        "mean_packet": vq_in.mean_packet,
+        "weight": RIO_WEIGHT,
+        "in_dscp": ",".join(dscp_name(code) for code in codes),
+        "in_dscp_codes": codes,
+        "in": _rio_level(vq_in),
+        "out": _rio_level(vq_out),
+    }
+
+
+def dummynet_rio_queues(links: list, base: int) -> list:
+    """Per link (in order): the queue numbers of a rio link, {"in": base+i, "out": base+N+i}
+    (N: the number of links; pipe and rules are base+i), None for any other link."""
+    count = len(links)
+    return [
+        {"in": base + i, "out": base + count + i}
+        if (link.get("qdisc") or "droptail") == "rio"
+        else None
+        for i, link in enumerate(links, start=1)
+    ]
+
+
+def dummynet_rio_record(links: list, base: int) -> dict:
+    """Per rio interface, what delay_backend.json (and so trial.json's delay record) says of
+    the approximation: the label, what differs from RIO, the pipe, queues and RED settings."""
+    out = {}
+    for link, queues in zip(links, dummynet_rio_queues(links, base), strict=True):
+        if queues is None:
+            continue
+        built = dummynet_rio(link)
+        out[link["iface"]] = {
+            "rio": RIO_LABEL,
+            "differences": list(RIO_DIFFERENCES),
+            "pipe": queues["in"],
+            "queues": queues,
+            "queue_slots": built["slots"],
+            "mean_packet": built["mean_packet"],
+            "weight": built["weight"],
+            "in_dscp": built["in_dscp_codes"],
+            "in": built["in"],
+            "out": built["out"],
+        }
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -122,4 +222,7 @@ class FilterModule:
             "trialbed_dummynet_queue": dummynet_queue,
             "trialbed_dummynet_red": dummynet_red,
             "trialbed_dummynet_packets": dummynet_packets,
+            "trialbed_dummynet_rio": dummynet_rio,
+            "trialbed_dummynet_rio_queues": dummynet_rio_queues,
+            "trialbed_dummynet_rio_record": dummynet_rio_record,
         }

@@ -7,6 +7,12 @@ manuals of FreeBSD 13/14. Each expectation names its source:
   K|M|G and bit/s; `delay` in milliseconds; `queue` in slots or Kbytes; `red | gred
   w_q/min_th/max_th/max_p` (thresholds in bytes when the queue is in bytes, else slots);
   `sched N config ... type fq_codel` with `limit` in packets (at most 20480).
+- ipfw(8) "TRAFFIC SHAPER (DUMMYNET) CONFIGURATION", its subsection "PIPE, QUEUE AND SCHEDULER
+  CONFIGURATION": `queue N config pipe P` attaches a queue (flowset) to pipe P, `weight`
+  1..100; `queue` and `red` are set per queue, RED's thresholds in the queue's unit. "RULE
+  OPTIONS": `dscp spec[,spec]`, setdscp's keywords (af11, ef, ...) or 0..63, any option may
+  be prefixed by `not`; "RULE ACTIONS": `queue N`. sys/netpfil/ipfw/ip_dummynet.c
+  config_sched: `pipe N config` makes sched N a WF2Q+ (qdisc rio's two queues on one pipe).
 - ipfw(8) "CONFIGURING CODEL, PIE, FQ-CODEL and FQ-PIE AQM": pie and codel on a pipe (`pipe N
   config bw ... pie`, `... codel`); fq_codel as a scheduler: `pipe 1 config bw`, `sched 1
   config pipe 1 type fq_codel`, `queue 1 config sched 1`, `add ... queue 1 ...`.
@@ -301,15 +307,138 @@ def test_bad_links_refused_naming_the_key(tmp_path):
             link("em2", delay_ms=25.5),
             {**link("em3"), "rate": "1mbps"},
             link("em9"),
+            # rio's checks, as on a Linux router (core/rio.py), and dummynet's w_q in 16 bits
+            link("em4", qdisc="rio", rio={"in": {"min": 30}}),  # max 90 packets > 40 slots
+            link("em5", qdisc="rio", rio={"out": {"w_q": 0.00001}}),
         ],
     )
     assert result.returncode != 0
     out = result.stdout
-    assert "qdisc 'cake': dummynet has droptail, red, gred, fq_codel, pie, codel" in out
+    assert "qdisc 'cake': dummynet has droptail, red, gred, fq_codel, pie, codel, rio" in out
     assert "delay_ms 25.5: dummynet delays by whole milliseconds" in out
     assert "rate: '1mbps' is not a rate" in out
     assert "iface 'em9' is not an experiment interface of this host" in out
+    assert "rio.in.max: 90 packets (135000 B at mean_packet 1500B) do not fit" in out
+    assert "rio.out.w_q 1e-05: dummynet keeps w_q in 16 bits" in out
     assert not (tmp_path / "router" / "ipfw.rules").exists()  # nothing rendered
+
+
+# Seed 004 (experiments/diffserv.yml): 6 Mbit/s, 62 ms, a queue of 1000 packets, RIO with the
+# paper's thresholds in packets (IN min 9, max 3 x min, Pmax 0.1; OUT 2/6, 0.2; w_q 0.0012)
+# and IN = AF11, AF21, AF31, AF41 (core/rio.py). Both directions of the bottleneck.
+SEED004_RIO = {"mean_packet": "1500B", "in": {"min": 9}, "out": {"min": 2}}
+
+
+def seed004(iface: str) -> dict:
+    return {"iface": iface, "rate": "6mbit", "buffer": "1000pkt", "delay_ms": 62,
+            "qdisc": "rio", "rio": SEED004_RIO}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rio_router(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seed004") / "router"
+    result = run_role(out, [seed004("em1"), seed004("em2")], freebsd_router_management_iface="em0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_seed004_rio_as_two_red_queues_on_one_pipe(rio_router):
+    rules = commands((rio_router / "ipfw.rules").read_text())
+    # ipfw(8), PIPE, QUEUE AND SCHEDULER CONFIGURATION: the pipe is the link (bw, delay); each
+    # queue is attached to it (`queue N config pipe P`), with its weight (1..100), its size
+    # and `red w_q/min_th/max_th/max_p`, thresholds "in slots" since the queue is in slots:
+    # the paper's packets as they are. IN queue base+i, OUT queue base+N+i (N = 2 links);
+    # RULE OPTIONS `dscp af11,...` feeds IN, the rule after it (same number, "processed in
+    # order of insertion") with `not dscp` the rest of the direction to OUT.
+    assert rules == [
+        "add 10000 allow ip from any to any via em0",  # management first, as for any link
+        "pipe 10001 config bw 6Mbit/s delay 62",
+        "queue 10001 config pipe 10001 weight 1 queue 1000 red 0.0012/9/27/0.1",
+        "queue 10003 config pipe 10001 weight 1 queue 1000 red 0.0012/2/6/0.2",
+        "add 10001 queue 10001 ip from any to any dscp af11,af21,af31,af41 out xmit em1",
+        "add 10001 queue 10003 ip from any to any not dscp af11,af21,af31,af41 out xmit em1",
+        "pipe 10002 config bw 6Mbit/s delay 62",
+        "queue 10002 config pipe 10002 weight 1 queue 1000 red 0.0012/9/27/0.1",
+        "queue 10004 config pipe 10002 weight 1 queue 1000 red 0.0012/2/6/0.2",
+        "add 10002 queue 10002 ip from any to any dscp af11,af21,af31,af41 out xmit em2",
+        "add 10002 queue 10004 ip from any to any not dscp af11,af21,af31,af41 out xmit em2",
+    ]
+    for command in rules:
+        if " red " in command:
+            w_q, min_th, max_th, max_p = command.split()[-1].split("/")
+            # dummynet.c: 0 < w_q <= 1, 0 <= max_p <= 1, min_th < max_th; w_q in 16 bits
+            assert 0 < float(w_q) <= 1 and 0 <= float(max_p) <= 1
+            assert int(min_th) < int(max_th) <= 1000  # within the queue's slots
+            assert int(float(w_q) * 2**16) > 0
+    # The queue of 1000 slots passes ipfw's check (pipe_slot_limit, default 100).
+    settings = json.loads((rio_router / "settings.json").read_text())
+    assert int(settings["sysctls"]["net.inet.ip.dummynet.pipe_slot_limit"]) >= 1000
+    # The approximation is said where the ruleset is read.
+    text = (rio_router / "ipfw.rules").read_text()
+    assert "# RIO approximated: queue 10001 IN (af11,af21,af31,af41, RED 0.0012/9/27/0.1)" in text
+
+
+def test_seed004_rio_recorded_as_an_approximation_and_removed(rio_router):
+    record = json.loads((rio_router / "delay_backend.json").read_text())
+    assert record["owned"] == {
+        "rules": [10000, 10001, 10002], "pipes": [10001, 10002], "scheds": [],
+        "queues": [10001, 10002, 10003, 10004],
+    }  # fmt: skip
+    # trial.json carries this record (TrialRunner.delay_backends); the report shows `position`.
+    label = "approximated by two dummynet RED queues (IN, OUT) on one pipe"
+    assert set(record["rio"]) == {"em1", "em2"}
+    em1 = record["rio"]["em1"]
+    assert em1["rio"] == label
+    assert (em1["pipe"], em1["queues"], em1["queue_slots"]) == (
+        10001,
+        {"in": 10001, "out": 10003},
+        1000,
+    )
+    assert em1["in_dscp"] == [10, 18, 26, 34]
+    assert (em1["in"]["min_slots"], em1["in"]["max_slots"], em1["in"]["pmax"]) == (9, 27, 0.1)
+    assert (em1["out"]["min_slots"], em1["out"]["max_slots"], em1["out"]["pmax"]) == (2, 6, 0.2)
+    assert em1["in"]["w_q_effective"] == 78 / 2**16  # (int)(0.0012 * 2^16), dummynet.c
+    assert any("own average" in d for d in em1["differences"])
+    assert any("WF2Q+" in d for d in em1["differences"])
+    assert f"qdisc rio on em1, em2 {label}, not RIO itself" in record["position"]
+    # Teardown (no links given, from the record): the queues go after the rules, before the
+    # pipes, and nothing else.
+    result = run_role(rio_router, [], step="removal")
+    assert result.returncode == 0, result.stdout + result.stderr
+    script = (rio_router / "ipfw-remove.sh").read_text()
+    lines = [line.strip() for line in script.splitlines() if line.strip().startswith("for n in")]
+    assert lines == [
+        "for n in 10000 10001 10002; do",  # rules (both of each link's share its number)
+        "for n in 10001 10002 10003 10004; do",  # queues: IN and OUT of each direction
+        "for n in 10001 10002; do",  # pipes
+    ]
+    assert '"$ipfw" queue delete "$n"' in script
+
+
+def test_rio_beside_other_links_and_a_buffer_in_bytes(tmp_path):
+    out = tmp_path / "router"
+    links = [
+        link("em1"),
+        # A buffer in bytes: dummynet would read RED's thresholds in bytes in a queue of bytes
+        # (ipfw(8), `red`), so the queues are in slots, the buffer in whole mean packets.
+        {**link("em2", qdisc="rio"), "rio": {"mean_packet": "1000B", "in_dscp": ["ef", 12]}},
+        link("em3", qdisc="fq_codel"),
+    ]
+    result = run_role(out, links, freebsd_router_management_iface="em0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rules = commands((out / "ipfw.rules").read_text())
+    assert rules[3:8] == [
+        "pipe 10002 config bw 1Mbit/s delay 25",
+        # 60 000 B / 1000 B = 60 slots; OUT's queue is base + N + i = 10000 + 3 + 2
+        "queue 10002 config pipe 10002 weight 1 queue 60 red 0.0012/9/27/0.1",
+        "queue 10005 config pipe 10002 weight 1 queue 60 red 0.0012/2/6/0.2",
+        "add 10002 queue 10002 ip from any to any dscp ef,af12 out xmit em2",
+        "add 10002 queue 10005 ip from any to any not dscp ef,af12 out xmit em2",
+    ]
+    record = json.loads((out / "delay_backend.json").read_text())
+    assert record["owned"]["queues"] == [10002, 10003, 10005]  # rio IN, fq_codel, rio OUT
+    assert record["owned"]["scheds"] == [10003]
+    assert list(record["rio"]) == ["em2"]
 
 
 def test_playbooks_using_the_role_pass_the_syntax_check(tmp_path):
