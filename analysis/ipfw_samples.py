@@ -15,6 +15,22 @@ The text is the one sbin/ipfw/dummynet.c's list_pipes() prints (FreeBSD 8.2 onwa
 A flow line (list_flow) ends with five counters: total packets and bytes through the flow,
 packets and bytes queued now, and packets dropped. A pipe without a mask has one flow; with
 a mask, one per masked 5-tuple, summed here. No flow line (no packet yet): zeros.
+
+`ipfw queue show N M` (parse_queue_show; the runner's snapshots of the two queues of a rio
+link on a FreeBSD router) prints flowsets alone, no link line: per queue the line of
+print_flowset_parms() without a pending link line, "q%05d %s%s %d flows (%d buckets) sched %d
+weight %d lmax %d pri %d %s" (queue size "%3d sl." in slots, or "%d B" / "%d KB"; RED's
+parameters on the next line, "\\n\\t %cRED w_q %f min_th %d max_th %d max_p %f"), then that
+flowset's flows (list_flow, as above; print_header()'s column line once, before the first flow
+of the whole listing):
+
+    q10001  50 sl. 1 flows (1 buckets) sched 10001 weight 1 lmax 0 pri 0
+    \\t  RED w_q 0.001190 min_th 9 max_th 27 max_p 0.099991
+    BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt/Byte Drp
+      0 ip           0.0.0.0/0             0.0.0.0/0     2771  4156500  3 4500  66
+
+A queue's counters are its dn_queue's (sys/netpfil/ipfw/ip_dn_io.c dn_enqueue): every packet
+that arrived (dropped or not) in the totals, every drop (RED's, or the queue full) in Drp.
 """
 
 from __future__ import annotations
@@ -26,7 +42,13 @@ import pandas as pd
 
 from analysis.tc_samples import SAMPLE_COUNTERS, sample_records
 
-__all__ = ["parse_pipe_show", "pipe_drops", "read_ipfw_samples"]
+__all__ = [
+    "parse_pipe_show",
+    "parse_queue_show",
+    "pipe_drops",
+    "read_ipfw_samples",
+    "rio_queue_counters",
+]
 
 KIND = "dummynet"
 _COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
@@ -60,6 +82,46 @@ def parse_pipe_show(text: str) -> dict[int, dict[str, int]]:
             current["backlog"] += queued_bytes
             current["drops"] += drops
     return pipes
+
+
+# A flowset line (print_flowset_parms without a pending link line): its number, then its size.
+_FLOWSET = re.compile(r"^q(\d+)\s+(?:\d+ KB|\d+ B|\d+ sl\.)")
+QUEUE_COUNTERS = ("packets", "bytes", "qlen", "backlog", "drops")
+
+
+def parse_queue_show(text: str) -> dict[int, dict[str, int]]:
+    """{queue (flowset) number: {packets, bytes, qlen, backlog, drops}} from one `ipfw queue
+    show` output; counters summed over the flowset's flows, zeros for a flowset without one."""
+    queues: dict[int, dict[str, int]] = {}
+    current = None
+    for line in text.splitlines():
+        if _LINK.match(line):  # a pipe's block (`ipfw pipe show`): not a queue's flows
+            current = None
+            continue
+        flowset = _FLOWSET.match(line)
+        if flowset:
+            current = queues.setdefault(int(flowset[1]), dict.fromkeys(QUEUE_COUNTERS, 0))
+            continue
+        flow = _FLOW.match(line)
+        if current is not None and flow and not line.lstrip().startswith(("q", "BKT")):
+            for key, value in zip(QUEUE_COUNTERS, (int(v) for v in flow.groups()), strict=True):
+                current[key] += value
+    return queues
+
+
+def rio_queue_counters(snapshot: str) -> dict[str, dict[str, int]] | None:
+    """The IN and OUT queues' counters ({"in": {...}, "out": {...}}) in one of the runner's
+    snapshots of a rio link on a FreeBSD router: a line `## queues in=<number> out=<number>`,
+    then `ipfw queue show`. None without that line or when either queue is not listed."""
+    header = snapshot.split("\n", 1)[0]
+    if not header.startswith("## queues "):
+        return None
+    numbers = dict(spec.split("=", 1) for spec in header.split()[2:] if "=" in spec)
+    listed = parse_queue_show(snapshot)
+    try:
+        return {p: listed[int(numbers[p])] for p in ("in", "out")}
+    except (KeyError, ValueError):
+        return None
 
 
 def pipe_drops(snapshot: str, iface: str) -> int:

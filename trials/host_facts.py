@@ -172,8 +172,10 @@ FREEBSD_TOOLS = {
     "python3": ["python3", "--version"],
 }
 # The qdiscs roles/freebsd_router renders on a dummynet pipe (red, gred, pie and codel on its
-# queue, fq_codel as its scheduler; droptail is the pipe's own queue, cake is refused).
-DUMMYNET_AQMS = ["red", "gred", "fq_codel", "pie", "codel"]
+# queue, fq_codel as its scheduler; droptail is the pipe's own queue, cake is refused). rio is
+# an approximation, not RIO: two RED queues (IN, OUT) on the link's pipe, each averaging its
+# own length (playbooks/filter_plugins/trialbed_dummynet.py; trial.json's rio record says so).
+DUMMYNET_AQMS = ["red", "gred", "fq_codel", "pie", "codel", "rio"]
 # mod_cc(4) names -> Linux's (roles/freebsd_host: reno is FreeBSD's newreno).
 FREEBSD_CC_NAMES = {"newreno": "reno"}
 # Where kld(4) modules are (kldload's default module path), and where FreeBSD keeps its

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from analysis.ipfw_samples import rio_queue_counters
 from collect.fetch import CollectError, pull_host, write_manifest
 from collect.pcap_count import pcap_packets
 from collect.remote import (
@@ -40,7 +41,7 @@ from trials import adaptive_marking
 from trials.ansible import configure_tags, run_playbook, write_host_vars
 from trials.generators import GENERATOR_TYPES, TrafficGenerator
 from trials.generators.base import TrialContext
-from trials.network import ResolvedNetwork, host_settings, resolve_network
+from trials.network import Egress, ResolvedNetwork, host_settings, resolve_network
 from trials.plan import Plan, Trial
 from trials.preflight import available, host_facts, preflight
 from trials.rack_kind import vm_record
@@ -448,9 +449,17 @@ class TrialRunner:
             if net.runs_freebsd(host):  # dummynet: the pipes' counters, after their numbers
                 pipes = " ".join(f"{i}={n}" for i, n in net.dummynet_pipes(host).items())
                 d = shlex.quote(daemons.remote[host])
+                # qdisc rio: its IN and OUT queues' counters (analysis.ipfw_samples
+                # .rio_queue_counters), as GRED's per VQ on Linux.
+                queues = "".join(
+                    f"{{ echo '## queues in={q['in']} out={q['out']}'; "
+                    f"ipfw queue show {q['in']} {q['out']}; }} "
+                    f"> {d}/ipfw_queues_{i}_{tag}.txt 2>&1; "
+                    for i, q in TrialRunner.dummynet_rio_queues(net, host).items()
+                )
                 commands[host] = (
                     f"{{ echo '## pipes {pipes}'; ipfw pipe show; }} > {d}/ipfw_{tag}.txt 2>&1; "
-                    "true"
+                    f"{queues}true"
                 )
                 continue
             show = "; ".join(
@@ -468,6 +477,19 @@ class TrialRunner:
                 f"cat /proc/net/netfilter/nfnetlink_queue > {d}/nfqueue_{tag}.txt 2>/dev/null; true"
             )
         return commands
+
+    @staticmethod
+    def dummynet_rio_queues(net: ResolvedNetwork, host: str) -> dict[str, dict[str, int]]:
+        """A FreeBSD router's rio interfaces and their queue numbers, as roles/freebsd_router
+        numbers them (trialbed_dummynet_rio_queues): IN base+i, OUT base+N+i, with base+i the
+        link's pipe (net.dummynet_pipes) and N the number of the host's links."""
+        links = [e for e in net.egress if e.host == host]
+        pipes = net.dummynet_pipes(host)
+        return {
+            e.iface: {"in": pipes[e.iface], "out": pipes[e.iface] + len(links)}
+            for e in links
+            if e.shaping.qdisc == "rio"
+        }
 
     @staticmethod
     def marking_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
@@ -511,21 +533,32 @@ class TrialRunner:
         return out
 
     @staticmethod
-    def rio_record(trial_dir: Path, net: ResolvedNetwork) -> dict[str, Any]:
+    def rio_record(
+        trial_dir: Path, net: ResolvedNetwork, delay: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Per RIO egress (host:iface): its virtual queues as configured (thresholds in packets
         and in bytes, the mean packet size that converted them, w_q asked and used) and what
-        each VQ counted during the trial (GRED's counters, after minus before)."""
+        each VQ counted during the trial (GRED's counters, after minus before). On a FreeBSD
+        router, the dummynet approximation instead (rio_record_dummynet); `delay`: trial.json's
+        delay record (the routers' delay_backend.json), which labels it."""
         out: dict[str, Any] = {}
         for e in net.egress:
             if e.shaping.qdisc != "rio":
                 continue
-            files = [trial_dir / e.host / f"gred_{e.iface}_{t}.json" for t in ("before", "after")]
             entry: dict[str, Any] = {
                 "link": e.link,
                 "direction": e.direction,
                 "in_dscp": [parse_dscp(d) for d in e.shaping.rio.in_dscp],  # type: ignore[union-attr]
-                "virtual_queues": [vq.record() for vq in e.shaping.virtual_queues()],
             }
+            if net.runs_freebsd(e.host):
+                backend = ((delay or {}).get(e.host) or {}).get("rio") or {}
+                entry.update(
+                    TrialRunner.rio_record_dummynet(trial_dir, net, e, backend.get(e.iface) or {})
+                )
+                out[f"{e.host}:{e.iface}"] = entry
+                continue
+            entry["virtual_queues"] = [vq.record() for vq in e.shaping.virtual_queues()]
+            files = [trial_dir / e.host / f"gred_{e.iface}_{t}.json" for t in ("before", "after")]
             if all(f.exists() and f.stat().st_size for f in files):
                 before, after = (gred_counters(f.read_text()) for f in files)
                 entry["counters"] = {str(dp): c for dp, c in counters_delta(before, after).items()}
@@ -533,6 +566,57 @@ class TrialRunner:
                 entry["error"] = "no GRED counters (tc -s -j qdisc show) came back"
             out[f"{e.host}:{e.iface}"] = entry
         return out
+
+    @staticmethod
+    def rio_record_dummynet(
+        trial_dir: Path, net: ResolvedNetwork, e: Egress, backend: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A rio egress of a FreeBSD router: the approximation's label (the router's record,
+        `backend`: its delay_backend.json's rio entry of the interface), the virtual queues as
+        configured in packets (dummynet's queues count slots: no bytes), the IN and OUT queue
+        numbers, and what each queue counted during the trial (`ipfw queue show`, after minus
+        before), under "0" (IN) and "1" (OUT) as GRED's VQs are."""
+        queues = TrialRunner.dummynet_rio_queues(net, e.host)[e.iface]
+        vqs = e.shaping.virtual_queues()
+        slots = backend.get("queue_slots") or vqs[0].limit // vqs[0].mean_packet
+        entry: dict[str, Any] = {
+            "approximation": backend.get("rio")
+            or "approximated by two dummynet RED queues (IN, OUT) on one pipe",
+            "virtual_queues": [
+                {
+                    "dp": vq.dp,
+                    "precedence": vq.precedence,
+                    "queue": queues[vq.precedence],
+                    "min_packets": vq.min_packets,
+                    "max_packets": vq.max_packets,
+                    "pmax": vq.pmax,
+                    "w_q": vq.w_q,
+                    # dummynet keeps w_q as (int)(w_q * 2^16) (dummynet.c, SCALE_RED 16)
+                    "w_q_effective": int(vq.w_q * 2**16) / 2**16,
+                    "limit_packets": slots,
+                }
+                for vq in vqs
+            ],
+            "pipe": net.dummynet_pipes(e.host)[e.iface],
+            "queues": queues,
+        }
+        listed = f"ipfw queue show {queues['in']} {queues['out']}"
+        if backend.get("queues") not in (None, queues):
+            entry["error"] = (
+                f"the router's record numbers the queues {backend['queues']}, the runner "
+                f"{queues}: no counters read"
+            )
+            return entry
+        files = [trial_dir / e.host / f"ipfw_queues_{e.iface}_{t}.txt" for t in ("before", "after")]
+        before, after = (rio_queue_counters(f.read_text()) if f.exists() else None for f in files)
+        if before is None or after is None:
+            entry["error"] = f"no dummynet queue counters ({listed}) came back"
+            return entry
+        entry["counters"] = {
+            str(dp): {k: after[p][k] - before[p][k] for k in ("packets", "bytes", "drops")}
+            for dp, p in enumerate(("in", "out"))
+        }
+        return entry
 
     @staticmethod
     def marking_record(trial_dir: Path, net: ResolvedNetwork) -> dict[str, Any]:
@@ -973,7 +1057,7 @@ class TrialRunner:
             if self.pacing:
                 record["pacing"] = self.pacing_record(trial_dir, self.pacing)
             if any(e.shaping.qdisc == "rio" for e in net.egress):
-                record["rio"] = self.rio_record(trial_dir, net)
+                record["rio"] = self.rio_record(trial_dir, net, record.get("delay"))
             record["times"]["collected"] = now_iso()
             record["overhead_s"] = overhead_s(record["times"])
             record["overhead_phases_s"] = overhead_phases(record["times"])

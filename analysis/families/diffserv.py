@@ -70,6 +70,8 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
             # Seconds its IN queue was locked out (analysis.gred_lockout): None without samples.
             lockout_s=((summary.get("rio_lockout") or {}).get(where) or {}).get("locked_s"),
         )
+        if rio.get("approximation"):  # a FreeBSD router: two dummynet queues, not RIO
+            out["rio_approximation"] = rio["approximation"]
     web = {
         n: s
         for n, s in summary["generators"].items()
@@ -148,8 +150,10 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
         if shortened
         else ""
     )
+    approx = sorted({x for x in table.get("rio_approximation", []) if isinstance(x, str)})
+    counted = f"NOT RIO but {'; '.join(approx)}: their counters" if approx else "GRED's counters"
     t = Table(
-        title="Seed 004: per marker and RIO threshold — IN % and drops (GRED's counters), "
+        title=f"Seed 004: per marker and RIO threshold — IN % and drops ({counted}), "
         "goodput and transit (captures), mean FCT" + note
     )
     for col in front.columns:
@@ -168,12 +172,16 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
 def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
     rows = [("marker", str(r.get("marker")))]
     if pd.notna(r.get("in_share")):
+        approx = r.get("rio_approximation")
         rows.append(
             (
-                "RIO (GRED counters)",
+                "RIO approximation (dummynet queues)"
+                if isinstance(approx, str)
+                else "RIO (GRED counters)",
                 f"IN {100 * r.in_share:.1f} % of {int(r.in_packets + r.out_packets)} packets; "
                 f"drops {100 * r.drop_total:.2f} % (IN {fmt(100 * (r.drop_in or 0), 2)} %, "
-                f"OUT {fmt(100 * (r.drop_out or 0), 2)} %)",
+                f"OUT {fmt(100 * (r.drop_out or 0), 2)} %)"
+                + (f"; not RIO: {approx}" if isinstance(approx, str) else ""),
             )
         )
     if r.get("lockout_s"):

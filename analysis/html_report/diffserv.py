@@ -69,6 +69,13 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
             "its average decays per arriving packet, not with idle time as in ns-2's RED "
             "(the paper's). Read these trials' IN/drop shares with that in mind."
         )
+    approx = sorted({x for x in ok.get("rio_approximation", []) if isinstance(x, str)})
+    if approx:
+        page.warn(
+            f"NOT RIO: a FreeBSD router's rio is {'; '.join(approx)} (trial.json's rio and "
+            "delay records say how it differs); its IN % and drop % are those two queues' "
+            "counters (queue IN as VQ 0, OUT as VQ 1), not GRED's."
+        )
     page.text(
         "IN % and drop %: GRED's per-virtual-queue counters at the core (VQ 0 IN, VQ 1 OUT), "
         "over the whole trial. Goodput: the web flows' payload delivered in the steady window "

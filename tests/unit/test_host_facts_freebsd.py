@@ -242,7 +242,7 @@ def test_freebsd_router_facts_from_its_commands(tmp_path, monkeypatch, capsys):
         "em3": {"TSO4": False, "TSO6": False, "LRO": False},
     }
     assert facts["routes"] == ROUTES
-    assert facts["qdiscs"] == ["red", "gred", "fq_codel", "pie", "codel"]
+    assert facts["qdiscs"] == ["red", "gred", "fq_codel", "pie", "codel", "rio"]
     assert facts["tracepoints"] == [] and facts["siftr"] is True  # siftr.ko to load
     assert facts["tools"] == {**TOOLS, "ipfw": str(tmp_path / "bin/ipfw")}
     assert facts["free_disk_bytes"] > 0
@@ -386,8 +386,8 @@ def test_seed000_passes_preflight_on_the_lab_rack_with_its_freebsd_router(
     # preflight compares the speed (Mbit/s) with each shaped link's rate: 1 Mbit/s fits.
     assert facts["R"]["speed"] == {"em1": 1000, "em2": 10000}
     assert preflight.available({"R": facts["R"]}) == [
-        "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred fq_codel pie codel; "
-        "tracepoints none; siftr yes"
+        "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred fq_codel pie codel "
+        "rio; tracepoints none; siftr yes"
     ]
 
 
