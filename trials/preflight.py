@@ -254,7 +254,8 @@ def preflight(
         if speed and speed * 10**6 < rate:
             problems.append(
                 f"{source}: link {link}: {format_rate(rate)} out of {host}:{iface}, whose NIC "
-                f"runs at {speed} Mbit/s (ethtool {iface}); the shaper cannot send faster "
+                f"runs at {speed} Mbit/s ({'ifconfig' if runs_freebsd(rack, host) else 'ethtool'} "
+                f"{iface}); the shaper cannot send faster "
                 "than the wire: lower the rate or use a faster port"
             )
     for host, ccs in needs_cc.items():

@@ -339,7 +339,7 @@ def test_cc_available_in_both_layouts():
     assert host_facts.freebsd_cc_names(None) == []
 
 
-def lab_preflight(tmp_path, monkeypatch, capsys, overlays=(), **freebsd):
+def lab_preflight(tmp_path, monkeypatch, capsys, overlays=(), sets=(), **freebsd):
     """Preflight of seed 000's trials on the lab rack: R (and the hosts of freebsd_hosts) with
     facts from the FreeBSD branch and the stand-ins, the Debian hosts with Linux ones."""
     rack = Rack.load([LAB, *overlays])
@@ -374,7 +374,7 @@ def lab_preflight(tmp_path, monkeypatch, capsys, overlays=(), **freebsd):
     monkeypatch.setattr(preflight, "host_facts", fake_facts)
     monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
     monkeypatch.setattr(rack, "run_parallel", no_ssh)
-    trials = load_plan(EXPERIMENT).select(None)
+    trials = load_plan(EXPERIMENT, list(sets)).select(None)
     return preflight.preflight(trials, rack, str(EXPERIMENT))
 
 
@@ -388,6 +388,22 @@ def test_seed000_passes_preflight_on_the_lab_rack_with_its_freebsd_router(
     assert preflight.available({"R": facts["R"]}) == [
         "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred fq_codel pie codel "
         "rio; tracepoints none; siftr yes"
+    ]
+
+
+def test_a_link_faster_than_the_freebsd_routers_nic_is_named_with_ifconfig(
+    tmp_path, monkeypatch, capsys
+):
+    # R's em1 at 1 Gbit/s (its media line), the upstream link out of it asked for 2 Gbit/s
+    with pytest.raises(SpecError) as exc:
+        lab_preflight(
+            tmp_path, monkeypatch, capsys, sets=["network.links[1].rate=2gbit", "factors={}"]
+        )
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        f"{EXPERIMENT}: link upstream: 2gbit out of R:em1, whose NIC runs at 1000 Mbit/s "
+        "(ifconfig em1); the shaper cannot send faster than the wire: lower the rate or use a "
+        "faster port"
     ]
 
 
