@@ -72,7 +72,8 @@ class Rack:
                 hint = (
                     " (run `make rack-up` to build the virtual rack)"
                     if path == DEFAULT_INVENTORY
-                    else ""
+                    else " (check INVENTORY= or -i; a lab rack's starts as a copy of "
+                    "inventory/lab.example/)"
                 )
                 raise RackError(f"{path}: inventory not found{hint}")
         cmd = [str(PROJECT_DIR / ".venv/bin/ansible-inventory"), "--list", "--export"]
