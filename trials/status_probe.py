@@ -50,6 +50,18 @@ def alive(pidfile):
     return int(pid) if stat[19] == start and stat[0] != "Z" else None
 
 
+def running_daemons(workdir, alive_pid):
+    """The daemons whose pid files under workdir name a live process (alive_pid: the pid, or
+    None), as {name, pid, dir}."""
+    daemons = []
+    for pidfile in sorted(glob.glob(f"{workdir}/**/*.pid", recursive=True)):
+        pid = alive_pid(pidfile)
+        if pid is not None:
+            name = os.path.basename(pidfile)[: -len(".pid")]
+            daemons.append({"name": name, "pid": pid, "dir": os.path.dirname(pidfile)})
+    return daemons
+
+
 def main(workdir, interfaces):
     router = os.path.join(workdir, "router")
     backend = None
@@ -63,12 +75,7 @@ def main(workdir, interfaces):
         rules = rules.stdout
     except OSError:  # no iptables (a FreeBSD router)
         rules = ""
-    daemons = []
-    for pidfile in sorted(glob.glob(f"{workdir}/**/*.pid", recursive=True)):
-        pid = alive(pidfile)
-        if pid is not None:
-            name = os.path.basename(pidfile)[: -len(".pid")]
-            daemons.append({"name": name, "pid": pid, "dir": os.path.dirname(pidfile)})
+    daemons = running_daemons(workdir, alive)
     # testbed_host's record of the host's own settings: present from the first configure until
     # teardown gave them back.
     try:
@@ -300,12 +307,7 @@ def read_json(path):
 
 def freebsd_main(workdir, interfaces):
     backend = read_json(os.path.join(workdir, "router", "delay_backend.json"))
-    daemons = []
-    for pidfile in sorted(glob.glob(f"{workdir}/**/*.pid", recursive=True)):
-        pid = freebsd_alive(pidfile)
-        if pid is not None:
-            name = os.path.basename(pidfile)[: -len(".pid")]
-            daemons.append({"name": name, "pid": pid, "dir": os.path.dirname(pidfile)})
+    daemons = running_daemons(workdir, freebsd_alive)
     # The records of roles/freebsd_host (sysctls, interfaces) and roles/freebsd_router
     # (sysctls, offloads it turned off per interface), as one.
     host = read_json(os.path.join(workdir, "freebsd_host", "baseline.json")) or {}
