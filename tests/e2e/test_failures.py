@@ -90,13 +90,14 @@ def rack_is_clean(test_rack, hosts: str = "ABCDR") -> None:
 
 def test_processes_killed_and_a_full_disk_fail_the_trial_at_once(test_rack, tmp_path):
     """Three failures in one trial (each costs a whole trial otherwise): R's capture of
-    bottleneck_in and A's TCP sender are killed, and R's disk fills up (a small one where R
+    bottleneck_in and A's TCP sender are killed, and R's disk fills up (a 256 MB one where R
     writes the trial's files, made and filled from a shell on R: each host has a mount
     namespace of its own). The watch names all three; the capture that went on writing to the
     full disk is found cut short."""
     rack = Rack.load([test_rack.inventory])
     on_r = f"{rack.host('R').workdir}/trials"
-    rack.run("R", f"mkdir -p {on_r} && mount -t tmpfs -o size=16m tmpfs {on_r}")
+    # big enough for preflight (200 MB free), filled while the trial runs
+    rack.run("R", f"mkdir -p {on_r} && mount -t tmpfs -o size=256m tmpfs {on_r}")
     try:
         proc = start(test_rack, tmp_path)
         wait_for_daemon(proc, test_rack, "A", "tcp_client")
