@@ -27,6 +27,7 @@ import pytest
 
 from analysis.families import diffserv
 from analysis.ipfw_samples import parse_queue_show, rio_queue_counters
+from analysis.trial import queue_drops_counted
 from core.rack import Rack
 from tests.unit import test_host_facts_freebsd as lab
 from trials.network import host_settings, resolve_network
@@ -175,6 +176,9 @@ def test_rio_record_of_a_freebsd_router_from_its_queue_snapshots(tmp_path):
     # Without the router's record (no delay on the link): the same numbers and a fixed label.
     alone = TrialRunner.rio_record(tmp_path, net)["R:em2"]
     assert alone["approximation"] == LABEL and alone["counters"] == entry["counters"]
+    # The analysis's drop count at the bottleneck: both queues' drops (the pipe's own queue
+    # stays empty), (67 - 1) + (124 - 2).
+    assert queue_drops_counted(host, "em2") == 188
     # A snapshot missing: an error naming the command, no counters.
     (host / "ipfw_queues_em2_before.txt").unlink()
     missing = TrialRunner.rio_record(tmp_path, net)["R:em2"]
