@@ -48,6 +48,7 @@ __all__ = [
     "pipe_drops",
     "read_ipfw_samples",
     "rio_queue_counters",
+    "rio_queue_deltas",
 ]
 
 KIND = "dummynet"
@@ -122,6 +123,20 @@ def rio_queue_counters(snapshot: str) -> dict[str, dict[str, int]] | None:
         return {p: listed[int(numbers[p])] for p in ("in", "out")}
     except (KeyError, ValueError):
         return None
+
+
+def rio_queue_deltas(host_dir: str | Path, iface: str) -> dict[str, dict[str, int]] | None:
+    """What the IN and OUT queues of `iface`'s rio link counted during the trial (packets,
+    bytes, drops: the runner's ipfw_queues_<iface>_after.txt minus _before.txt); None when
+    either snapshot is missing or lacks a queue."""
+    files = [Path(host_dir) / f"ipfw_queues_{iface}_{t}.txt" for t in ("before", "after")]
+    before, after = (rio_queue_counters(f.read_text()) if f.exists() else None for f in files)
+    if before is None or after is None:
+        return None
+    return {
+        p: {k: after[p][k] - before[p][k] for k in ("packets", "bytes", "drops")}
+        for p in ("in", "out")
+    }
 
 
 def pipe_drops(snapshot: str, iface: str) -> int:

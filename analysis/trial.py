@@ -19,7 +19,7 @@ from analysis.captures import Captures, bottleneck_hop
 from analysis.dscp import dscp_per_flow, marking_counters
 from analysis.families import FAMILIES
 from analysis.gred_lockout import gred_lockout
-from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_counters
+from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_deltas
 from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
@@ -75,11 +75,8 @@ def queue_drops_counted(host_dir: Path, iface: str) -> int | None:
     """Drops the router itself counted at `iface`'s queue during the trial (its snapshots after
     minus before: the leaf qdisc, or the dummynet pipe; for rio on a FreeBSD router its IN and
     OUT queues, which hold the packets instead of the pipe); None without snapshots."""
-    rio = [host_dir / f"ipfw_queues_{iface}_{t}.txt" for t in ("before", "after")]
-    if all(f.exists() for f in rio):
-        before, after = (rio_queue_counters(f.read_text()) for f in rio)
-        if before is not None and after is not None:
-            return sum(after[q]["drops"] - before[q]["drops"] for q in ("in", "out"))
+    if (rio := rio_queue_deltas(host_dir, iface)) is not None:
+        return rio["in"]["drops"] + rio["out"]["drops"]
     for kind, drops in (("tc", tc_drops), ("ipfw", pipe_drops)):
         before, after = host_dir / f"{kind}_before.txt", host_dir / f"{kind}_after.txt"
         if before.exists() and after.exists():

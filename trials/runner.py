@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from analysis.ipfw_samples import rio_queue_counters
+from analysis.ipfw_samples import rio_queue_deltas
 from collect.fetch import CollectError, pull_host, write_manifest
 from collect.pcap_count import pcap_packets
 from collect.remote import (
@@ -450,7 +450,7 @@ class TrialRunner:
                 pipes = " ".join(f"{i}={n}" for i, n in net.dummynet_pipes(host).items())
                 d = shlex.quote(daemons.remote[host])
                 # qdisc rio: its IN and OUT queues' counters (analysis.ipfw_samples
-                # .rio_queue_counters), as GRED's per VQ on Linux.
+                # .rio_queue_deltas), as GRED's per VQ on Linux.
                 queues = "".join(
                     f"{{ echo '## queues in={q['in']} out={q['out']}'; "
                     f"ipfw queue show {q['in']} {q['out']}; }} "
@@ -607,15 +607,11 @@ class TrialRunner:
                 f"{queues}: no counters read"
             )
             return entry
-        files = [trial_dir / e.host / f"ipfw_queues_{e.iface}_{t}.txt" for t in ("before", "after")]
-        before, after = (rio_queue_counters(f.read_text()) if f.exists() else None for f in files)
-        if before is None or after is None:
+        deltas = rio_queue_deltas(trial_dir / e.host, e.iface)
+        if deltas is None:
             entry["error"] = f"no dummynet queue counters ({listed}) came back"
             return entry
-        entry["counters"] = {
-            str(dp): {k: after[p][k] - before[p][k] for k in ("packets", "bytes", "drops")}
-            for dp, p in enumerate(("in", "out"))
-        }
+        entry["counters"] = {"0": deltas["in"], "1": deltas["out"]}
         return entry
 
     @staticmethod
