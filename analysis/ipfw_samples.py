@@ -4,6 +4,13 @@ one row per sample and pipe with ts_ns, spread_ns, dev, kind ("dummynet"), handl
 number), parent, bytes, packets, drops, overlimits, requeues, backlog (queued bytes) and qlen
 (queued packets). analysis.tc_samples.leaf_samples and compare_with_samples take it as is.
 
+A rio link (two RED queues, IN and OUT, on the link's pipe; the pipe's own queue stays empty)
+is sampled with `ipfw queue show IN OUT` (the sample's "rio" and "queue_text"): its "dummynet"
+row (handle: the pipe) then holds the two queues' counters summed, backlog and qlen included
+(the link's occupancy: both queues wait for the same pipe), and two more rows of kinds
+"dummynet_rio_in" and "dummynet_rio_out" (handle: the queue, parent: the pipe) hold each
+queue's own; leaf_samples leaves those out (not LEAF_KINDS), rio_queue_samples reads them.
+
 The text is the one sbin/ipfw/dummynet.c's list_pipes() prints (FreeBSD 8.2 onwards), per pipe:
 
     10001:   1.000 Mbit/s   25 ms burst 0                       <- "%05d: %s %4d ms burst %s"
@@ -49,9 +56,13 @@ __all__ = [
     "read_ipfw_samples",
     "rio_queue_counters",
     "rio_queue_deltas",
+    "rio_queue_samples",
+    "with_rio_queues",
 ]
 
 KIND = "dummynet"
+# The rows of a rio link's IN and OUT queues (beside its "dummynet" row, their sum).
+RIO_KINDS = {"in": "dummynet_rio_in", "out": "dummynet_rio_out"}
 _COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
 # The link line starts a pipe's block: its number (%05d, the pipe number modulo 65536).
 _LINK = re.compile(r"^(\d{5,}):\s+(?:unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burst ")
@@ -151,29 +162,87 @@ def pipe_drops(snapshot: str, iface: str) -> int:
     return parse_pipe_show(snapshot).get(int(numbers[iface]), {}).get("drops", 0)
 
 
+def _row(rec: dict, dev: str, kind: str, handle: str, parent: str, counters: dict) -> dict:
+    return {
+        "ts_ns": rec["ts_ns"],
+        "spread_ns": rec["spread_ns"],
+        "dev": dev,
+        "kind": kind,
+        "handle": handle,
+        "parent": parent,
+        "overlimits": 0,
+        "requeues": 0,
+        **{c: counters[c] for c in ("bytes", "packets", "drops", "backlog", "qlen")},
+    }
+
+
+def _rio_rows(rec: dict) -> list[dict]:
+    """The rows of a sample's rio links (its "rio" map, its `ipfw queue show` text): per link
+    its "dummynet" row (both queues summed) and one per queue. A link whose two queues are not
+    both listed gives no row (a queue missing is not an empty one)."""
+    rows = []
+    listed = parse_queue_show(rec.get("queue_text") or "")
+    for dev, numbers in (rec.get("rio") or {}).items():
+        try:
+            queues = {p: listed[int(numbers[p])] for p in RIO_KINDS}
+        except (KeyError, TypeError, ValueError):
+            continue
+        pipe = str(numbers.get("pipe", ""))
+        total = {k: queues["in"][k] + queues["out"][k] for k in QUEUE_COUNTERS}
+        rows.append(_row(rec, dev, KIND, pipe, "", total))
+        for p, kind in RIO_KINDS.items():
+            rows.append(_row(rec, dev, kind, str(numbers[p]), pipe, queues[p]))
+    return rows
+
+
 def read_ipfw_samples(path: str | Path) -> pd.DataFrame:
     """One row per sample and pipe, in the columns of analysis.tc_samples.read_tc_samples (dev
-    from the sampler's map of pipe numbers to egress interfaces). A last line cut short
-    (sampler killed mid-write) is ignored."""
+    from the sampler's map of pipe numbers to egress interfaces); a rio link's row sums its IN
+    and OUT queues, which have a row each too (RIO_KINDS). A last line cut short (sampler
+    killed mid-write) is ignored."""
     rows = []
     for rec in sample_records(path):
-        devs = rec.get("devs", {})
-        for number, counters in parse_pipe_show(rec["text"]).items():
+        devs, rio = rec.get("devs", {}), rec.get("rio") or {}
+        for number, counters in parse_pipe_show(rec.get("text") or "").items():
             dev = devs.get(str(number))
-            if dev is None:
-                continue  # a pipe the sampler was not asked for
-            rows.append(
-                {
-                    "ts_ns": rec["ts_ns"],
-                    "spread_ns": rec["spread_ns"],
-                    "dev": dev,
-                    "kind": KIND,
-                    "handle": str(number),
-                    "parent": "",
-                    "overlimits": 0,
-                    "requeues": 0,
-                    **{c: counters[c] for c in ("bytes", "packets", "drops", "backlog", "qlen")},
-                }
-            )
+            if dev is None or dev in rio:
+                continue  # a pipe the sampler was not asked for; a rio link's (its queues')
+            rows.append(_row(rec, dev, KIND, str(number), "", counters))
+        rows += _rio_rows(rec)
     df = pd.DataFrame(rows, columns=_COLUMNS)
     return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *SAMPLE_COUNTERS)})
+
+
+RIO_COLUMNS = [f"tc_{p}_{k}" for p in RIO_KINDS for k in ("packets", "bytes", "drops")]
+
+
+def rio_queue_samples(samples: pd.DataFrame, dev: str) -> pd.DataFrame:
+    """A rio link's queues sample by sample, in time order: ts_ns, then per queue (in, out) the
+    packets and bytes queued (tc_in_packets, tc_in_bytes, ...: qlen and backlog, as
+    compare_with_samples names the leaf's) and its drop counter (tc_in_drops, ...). No row
+    when `dev` is not a rio link's."""
+    parts = []
+    for p, kind in RIO_KINDS.items():
+        rows = samples[(samples["dev"] == dev) & (samples["kind"] == kind)]
+        rows = rows.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+        names = {"qlen": f"tc_{p}_packets", "backlog": f"tc_{p}_bytes", "drops": f"tc_{p}_drops"}
+        parts.append(rows[["ts_ns", *names]].rename(columns=names))
+    first, second = parts
+    if len(first) != len(second) or not (first["ts_ns"] == second["ts_ns"]).all():
+        return pd.DataFrame(columns=["ts_ns", *RIO_COLUMNS]).astype("int64")
+    return pd.concat([first, second.drop(columns="ts_ns")], axis=1)[["ts_ns", *RIO_COLUMNS]]
+
+
+def with_rio_queues(cmp: pd.DataFrame, samples: pd.DataFrame, dev: str) -> pd.DataFrame:
+    """compare_with_samples' table of `dev` (one row per sample of its leaf, in time order)
+    with, for a rio link, each queue's occupancy and drops beside the link's (tc_packets and
+    tc_bytes are their sums): RIO_COLUMNS, drops counted from the first sample as tc_drops is.
+    Unchanged for any other link."""
+    rio = rio_queue_samples(samples, dev)
+    if rio.empty or len(rio) != len(cmp) or not (rio["ts_ns"].to_numpy() == cmp["ts_ns"]).all():
+        return cmp
+    out = cmp.copy()
+    for col in RIO_COLUMNS:
+        values = rio[col].to_numpy()
+        out[col] = values - values[0] if col.endswith("_drops") else values
+    return out

@@ -19,7 +19,12 @@ from analysis.captures import Captures, bottleneck_hop
 from analysis.dscp import dscp_per_flow, marking_counters
 from analysis.families import FAMILIES
 from analysis.gred_lockout import gred_lockout
-from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_deltas
+from analysis.ipfw_samples import (
+    pipe_drops,
+    read_ipfw_samples,
+    rio_queue_deltas,
+    with_rio_queues,
+)
 from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
@@ -63,7 +68,8 @@ def link_delay_ns(record: dict[str, Any], host: str, iface: str) -> int:
 
 def queue_samples(host_dir: Path) -> pd.DataFrame | None:
     """A router's samples of its queues during the trial, in read_tc_samples' columns: `tc -s`
-    (Linux) or `ipfw pipe show` (a FreeBSD router's dummynet pipes); None when it has none."""
+    (Linux) or `ipfw pipe show` (a FreeBSD router's dummynet pipes; `ipfw queue show` of a rio
+    link's two queues); None when it has none."""
     if (host_dir / TC_SAMPLES).exists():
         return read_tc_samples(host_dir / TC_SAMPLES)
     if (host_dir / IPFW_SAMPLES).exists():
@@ -88,9 +94,11 @@ def tc_cross_check(
     queue: pd.DataFrame, samples: pd.DataFrame, iface: str
 ) -> tuple[dict, pd.DataFrame]:
     """The reconstructed queue against the router's samples of the bottleneck's leaf qdisc (or
-    dummynet pipe), over the samples taken while the captures saw the queue's traffic."""
+    dummynet pipe; a FreeBSD rio link's two queues summed, each one's in columns of its own:
+    analysis.ipfw_samples.with_rio_queues), over the samples taken while the captures saw the
+    queue's traffic."""
     leaf = leaf_samples(samples, iface)
-    cmp = compare_with_samples(queue, leaf)
+    cmp = with_rio_queues(compare_with_samples(queue, leaf), samples, iface)
     if len(queue):
         cmp = cmp[(cmp.ts_ns >= queue.ts_ns.iloc[0]) & (cmp.ts_ns <= queue.ts_ns.iloc[-1])]
     if cmp.empty:

@@ -669,13 +669,18 @@ class TrialRunner:
     def recorders(self, net: ResolvedNetwork, generators: list[TrafficGenerator], tag: str = ""):
         """(host, daemon, command, log line that says it records) of the measurements taken
         during the trial: every bottleneck's queue every 10 ms (`tc -s` on Linux, `ipfw pipe
-        show` on a FreeBSD router), and cwnd, ssthresh and srtt on every TCP sender (the
-        tcp_probe tracepoint on Linux, SIFTR on FreeBSD)."""
+        show` on a FreeBSD router, `ipfw queue show` of the two queues of a rio link there),
+        and cwnd, ssthresh and srtt on every TCP sender (the tcp_probe tracepoint on Linux,
+        SIFTR on FreeBSD)."""
         interval = float(self.rack.vars.get("trialbed_tc_sample_ms", 10))
         for host, ifaces in self.bottlenecks(net, generators).items():
             if net.runs_freebsd(host):
                 pipes = {i: n for i, n in net.dummynet_pipes(host).items() if i in ifaces}
-                yield host, "ipfw_sampler", ipfw_sampler_command(pipes, interval_ms=interval), None
+                # qdisc rio: its packets wait in the IN and OUT queues, sampled instead of
+                # the pipe's own (empty) queue.
+                rio = {i: q for i, q in self.dummynet_rio_queues(net, host).items() if i in pipes}
+                command = ipfw_sampler_command(pipes, interval_ms=interval, rio_queues=rio)
+                yield host, "ipfw_sampler", command, None
             else:
                 yield host, "tc_sampler", tc_sampler_command(ifaces, interval_ms=interval), None
         for host, addrs in self.tcp_senders(generators).items():

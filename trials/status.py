@@ -6,7 +6,10 @@ daemons running there and trial directories left behind.
 
 A FreeBSD host (its probe says "platform": "FreeBSD") shows the dummynet pipe its ipfw rule
 sends each interface's packets to instead of qdiscs (dummynet_shaping), its congestion
-control as net.inet.tcp.cc.algorithm names it, and the offloads TSO4, TSO6 and LRO."""
+control as net.inet.tcp.cc.algorithm names it, and the offloads TSO4, TSO6 and LRO. A rio
+link there, approximated by two RED queues (IN and OUT, each fed by its own rule) on its
+pipe, takes two rows, one per queue with its RED settings and counters, each labelled as
+that approximation (dummynet_rio_shaping)."""
 
 from __future__ import annotations
 
@@ -73,6 +76,8 @@ def dummynet_shaping(state: dict[str, Any], iface: str) -> dict[str, Any]:
         return {"chain": "-", **unread}
     if not pipe.get("chain"):
         return {"chain": "no dummynet rule", **unread}
+    if isinstance(pipe.get("rio"), dict):
+        return dummynet_rio_shaping(pipe)
     chain = list(pipe["chain"])
     if len(chain) == 1 and pipe.get("aqm"):
         chain.append(pipe["aqm"])
@@ -88,6 +93,66 @@ def dummynet_shaping(state: dict[str, Any], iface: str) -> dict[str, Any]:
         if packets is not None
         else "-",
     }
+
+
+RIO_APPROXIMATION = "dummynet RED approximation of RIO"
+
+
+def _counted(entry: dict[str, Any]) -> dict[str, Any]:
+    """sent, dropped and backlog of a probe entry's counters ("-" where unread)."""
+    packets = entry.get("packets")
+    return {
+        "sent": packets if packets is not None else "-",
+        "dropped": entry["drops"] if entry.get("drops") is not None else "-",
+        "backlog": f"{entry.get('backlog') or 0}B/{entry.get('qlen') or 0}p"
+        if packets is not None
+        else "-",
+    }
+
+
+def dummynet_rio_shaping(entry: dict[str, Any]) -> dict[str, Any]:
+    """qdisc rio on a FreeBSD router: the link (its pipe's rate and delay; the two queues'
+    counters summed) and under "rio" each queue, IN and OUT, in shaping_of's keys: its rule's
+    DSCP match, RED settings (w_q/min_th/max_th/max_p, as `red` configures them), size and
+    counters, the chain saying it is the dummynet RED approximation of RIO."""
+    rio = entry["rio"]
+    pipe, sched = rio.get("pipe"), rio.get("sched")
+    via = f"pipe {pipe}" + (f" ({sched.upper()})" if sched else "")
+    queues = {}
+    for part in ("in", "out"):
+        q = rio.get(part) or {}
+        red = q.get("red")
+        aqm = (
+            f"red {red['w_q']:g}/{red['min_th']}/{red['max_th']}/{red['max_p']:g}"
+            if red
+            else q.get("aqm") or "?"
+        )
+        size = q.get("queue")
+        queues[part] = {
+            "chain": f"{RIO_APPROXIMATION}, {part.upper()}: queue {q.get('number', '?')} → "
+            f"{via}; {q.get('match') or '?'}; {aqm}",
+            "limit": f"{size}{q.get('queue_unit') or ''}" if size is not None else "-",
+            **_counted(q),
+        }
+    delay, size = entry.get("delay_ms"), entry.get("queue")
+    return {
+        "chain": f"{RIO_APPROXIMATION}: queue {(rio.get('in') or {}).get('number', '?')} (IN) + "
+        f"queue {(rio.get('out') or {}).get('number', '?')} (OUT) → {via}",
+        "rate": dummynet_rate(entry.get("rate")),
+        "limit": f"{size}{entry.get('queue_unit') or ''} each" if size is not None else "-",
+        "delay": f"{delay:g} ms (dummynet)" if delay is not None else "-",
+        **_counted(entry),
+        "rio": {"approximation": rio.get("approximation"), **queues},
+    }
+
+
+def link_rows(shaping: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of one interface in the table: its shaping; a rio link's two queues, IN then
+    OUT, with the link's rate and delay."""
+    rio = shaping.get("rio")
+    if not rio:
+        return [shaping]
+    return [{**shaping, **rio[part]} for part in ("in", "out")]
 
 
 def shaping_of(state: dict[str, Any], iface: str) -> dict[str, Any]:
@@ -169,11 +234,18 @@ def render(rack: Rack, states: dict[str, dict[str, Any]], console: Console) -> N
     links = Table(title=f"Experiment interfaces ({', '.join(sorted(kinds, reverse=True))})")
     for col in LINK_COLUMNS:
         links.add_column(col, justify="right" if col in ("sent pkt", "dropped") else "left")
+    approximations = []
     for name, state in states.items():
         for iface in rack.host(name).interfaces:
-            s = shaping_of(state, iface)
-            links.add_row(name, iface, s["chain"], s["rate"], s["limit"], s["delay"],
-                          str(s["sent"]), str(s["dropped"]), s["backlog"])  # fmt: skip
+            shaping = shaping_of(state, iface)
+            for s in link_rows(shaping):
+                links.add_row(name, iface, s["chain"], s["rate"], s["limit"], s["delay"],
+                              str(s["sent"]), str(s["dropped"]), s["backlog"])  # fmt: skip
+            if shaping.get("rio"):
+                label = shaping["rio"].get("approximation") or "approximated"
+                approximations.append(f"{name}:{iface} qdisc rio {label}: not RIO")
+    if approximations:
+        links.caption = "; ".join(approximations)
     console.print(links)
 
     hosts = Table(title="Hosts")

@@ -9,9 +9,11 @@ back). Reads only; `python -m trials status` renders it.
 On FreeBSD (a dummynet router, a FreeBSD end host) the same object, with "platform":
 "FreeBSD", no tc: "dummynet" gives per experiment interface the dummynet pipe (or queue,
 scheduler and pipe) that trialbed's ipfw rule sends its outgoing packets to, with its rate,
-delay, queue limit, AQM and counters (freebsd_dummynet), "cc" the congestion control
-(`sysctl -n net.inet.tcp.cc.algorithm`); "own_settings" merges the records of
-roles/freebsd_host and roles/freebsd_router. A command missing or failing gives None."""
+delay, queue limit, AQM and counters (freebsd_dummynet); for qdisc rio, approximated there by
+two RED queues (IN and OUT, each fed by its own rule) on the link's pipe, both queues under
+"rio" (freebsd_rio), "cc" the congestion control (`sysctl -n net.inet.tcp.cc.algorithm`);
+"own_settings" merges the records of roles/freebsd_host and roles/freebsd_router. A command
+missing or failing gives None."""
 
 import glob
 import json
@@ -140,12 +142,19 @@ _LINK = re.compile(r"^(\d{5,}):\s+(unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burs
 _FLOWSET = re.compile(
     r"^q(\d+)\s+(\d+ KB|\d+ B|\d+ sl\.)\S*.*?\bsched (\d+) weight \d+ lmax \d+ pri \d+\s*(.*)$"
 )
-_RED = re.compile(r"^\s+(G?)RED w_q ")
+# print_flowset_parms(): "\n\t %cRED w_q %f min_th %d max_th %d max_p %f".
+_NUM = r"(\d+(?:\.\d+)?)"
+_RED = re.compile(rf"^\s+(G?)RED w_q (?:{_NUM} min_th (\d+) max_th (\d+) max_p {_NUM})?")
 _SCHED = re.compile(r"^\s*sched (\d+) type (\S+) ")
 _SCHED_LIMIT = re.compile(r"^\s*(?:FQ_CODEL|FQ_PIE)\b.*\blimit (\d+)")
 _FLOW = re.compile(r"^\s*\d+\*?\s+\S+.*?\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
 # ipfw(8) `ipfw list`: "NNNNN ACTION ...", a rule sending to a pipe or queue on an interface.
 _RULE = re.compile(r"^(\d+)\s+(pipe|queue)\s+(\d+)\s.*?\b(?:xmit|via)\s+(\S+)")
+# Its DSCP match (ipfw2.c print_dscp: " dscp" then the codes, comma-separated, by name where
+# they have one), "not" before it when negated: how qdisc rio's two rules tell IN from OUT.
+_DSCP = re.compile(r"(?:^|\s)((?:not\s+)?dscp\s+\S+)")
+# The label of roles/freebsd_router's rio record, where the record is not there to say it.
+RIO_LABEL = "approximated by two dummynet RED queues (IN, OUT) on one pipe"
 
 
 def aqm_of(text):
@@ -198,6 +207,10 @@ def parse_dummynet(text):
         found = _RED.match(line)
         if found and flowset is not None:
             flowset["aqm"] = "gred" if found[1] else "red"
+            if found[2]:
+                w_q, min_th, max_th, max_p = found.groups()[1:]
+                flowset["red"] = {"w_q": float(w_q), "min_th": int(min_th),
+                                  "max_th": int(max_th), "max_p": float(max_p)}  # fmt: skip
             continue
         found = _SCHED.match(line)
         if found:
@@ -221,21 +234,90 @@ def parse_dummynet(text):
     return out
 
 
+COUNTERS = ("packets", "bytes", "qlen", "backlog", "drops")
+
+
+def rio_record(record, iface):
+    """roles/freebsd_router's rio record of an interface (delay_backend.json "rio"), {}."""
+    rio = record.get("rio") if isinstance(record, dict) else None
+    found = rio.get(iface) if isinstance(rio, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def rio_rules(iface, rules, record):
+    """qdisc rio's two rules of an interface, {"in": rule, "out": rule} (rule: number, kind,
+    queue number, its text), or None for any other shaping. The queues are those the router's
+    record names (delay_backend.json "rio"); without it, the two `queue` rules that match a
+    DSCP list, IN, and its negation, OUT (roles/freebsd_router's ipfw.rules.j2)."""
+    queued = [r for r in rules if r[1] == "queue"]
+    numbers = rio_record(record, iface).get("queues")
+    found = {}
+    if isinstance(numbers, dict):
+        for part in ("in", "out"):
+            found[part] = next((r for r in queued if r[2] == numbers.get(part)), None)
+    elif len(queued) == 2:
+        for rule in queued:
+            match = _DSCP.search(rule[3])
+            if match:
+                found["out" if match[1].startswith("not") else "in"] = rule
+    return found if found.get("in") and found.get("out") else None
+
+
+def freebsd_rio(iface, parts, record, pipes, queues, scheds):
+    """The entry of a rio interface: the pipe's rate and delay, per queue (in, out) its rule,
+    number, DSCP match, size, RED settings and counters, and the two queues' counters summed
+    at the top (None where a queue could not be read), labelled as the approximation."""
+    rio = rio_record(record, iface)
+    out = {"approximation": rio.get("rio") or RIO_LABEL, "pipe": None, "sched": None}
+    for part, (rule, _, number, text) in parts.items():
+        flowset = queues["flowsets"].get(number)
+        match = _DSCP.search(text)
+        entry = {"rule": rule, "number": number, "match": match[1] if match else None,
+                 "queue": None, "queue_unit": None, "aqm": None, "red": None}  # fmt: skip
+        if flowset is not None:
+            for key in ("queue", "queue_unit", "aqm", "red"):
+                entry[key] = flowset.get(key)
+            out["pipe"] = out["pipe"] or flowset["sched"]  # `queue N config pipe P`: sched P
+        for key in COUNTERS:
+            entry[key] = (flowset or {}).get(key, 0 if flowset is not None else None)
+        out[part] = entry
+    pipe = out["pipe"] or rio.get("pipe") or parts["in"][2]
+    out["pipe"] = pipe
+    sched = scheds["scheds"].get(pipe)
+    out["sched"] = sched["type"] if sched else None
+    link = (sched or {}).get("link") or pipes["links"].get(pipe)
+    first = out["in"]
+    report = {"rule": first["rule"],
+              "chain": [f"queue {out['in']['number']}", f"queue {out['out']['number']}",
+                        f"pipe {pipe}"],
+              "rate": link["rate"] if link else None,
+              "delay_ms": link["delay_ms"] if link else None,
+              "queue": first["queue"], "queue_unit": first["queue_unit"], "aqm": "rio"}  # fmt: skip
+    for key in COUNTERS:
+        values = [out[p][key] for p in ("in", "out")]
+        report[key] = None if None in values else sum(values)
+    report["rio"] = out
+    return report
+
+
 def freebsd_dummynet(interfaces, record):
     """Per interface: what trialbed's ipfw rule sends its outgoing packets to. The rules are
     those the router's record (delay_backend.json, "owned") names, every rule without one.
-    None for an interface when ipfw cannot be read; {"chain": []} when no rule shapes it."""
+    None for an interface when ipfw cannot be read; {"chain": []} when no rule shapes it. A
+    rio interface (two rules, to its IN and OUT queues) has both under "rio" (freebsd_rio)."""
     rules = run_soft(["ipfw", "list"])
     if rules is None:
         return {i: None for i in interfaces}
     owned = record.get("owned") if isinstance(record, dict) else None
     owned = owned.get("rules") if isinstance(owned, dict) else None
     owned = {int(r) for r in owned if str(r).isdigit()} if isinstance(owned, list) else None
-    first = {}
+    chains = {}
     for line in rules.splitlines():
         found = _RULE.match(line.strip())
         if found and (owned is None or int(found[1]) in owned):
-            first.setdefault(found[4], (int(found[1]), found[2], int(found[3])))
+            rule = (int(found[1]), found[2], int(found[3]), line.strip())
+            chains.setdefault(found[4], []).append(rule)
+    first = {iface: chain[0][:3] for iface, chain in chains.items()}
     pipes = parse_dummynet(run_soft(["ipfw", "pipe", "show"]))
     queued = any(kind == "queue" for _, kind, _ in first.values())
     queues = parse_dummynet(run_soft(["ipfw", "queue", "show"]) if queued else "")
@@ -244,6 +326,10 @@ def freebsd_dummynet(interfaces, record):
     for iface in interfaces:
         if iface not in first:
             report[iface] = {"chain": []}
+            continue
+        rio = rio_rules(iface, chains[iface], record)
+        if rio is not None:
+            report[iface] = freebsd_rio(iface, rio, record, pipes, queues, scheds)
             continue
         rule, kind, number = first[iface]
         entry = {"rule": rule, "chain": [f"{kind} {number}"], "rate": None, "delay_ms": None,

@@ -8,6 +8,8 @@ directory, so the relative output names land there and are collected with the re
 
     # every router with a shaped egress, after the captures listen, before traffic:
     daemons.spawn(host, "tc_sampler", tc_sampler_command(ifaces))   # -> tc_samples.jsonl
+    # (a FreeBSD router: daemons.spawn(host, "ipfw_sampler", ipfw_sampler_command(pipes,
+    #  rio_queues=...)) -> ipfw_samples.jsonl, its rio links' two queues included)
     # every Linux TCP sender, with the addresses of its flows' two ends:
     daemons.spawn(host, "tcp_probe", tcp_probe_command(addrs, tag=trial_name),
                   ready="recording tcp_probe")                       # -> tcp_probe.txt
@@ -47,11 +49,23 @@ def tc_sampler_command(
 
 
 def ipfw_sampler_command(
-    pipes: dict[str, int], out: str = "ipfw_samples.jsonl", interval_ms: float = 10.0
+    pipes: dict[str, int],
+    out: str = "ipfw_samples.jsonl",
+    interval_ms: float = 10.0,
+    rio_queues: dict[str, dict[str, int]] | None = None,
 ) -> str:
     """Samples `ipfw pipe show` of a FreeBSD router's pipes ({egress interface: pipe number},
-    as freebsd_router numbers them) every `interval_ms` into `out` until SIGTERM/SIGINT."""
-    specs = [f"{dev}={number}" for dev, number in sorted(pipes.items())]
+    as freebsd_router numbers them) every `interval_ms` into `out` until SIGTERM/SIGINT. An
+    interface in `rio_queues` ({interface: {"in": N, "out": M}}, qdisc rio: its packets wait
+    in those two queues, not in the pipe's) is sampled with `ipfw queue show N M` instead,
+    given as DEV=PIPE/IN,OUT."""
+    rio_queues = rio_queues or {}
+    specs = [
+        f"{dev}={number}/{rio_queues[dev]['in']},{rio_queues[dev]['out']}"
+        if dev in rio_queues
+        else f"{dev}={number}"
+        for dev, number in sorted(pipes.items())
+    ]
     return command("ipfw_sampler", "--interval-ms", f"{interval_ms:g}", "--out", out, *specs)
 
 
