@@ -6,6 +6,11 @@ bytes here with a mean packet size, which the trial records. GRED picks a packet
 `skb->tc_index`; in Debian 12's kernel (no dsmark, no tcindex) a clsact egress filter with
 `classid :N` sets it, so the DSCPs of IN map to VQ 0 and everything else to VQ 1 (OUT).
 
+A third level, `high` (VQ 2: RFC 2597's high drop precedence, AF*3), is built when the
+experiment gives it: seed 004's three-colour marker MPM sends APM's probes there. The paper
+gives no thresholds for it; its defaults are OUT's (min 2, max 6, Pmax 0.2), and in RIO mode
+its average also holds IN's and OUT's, so it is dropped first.
+
 GRED has no w_q of its own: tc derives its EWMA weight 2^-Wlog from `burst`
 (iproute2 tc/tc_red.c, tc_red_eval_ewma), so a w_q is written as the burst that gives the
 nearest power of two, and the weight the queue really uses is recorded beside the one asked.
@@ -25,16 +30,21 @@ from core.dscp import parse_dscp
 from core.units import parse_buffer, parse_bytes
 
 PRECEDENCES = ("in", "out")  # VQ 0, VQ 1; GRED's prio 1 and 2 (grio: OUT's average adds IN's)
+HIGH = "high"  # VQ 2, prio 3, when given (its average adds IN's and OUT's)
 # EXPERIMENTS.md §4: OUT min 2, max 6, Pmax 0.2; IN min swept 9..240, max = 3 min, Pmax 0.1;
 # w_q 0.0012. A max not given is 3 x min (both levels of the paper follow it).
 DEFAULTS: dict[str, dict[str, float]] = {
     "in": {"min": 9, "pmax": 0.1, "w_q": 0.0012},
     "out": {"min": 2, "pmax": 0.2, "w_q": 0.0012},
+    HIGH: {"min": 2, "pmax": 0.2, "w_q": 0.0012},
 }
 MAX_OVER_MIN = 3
 MEAN_PACKET = "1500B"  # the seed-004 flow table: 190 packets carry 284 454 bytes (1497 B each)
 # IN: drop precedence 1 of every AF class (RFC 2597); every other DSCP is OUT.
 IN_DSCP = ("af11", "af21", "af31", "af41")
+# High: drop precedence 3 of every AF class, when the queue has that level.
+HIGH_DSCP = ("af13", "af23", "af33", "af43")
+KEYS = ("mean_packet", "in", "out", HIGH, "in_dscp", "high_dscp")
 LARGEST_WLOG = 31  # tc_red_eval_ewma tries wlog 1..31
 
 
@@ -78,7 +88,7 @@ class VirtualQueue:
     """One GRED VQ of a RIO queue, in the units tc takes (bytes), with what it came from."""
 
     dp: int
-    precedence: str  # in | out
+    precedence: str  # in | out | high
     prio: int
     min_packets: int
     max_packets: int
@@ -157,26 +167,45 @@ def mean_packet_bytes(rio: dict[str, Any]) -> int:
     return value
 
 
+def precedences(rio: dict[str, Any]) -> tuple[str, ...]:
+    """The queue's levels, VQ 0 first: in and out, and high when the experiment gives it."""
+    return (*PRECEDENCES, HIGH) if rio.get(HIGH) is not None else PRECEDENCES
+
+
+def _codes(rio: dict[str, Any], key: str, default: tuple[str, ...]) -> list[int]:
+    try:
+        codes = [parse_dscp(n) for n in rio.get(key) or list(default)]
+    except ValueError as e:
+        raise RioError(f"rio.{key}: {e}") from None
+    return list(dict.fromkeys(codes))
+
+
 def in_dscp(rio: dict[str, Any]) -> list[int]:
     """The DSCPs whose packets are IN (VQ 0)."""
-    names = rio.get("in_dscp") or list(IN_DSCP)
-    try:
-        codes = [parse_dscp(n) for n in names]
-    except ValueError as e:
-        raise RioError(f"rio.in_dscp: {e}") from None
-    return list(dict.fromkeys(codes))
+    return _codes(rio, "in_dscp", IN_DSCP)
+
+
+def high_dscp(rio: dict[str, Any]) -> list[int]:
+    """The DSCPs whose packets go to the high level (VQ 2); none without that level."""
+    if rio.get(HIGH) is None:
+        if rio.get("high_dscp"):
+            raise RioError("rio.high_dscp: given, but the queue has no rio.high level")
+        return []
+    codes = _codes(rio, "high_dscp", HIGH_DSCP)
+    both = sorted(set(codes) & set(in_dscp(rio)))
+    if both:
+        raise RioError(f"rio.high_dscp: DSCP {both} also in rio.in_dscp; a code has one level")
+    return codes
 
 
 def virtual_queues(rio: dict[str, Any], buffer: object) -> list[VirtualQueue]:
     """IN and OUT of a RIO queue whose physical queue is `buffer` (60000B, or 40pkt counted in
     mean packets); raise RioError naming the key when a threshold does not fit."""
-    unknown = set(rio) - {"mean_packet", "in", "out", "in_dscp"}
+    unknown = set(rio) - set(KEYS)
     if unknown:
-        raise RioError(
-            f"rio: unknown key {', '.join(sorted(unknown))}; allowed: mean_packet, in, out, in_dscp"
-        )
+        raise RioError(f"rio: unknown key {', '.join(sorted(unknown))}; allowed: {', '.join(KEYS)}")
     mean = mean_packet_bytes(rio)
-    in_dscp(rio)
+    high_dscp(rio)  # checks in_dscp too
     try:
         parsed = parse_buffer(buffer)
     except ValueError as e:
@@ -184,7 +213,7 @@ def virtual_queues(rio: dict[str, Any], buffer: object) -> list[VirtualQueue]:
     limit = parsed.in_bytes(mean)
     size = f"{parsed}: {limit} B at mean_packet" if parsed.packets else f"{limit} B"
     out = []
-    for dp, name in enumerate(PRECEDENCES):
+    for dp, name in enumerate(precedences(rio)):
         level = _level(rio, name)
         vq = VirtualQueue(
             dp=dp,
@@ -222,9 +251,14 @@ def link_problems(link: dict[str, Any]) -> list[str]:
     return []
 
 
-def tos_filters(rio: dict[str, Any]) -> list[dict[str, str]]:
-    """The clsact egress filters' ToS matches (flower ip_tos value/mask) of IN's DSCPs."""
-    return [{"tos": f"{code << 2:#04x}", "mask": "0xfc"} for code in in_dscp(rio)]
+def tos_filters(rio: dict[str, Any]) -> list[dict[str, Any]]:
+    """The clsact egress filters' ToS matches (flower ip_tos value/mask) and the VQ each
+    sends to: IN's DSCPs to VQ 0, high's to VQ 2 (every other packet goes to OUT, VQ 1)."""
+    return [
+        {"tos": f"{code << 2:#04x}", "mask": "0xfc", "vq": vq}
+        for vq, codes in ((0, in_dscp(rio)), (2, high_dscp(rio)))
+        for code in codes
+    ]
 
 
 # GRED's per-VQ fields in `tc -s -j qdisc show` (iproute2 6.1, tc/q_gred.c) -> our names. The

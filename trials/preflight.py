@@ -209,6 +209,12 @@ def preflight(
                 needs_speed[(e.host, e.iface)] = (e.shaping.rate, e.link)
             if e.shaping.qdisc != "droptail":
                 needs_qdisc.setdefault(e.host, {})[e.shaping.qdisc] = e.link
+            if e.shaping.rio and e.shaping.rio.high and runs_freebsd(rack, e.host):
+                problems.append(
+                    f"{source}: key 'network.links[{e.link}].rio.high': host {e.host} is a "
+                    "FreeBSD router, whose approximation of RIO has two dummynet queues (IN, "
+                    "OUT); a third drop level needs a Linux router (GRED)"
+                )
             if max_rate and e.shaping.rate and e.shaping.rate > parse_rate(max_rate):
                 problems.append(
                     f"{source}: link {e.link} ({e.direction}, {e.node}:{e.iface}): "

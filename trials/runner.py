@@ -36,6 +36,7 @@ from core.daemons import Daemons
 from core.dscp import counter_delta, nft_rule_counters, parse_dscp
 from core.rack import PROJECT_DIR, Rack, RackError
 from core.rio import counters_delta, gred_counters
+from core.rio import high_dscp as rio_high_dscp
 from core.units import format_duration, format_rate
 from trials import adaptive_marking
 from trials.ansible import configure_tags, run_playbook, write_host_vars
@@ -550,6 +551,8 @@ class TrialRunner:
                 "direction": e.direction,
                 "in_dscp": [parse_dscp(d) for d in e.shaping.rio.in_dscp],  # type: ignore[union-attr]
             }
+            if high := rio_high_dscp(e.shaping.rio.settings()):  # type: ignore[union-attr]
+                entry["high_dscp"] = high
             if net.runs_freebsd(e.host):
                 backend = ((delay or {}).get(e.host) or {}).get("rio") or {}
                 entry.update(

@@ -27,7 +27,7 @@ from pydantic import (
 
 from core.dscp import parse_dscp
 from core.rio import DEFAULTS as RIO_DEFAULTS
-from core.rio import IN_DSCP, MAX_OVER_MIN, MEAN_PACKET, RioError, virtual_queues
+from core.rio import HIGH_DSCP, IN_DSCP, MAX_OVER_MIN, MEAN_PACKET, RioError, virtual_queues
 from core.units import parse_bytes, parse_duration_ns
 from trials.fields import (
     BufferSize,
@@ -94,7 +94,8 @@ def _dscp_names(value: Any) -> list[int | str]:
 
 class Rio(Strict):
     """RIO (RED with IN and OUT) sharing one physical queue, the link's buffer: GRED in RIO
-    mode, IN and OUT taken from the DSCP. Defaults: ../shared/EXPERIMENTS.md §4."""
+    mode, IN and OUT taken from the DSCP, and a third level (high) when given. Defaults:
+    ../shared/EXPERIMENTS.md §4."""
 
     mean_packet: Bytes = Field(
         parse_bytes(MEAN_PACKET),
@@ -118,6 +119,16 @@ class Rio(Strict):
         min_length=1,
         description="DSCPs that are IN (every other packet is OUT)",
     )
+    high: RedLevel | None = Field(
+        None,
+        description="a third level, RFC 2597's high drop precedence (VQ 2; seed 004's MPM "
+        "sends its probes there): min, max, pmax, w_q, defaults OUT's; none: two levels",
+    )
+    high_dscp: Annotated[list[int | str], BeforeValidator(_dscp_names)] | None = Field(
+        None,
+        min_length=1,
+        description="with high: its DSCPs (default {})".format(", ".join(HIGH_DSCP)),
+    )
 
     def settings(self) -> dict[str, Any]:
         """The form core/rio.py and role linux_router take (packets, mean_packet with unit)."""
@@ -126,6 +137,8 @@ class Rio(Strict):
             "in": self.in_.model_dump(exclude_none=True),
             "out": self.out.model_dump(exclude_none=True),
             "in_dscp": list(self.in_dscp),
+            **({"high": self.high.model_dump(exclude_none=True)} if self.high else {}),
+            **({"high_dscp": list(self.high_dscp)} if self.high_dscp else {}),
         }
 
 

@@ -1,7 +1,8 @@
 """Seed 004 (Neglia, Bianchi, Sottile): adaptive markers over a RIO core.
 
 Per trial: the marker at the edge; IN % (of the packets that reached the RIO queue, the share
-its IN virtual queue received) and drop % (total, IN, OUT), from GRED's own per-VQ counters;
+its IN virtual queue received) and drop % (total, IN, OUT, and HIGH where the queue has that
+third level: MPM's probes), from GRED's own per-VQ counters;
 the goodput that crossed the bottleneck (web payload in the steady window, from the capture
 after it) as a share of the link's rate; the mean transit of a packet across the router (its
 queue, plus the core link's delay and the edge marker's time: constant per setting), from the
@@ -53,10 +54,10 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
         where, rio = found
         vq_in, vq_out = rio["virtual_queues"][:2]
         counters = rio.get("counters") or {}
-        c_in, c_out = counters.get("0", {}), counters.get("1", {})
-        n_in, n_out = c_in.get("packets", 0), c_out.get("packets", 0)
-        d_in, d_out = c_in.get("drops", 0), c_out.get("drops", 0)
-        total = n_in + n_out
+        c_in, c_out, c_high = (counters.get(vq, {}) for vq in ("0", "1", "2"))
+        n_in, n_out, n_high = (c.get("packets", 0) for c in (c_in, c_out, c_high))
+        d_in, d_out, d_high = (c.get("drops", 0) for c in (c_in, c_out, c_high))
+        total = n_in + n_out + n_high
         out.update(
             rio_at=where,
             rio_in_min_pkt=vq_in.get("min_packets"),
@@ -64,12 +65,19 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
             in_packets=n_in,
             out_packets=n_out,
             in_share=n_in / total if total else None,
-            drop_total=(d_in + d_out) / total if total else None,
+            drop_total=(d_in + d_out + d_high) / total if total else None,
             drop_in=d_in / n_in if n_in else None,
             drop_out=d_out / n_out if n_out else None,
             # Seconds its IN queue was locked out (analysis.gred_lockout): None without samples.
             lockout_s=((summary.get("rio_lockout") or {}).get(where) or {}).get("locked_s"),
         )
+        if len(rio["virtual_queues"]) > 2:  # the high level (MPM's probes)
+            out.update(
+                rio_high_min_pkt=rio["virtual_queues"][2].get("min_packets"),
+                high_packets=n_high,
+                high_share=n_high / total if total else None,
+                drop_high=d_high / n_high if n_high else None,
+            )
         if rio.get("approximation"):  # a FreeBSD router: two dummynet queues, not RIO
             out["rio_approximation"] = rio["approximation"]
     web = {
@@ -129,6 +137,11 @@ def frontier_table(table: pd.DataFrame) -> pd.DataFrame:
                 "drop %": 100 * r.drop_total.mean(),
                 "drop IN %": 100 * r.drop_in.mean(),
                 "drop OUT %": 100 * r.drop_out.mean(),
+                **(
+                    {"HIGH %": 100 * r.high_share.mean(), "drop HIGH %": 100 * r.drop_high.mean()}
+                    if "high_share" in r and r.high_share.notna().any()
+                    else {}
+                ),
                 "goodput Mbit/s": r.goodput_bps.mean() / 1e6,
                 "utilization %": 100 * r.utilization.mean(),
                 "transit ms": r.transit_mean_ms.mean(),
@@ -173,15 +186,19 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
     rows = [("marker", str(r.get("marker")))]
     if pd.notna(r.get("in_share")):
         approx = r.get("rio_approximation")
+        three = pd.notna(r.get("high_share"))
+        high = int(r.high_packets) if three else 0
+        high_share = f", HIGH {100 * r.high_share:.1f} %" if three else ""
+        high_drops = f", HIGH {fmt(100 * (r.drop_high or 0), 2)} %" if three else ""
         rows.append(
             (
                 "RIO approximation (dummynet queues)"
                 if isinstance(approx, str)
                 else "RIO (GRED counters)",
-                f"IN {100 * r.in_share:.1f} % of {int(r.in_packets + r.out_packets)} packets; "
-                f"drops {100 * r.drop_total:.2f} % (IN {fmt(100 * (r.drop_in or 0), 2)} %, "
-                f"OUT {fmt(100 * (r.drop_out or 0), 2)} %)"
-                + (f"; not RIO: {approx}" if isinstance(approx, str) else ""),
+                f"IN {100 * r.in_share:.1f} % of {int(r.in_packets + r.out_packets + high)} "
+                f"packets{high_share}; drops {100 * r.drop_total:.2f} % (IN "
+                f"{fmt(100 * (r.drop_in or 0), 2)} %, OUT {fmt(100 * (r.drop_out or 0), 2)} %"
+                f"{high_drops})" + (f"; not RIO: {approx}" if isinstance(approx, str) else ""),
             )
         )
     if r.get("lockout_s"):

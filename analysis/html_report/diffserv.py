@@ -77,7 +77,8 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
             "counters (queue IN as VQ 0, OUT as VQ 1), not GRED's."
         )
     page.text(
-        "IN % and drop %: GRED's per-virtual-queue counters at the core (VQ 0 IN, VQ 1 OUT), "
+        "IN % and drop %: GRED's per-virtual-queue counters at the core (VQ 0 IN, VQ 1 OUT; "
+        "VQ 2 HIGH where the queue has a third level, MPM's probes), "
         "over the whole trial. Goodput: the web flows' payload delivered in the steady window "
         "(after the warm-up), from the captures. Transit: capture before the core to capture "
         "after it (queue, link delay, the edge marker's time), mean over the packets forwarded "

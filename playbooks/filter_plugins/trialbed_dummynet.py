@@ -80,6 +80,11 @@ def dummynet_problems(link: dict) -> list[str]:
         delay = float(link.get("delay_ms") or 0)
     except (TypeError, ValueError):
         delay = 0.0  # trialbed_link_problems names it
+    if qdisc == "rio" and (link.get("rio") or {}).get(rio.HIGH) is not None:
+        problems.append(
+            "rio.high: the dummynet approximation of RIO has two queues (IN, OUT); a third drop "
+            "level needs a Linux router (GRED)"
+        )
     if qdisc == "rio":
         for name in rio.PRECEDENCES:
             w_q = ((link.get("rio") or {}).get(name) or {}).get("w_q")

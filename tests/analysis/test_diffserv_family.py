@@ -109,3 +109,29 @@ def test_html_sections_write_the_table_and_one_curve_per_marker(tmp_path):
     lines = dict(html.curves(diffserv.frontier_table(pd.DataFrame(rows))))
     assert list(lines["APM"]["transit ms"]) == [9, 27] and len(lines["NM"]) == 1
     assert html.groups(pd.DataFrame(rows))[0] == "marker"
+
+
+def test_a_third_level_has_its_share_and_drops_in_the_trial_and_the_table():
+    """MPM over a three-level RIO: VQ 2 (AF*3, the probes) counts in the total and has its own
+    share and drop share; the batch table gains HIGH % and drop HIGH %."""
+    counters = {
+        "0": {"packets": 100, "drops": 0},
+        "1": {"packets": 800, "drops": 16},
+        "2": {"packets": 100, "drops": 20},
+    }
+    rec = record("MPM", 333, counters)
+    rec["rio"]["R1:core"]["virtual_queues"].append({"min_packets": 2})
+    s = diffserv.trial_summary(rec, summary((1, 1), (1.0, 1.0)))
+    assert s["in_share"] == 0.1 and s["high_share"] == 0.1 and s["high_packets"] == 100
+    assert s["drop_total"] == 36 / 1000 and s["drop_out"] == 0.02 and s["drop_high"] == 0.2
+    assert s["rio_high_min_pkt"] == 2
+    rows = pd.DataFrame([{"status": "complete", **s}])
+    table = diffserv.frontier_table(rows)
+    assert table.iloc[0]["HIGH %"] == 10.0 and table.iloc[0]["drop HIGH %"] == 20.0
+    (line,) = [text for name, text in diffserv.trial_rows(rows.iloc[0]) if "RIO" in name]
+    assert line.startswith("IN 10.0 % of 1000 packets, HIGH 10.0 %; drops 3.60 %")
+    assert line.endswith("OUT 2.00 %, HIGH 20.00 %)")
+    # Two levels: no HIGH columns.
+    two = diffserv.trial_summary(record("APM", 9, counters), summary((1, 1), (1.0, 1.0)))
+    assert "high_share" not in two
+    assert "HIGH %" not in diffserv.frontier_table(pd.DataFrame([{"status": "complete", **two}]))

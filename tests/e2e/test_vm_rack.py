@@ -406,9 +406,10 @@ def test_host_pacing_puts_fq_on_the_sender(vm_rack, trial):
     assert summary["goodput_kBps"] > 95
 
 
-# RIO at the core (seed 004, issue 8 item 3): an IN (AF11) and an OUT (AF12) TCP flow share a
-# 1.5 Mbit/s link whose queue is GRED in RIO mode (IN 9/27 packets, Pmax 0.1, the seed-004
-# values; OUT here with IN's thresholds and Pmax 0.2; w_q 0.0012; 1500 B per packet).
+# RIO at the core (seed 004, issue 8 item 3): an IN (AF11), an OUT (AF12) and a high (AF13, the
+# third level MPM's probes use) TCP flow share a 1.5 Mbit/s link whose queue is GRED in RIO mode
+# (IN 9/27 packets, Pmax 0.1, the seed-004 values; OUT and high here with IN's thresholds and
+# Pmax 0.2; w_q 0.0012; 1500 B per packet).
 RIO_RATE_BPS = 1_500_000
 RIO_EXPERIMENT = yaml.safe_dump(
     {
@@ -423,7 +424,8 @@ RIO_EXPERIMENT = yaml.safe_dump(
                  # outright (measured: OUT sent nothing for 30 s and outlived the trial by
                  # over 60 s). Here OUT competes, and loses more because RIO judges it by
                  # the whole queue's average, IN by IN's own.
-                 "rio": {"mean_packet": "1500B", "out": {"min": 9, "pmax": 0.2}}},
+                 "rio": {"mean_packet": "1500B", "out": {"min": 9, "pmax": 0.2},
+                         "high": {"min": 9, "pmax": 0.2}}},
             ],
             # Marked by nftables on the senders, every packet of a flow: iperf3 -S would leave
             # its control connection unmarked, in OUT's queue, where a flow that starts second
@@ -431,11 +433,13 @@ RIO_EXPERIMENT = yaml.safe_dump(
             "marking": [
                 {"name": "in", "at": "A", "flow": "in_flow", "dscp": "af11"},
                 {"name": "out", "at": "B", "flow": "out_flow", "dscp": "af12"},
+                {"name": "high", "at": "A", "flow": "high_flow", "dscp": "af13"},
             ],
         },
         "traffic": [
             {"type": "bulk_tcp", "name": "in_flow", "from": "A", "to": "C"},
             {"type": "bulk_tcp", "name": "out_flow", "from": "B", "to": "D"},
+            {"type": "bulk_tcp", "name": "high_flow", "from": "A", "to": "D"},
         ],
         "capture": {
             "points": [
@@ -450,7 +454,7 @@ RIO_EXPERIMENT = yaml.safe_dump(
 )  # fmt: skip
 
 
-def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_rack, tmp_path):
+def test_rio_sorts_in_out_and_high_into_their_virtual_queues_and_drops_in_last(vm_rack, tmp_path):
     exp_file = tmp_path / "rio.yml"
     exp_file.write_text(RIO_EXPERIMENT)
     start = time.monotonic()
@@ -467,15 +471,18 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
     for point, counts in record["capture"].items():
         assert counts["dropped_by_kernel"] == 0, point
 
-    # What was configured: GRED in RIO mode, thresholds converted with the mean packet size.
+    # What was configured: GRED in RIO mode with three VQs, thresholds converted with the mean
+    # packet size.
     tc = (trial_dir / "R" / "tc_before.txt").read_text()
-    assert re.search(r"qdisc gred 10: parent 2:10 vqs 2 default 1 grio limit 60000b", tc)
+    assert re.search(r"qdisc gred 10: parent 2:10 vqs 3 default 1 grio limit 60000b", tc)
     assert "qdisc clsact ffff:" in tc
     rio = record["rio"]["R:right"]
-    vq_in, vq_out = rio["virtual_queues"]
+    vq_in, vq_out, vq_high = rio["virtual_queues"]
     assert (vq_in["min_bytes"], vq_in["max_bytes"], vq_in["mean_packet"]) == (13500, 40500, 1500)
     assert (vq_out["min_bytes"], vq_out["max_bytes"]) == (13500, 40500)
+    assert (vq_high["precedence"], vq_high["prio"], vq_high["pmax"]) == ("high", 3, 0.2)
     assert vq_in["w_q"] == 0.0012 and vq_in["wlog"] == 10
+    assert rio["high_dscp"] == [14, 22, 30, 38]  # AF13, AF23, AF33, AF43
 
     # From the captures on either side of R (the second one also sees the ACKs coming back:
     # packets are told apart by sender and DSCP): what arrived for the RIO queue and what left.
@@ -486,11 +493,11 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
         mine = df[(df.proto == 6) & (df.src == addresses[src])]
         return mine if dscp is None else mine[mine.tos.astype(int) // 4 == dscp]
 
-    # Goodput while both compete: payload that left R during the trial's 20 s (a starved OUT
-    # flow may drain its socket buffer alone afterwards: measured, 26 s more in one run).
+    # Goodput while they compete: payload that left R during the trial's 20 s (a starved flow
+    # may drain its socket buffer alone afterwards: measured, 26 s more in one run).
     t0, t_end = record["times"]["t0_ns"], record["times"]["t0_ns"] + 20 * 10**9
     flows = {}
-    for name, src, dscp in (("in_flow", "A", 10), ("out_flow", "B", 12)):
+    for name, src, dscp in (("in_flow", "A", 10), ("out_flow", "B", 12), ("high_flow", "A", 14)):
         a, lft = count(arrived, src, dscp), count(left, src, dscp)
         during = lft[(lft.ts_ns >= t0) & (lft.ts_ns < t_end)]
         flows[name] = {
@@ -499,45 +506,53 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
             "lost": len(a) - len(lft),
             "loss": (len(a) - len(lft)) / len(a),
             "goodput_bps": during.payload_len.astype(int).sum() * 8 / 20,
-            # none: the senders mark the control connection too
-            "unmarked": len(count(arrived, src, 0)),
-            "unmarked_lost": len(count(arrived, src, 0)) - len(count(left, src, 0)),
-            "other": len(count(arrived, src)) - len(a) - len(count(arrived, src, 0)),
         }
+    # From the senders, TCP packets with none of their flows' codes: none (the senders mark
+    # the control connections too), nor any other code.
+    unmarked = {src: len(count(arrived, src, 0)) for src in ("A", "B")}
+    unmarked_lost = sum(n - len(count(left, src, 0)) for src, n in unmarked.items())
+    other = len(count(arrived, "A")) + len(count(arrived, "B")) - sum(unmarked.values())
+    other -= sum(f["arrived"] for f in flows.values())
     counters = rio["counters"]
     print(
         f"RIO trial {took:.0f} s; VQ 0 (IN): {counters['0']}; VQ 1 (OUT): {counters['1']}; "
+        f"VQ 2 (high): {counters['2']}; "
         + "; ".join(
             f"{n}: {f['arrived']} packets in, {f['lost']} lost ({f['loss']:.1%}), goodput "
             f"{f['goodput_bps'] / 1e3:.0f} kbit/s"
             for n, f in flows.items()
         )
     )
-    fin, fout = flows["in_flow"], flows["out_flow"]
-    assert fin["other"] == fout["other"] == 0  # every TCP packet is AF11, AF12 or unmarked
+    fin, fout, fhigh = flows["in_flow"], flows["out_flow"], flows["high_flow"]
+    assert other == 0 and unmarked == {"A": 0, "B": 0}
     # The senders' rules marked the flows (nftables counts TCP's segments before software GSO
-    # splits them: fewer than arrive at R), and no TCP packet of a flow went unmarked.
+    # splits them: fewer than arrive at R).
     marked = record["marking"]
     assert (marked["A"]["in"]["dscp"], marked["B"]["out"]["dscp"]) == (10, 12)
-    assert 0 < marked["A"]["in"]["packets"] <= fin["arrived"]
-    assert 0 < marked["B"]["out"]["packets"] <= fout["arrived"]
-    assert fin["unmarked"] == fout["unmarked"] == 0
-    # Placement: every AF11 packet went through VQ 0, every AF12 one through VQ 1 (with the
-    # unmarked ones, and the few ARP packets). GRED counts a packet on arrival, dropped or not.
+    assert marked["A"]["high"]["dscp"] == 14
+    for rule, host, flow in (("in", "A", fin), ("out", "B", fout), ("high", "A", fhigh)):
+        assert 0 < marked[host][rule]["packets"] <= flow["arrived"], rule
+    # Placement: every AF11 packet went through VQ 0, every AF13 one through VQ 2, every AF12
+    # one through VQ 1 (with the few ARP packets). GRED counts a packet on arrival, dropped or
+    # not.
     assert counters["0"]["packets"] == fin["arrived"]
-    unmarked = fin["unmarked"] + fout["unmarked"]
-    assert 0 <= counters["1"]["packets"] - fout["arrived"] - unmarked <= 20
-    # Losses: only the RIO queue drops here (netem and HTB do not), so what VQ 0 dropped is
-    # exactly what the IN flow lost between the two captures; VQ 1 dropped what the OUT flow
-    # and the unmarked packets lost. OUT loses a larger share than IN.
+    assert counters["2"]["packets"] == fhigh["arrived"]
+    assert 0 <= counters["1"]["packets"] - fout["arrived"] <= 20
+    # Losses: only the RIO queue drops here (netem and HTB do not), so what VQ 0 and VQ 2
+    # dropped is exactly what the IN and the high flow lost between the two captures; VQ 1
+    # dropped what the OUT flow lost. OUT and high, judged by averages that hold IN's queue
+    # too, lose a larger share than IN.
     assert counters["0"]["drops"] == fin["lost"]
-    unmarked_lost = fin["unmarked_lost"] + fout["unmarked_lost"]
+    assert counters["2"]["drops"] == fhigh["lost"]
     assert 0 <= counters["1"]["drops"] - fout["lost"] - unmarked_lost <= 20
     assert fout["lost"] > 0 and fout["loss"] > fin["loss"]
-    assert counters["1"]["early_drops"] + counters["1"]["forced_drops"] > 0
-    # IN gets the larger share of a link TCP keeps full.
-    assert fin["goodput_bps"] > fout["goodput_bps"]
-    assert fin["goodput_bps"] + fout["goodput_bps"] > 0.8 * RIO_RATE_BPS * 1448 / 1514
+    assert fhigh["lost"] > 0 and fhigh["loss"] > fin["loss"]
+    for vq in ("1", "2"):
+        assert counters[vq]["early_drops"] + counters[vq]["forced_drops"] > 0, vq
+    # IN gets the largest share of a link TCP keeps full.
+    assert fin["goodput_bps"] > max(fout["goodput_bps"], fhigh["goodput_bps"])
+    total = sum(f["goodput_bps"] for f in flows.values())
+    assert total > 0.8 * RIO_RATE_BPS * 1448 / 1514
 
     # --keep-network left the trial's RIO on R (the root and the clsact with its filters);
     # configure.yml by hand with the trial's variables finds nothing to change (the runner
@@ -556,7 +571,7 @@ def test_rio_sorts_in_and_out_into_their_virtual_queues_and_drops_out_first(vm_r
     assert "configuration stays on the rack" in " ".join(done.stderr.split())
     kept = r_right()
     assert "qdisc gred 10:" in kept and "qdisc clsact" in kept
-    assert kept.count("ip_tos") == 4 and "matchall" in kept  # AF11, AF21, AF31, AF41
+    assert kept.count("ip_tos") == 8 and "matchall" in kept  # AF11..AF41, AF13..AF43
     overlay = trial_dir / "ansible" / "trial_vars.yml"
     again = vm_rack.playbook(
         "configure.yml", "-i", str(vm_rack.inventory), "-i", str(overlay), "--limit", "localhost,R"

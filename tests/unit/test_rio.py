@@ -91,15 +91,25 @@ def test_w_q_becomes_the_burst_that_gives_the_nearest_power_of_two():
 
 def test_in_dscps_become_flower_tos_matches():
     assert rio.tos_filters({}) == [
-        {"tos": "0x28", "mask": "0xfc"},  # AF11 = 10 << 2
-        {"tos": "0x48", "mask": "0xfc"},  # AF21
-        {"tos": "0x68", "mask": "0xfc"},  # AF31
-        {"tos": "0x88", "mask": "0xfc"},  # AF41
+        {"tos": "0x28", "mask": "0xfc", "vq": 0},  # AF11 = 10 << 2
+        {"tos": "0x48", "mask": "0xfc", "vq": 0},  # AF21
+        {"tos": "0x68", "mask": "0xfc", "vq": 0},  # AF31
+        {"tos": "0x88", "mask": "0xfc", "vq": 0},  # AF41
     ]
     assert rio.tos_filters({"in_dscp": ["ef", 0]}) == [
-        {"tos": "0xb8", "mask": "0xfc"},
-        {"tos": "0x00", "mask": "0xfc"},
+        {"tos": "0xb8", "mask": "0xfc", "vq": 0},
+        {"tos": "0x00", "mask": "0xfc", "vq": 0},
     ]
+    # With the third level, its codes (AF*3 unless given) go to VQ 2.
+    assert rio.tos_filters({"in_dscp": ["af11"], "high": {}}) == [
+        {"tos": "0x28", "mask": "0xfc", "vq": 0},
+        *({"tos": tos, "mask": "0xfc", "vq": 2} for tos in ("0x38", "0x58", "0x78", "0x98")),
+    ]
+    assert rio.tos_filters({"high": {}, "high_dscp": ["cs1"]})[-1] == {
+        "tos": "0x20",
+        "mask": "0xfc",
+        "vq": 2,
+    }
 
 
 def test_role_renders_gred_in_rio_mode_and_the_clsact_filters():
@@ -168,6 +178,36 @@ def test_role_checks_name_the_key():
     assert found == ["qdisc rio needs a rate and a buffer (its physical queue)"]
 
 
+def test_third_level_renders_a_third_vq_fed_by_the_af3_codes():
+    """MPM's three colours: GRED with three VQs in RIO mode (high's prio 3: its average adds
+    IN's and OUT's), AF*3 to VQ 2, unmatched packets still to OUT (VQ 1, also the default)."""
+    link = {"iface": "right", "rate": "6mbit", "buffer": "1000pkt", "delay_ms": 0}
+    three = {"in_dscp": ["af11"], "in": {"min": 333, "max": 999}, "out": {"min": 9}, "high": {}}
+    text = lines(render([{**link, "qdisc": "rio", "rio": three}]))
+    setup = (
+        "qdisc add dev right parent 1:10 handle 10: gred setup vqs 3 default 1 grio limit 1500000"
+    )
+    assert setup in text
+    assert (
+        "qdisc change dev right parent 1:10 handle 10: gred vq 2 prio 3 limit 1500000 min 3000 "
+        "max 9000 avpkt 1500 burst 33 probability 0.2 bandwidth 6mbit"
+    ) in text
+    assert [t for t in text if t.startswith("filter")] == [
+        "filter add dev right egress protocol ip prio 1 flower ip_tos 0x28/0xfc classid :0",
+        *(
+            f"filter add dev right egress protocol ip prio 1 flower ip_tos {tos}/0xfc classid :2"
+            for tos in ("0x38", "0x58", "0x78", "0x98")
+        ),
+        "filter add dev right egress protocol all prio 2 matchall classid :1",
+    ]
+    vqs = rio.virtual_queues(three, "1000pkt")
+    assert [(vq.dp, vq.precedence, vq.prio, vq.min_packets, vq.max_packets) for vq in vqs] == [
+        (0, "in", 1, 333, 999),
+        (1, "out", 2, 9, 27),
+        (2, "high", 3, 2, 6),
+    ]
+
+
 def test_experiment_file_takes_rio_with_defaults_and_records_them(tmp_path):
     plan = load_plan(write(tmp_path, EXPERIMENT))
     shaping = plan.base.network.links[0].direction("forward")
@@ -207,7 +247,20 @@ def test_experiment_file_takes_rio_with_defaults_and_records_them(tmp_path):
         ),
         (
             "qdisc: rio, rio: {inn: {min: 3}}",
-            "unknown key 'network.links[0].rio.inn'; allowed here: mean_packet, in, out, in_dscp",
+            "unknown key 'network.links[0].rio.inn'; allowed here: mean_packet, in, out, in_dscp, "
+            "high, high_dscp",
+        ),
+        (
+            "qdisc: rio, rio: {high_dscp: [af13]}",
+            "rio.high_dscp: given, but the queue has no rio.high level",
+        ),
+        (
+            "qdisc: rio, rio: {high: {}, high_dscp: [af13, af21]}",
+            "rio.high_dscp: DSCP [18] also in rio.in_dscp; a code has one level",
+        ),
+        (
+            "qdisc: rio, rio: {high: {min: 30}}",
+            "rio.high.max: 90 packets (135000 B at mean_packet 1500B) do not fit the link's buffer",
         ),
         (
             "qdisc: rio, rio: {in: {minimum: 3}}",

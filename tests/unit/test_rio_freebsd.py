@@ -212,6 +212,27 @@ def test_preflight_lets_rio_through_on_a_freebsd_router_with_dummynet(
         lab.lab_preflight(tmp_path / "none", monkeypatch, capsys, dummynet=False)
 
 
+def test_a_third_rio_level_is_refused_on_a_freebsd_router_before_any_host_is_touched(
+    tmp_path, monkeypatch, capsys
+):
+    path = tmp_path / "exp.yml"
+    path.write_text(EXPERIMENT.replace("qdisc: rio}", "qdisc: rio, rio: {high: {min: 2}}}"))
+    monkeypatch.setattr(lab, "EXPERIMENT", path)
+    with pytest.raises(SpecError) as refused:
+        lab.lab_preflight(tmp_path, monkeypatch, capsys)
+    assert (
+        "key 'network.links[downstream].rio.high': host R is a FreeBSD router, whose "
+        "approximation of RIO has two dummynet queues (IN, OUT); a third drop level needs a "
+        "Linux router (GRED)"
+    ) in str(refused.value)
+    # The role refuses it too, for a playbook run by hand.
+    problems = _plugin("trialbed_dummynet")["trialbed_dummynet_problems"](
+        {"iface": "em2", "rate": "1500kbit", "buffer": "60000B", "qdisc": "rio",
+         "rio": {"high": {}}}
+    )  # fmt: skip
+    assert any(p.startswith("rio.high: the dummynet approximation") for p in problems)
+
+
 def test_the_html_report_says_the_table_is_not_rio(tmp_path):
     from analysis.html_report import diffserv as html
     from analysis.html_report.page import Page
