@@ -178,6 +178,12 @@ def bottleneck_queue(
         "queue_drops_capture": int((~judged.forwarded).sum()),
         "queue_undecided_at_end": int(unknown.sum()),
         "queue_drops_tc": drops_tc,
+        # Runs of drops: the queue full where it is drop-tail; an AQM drops before it is full,
+        # so there they are its drop runs (the name says which: queue_drop_runs_are).
+        "queue_qdisc": bottleneck.get("qdisc") or "droptail",
+        "queue_drop_runs_are": "queue-full events"
+        if (bottleneck.get("qdisc") or "droptail") == "droptail"
+        else f"{bottleneck['qdisc']} drop runs (early drops, not a full queue)",
         "queue_full_events": full["events"],
         "queue_full_events_per_min": full["events_per_minute"],
         "queue_window_s": (window[1] - window[0]) / 1e9,

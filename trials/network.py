@@ -138,6 +138,7 @@ class ResolvedNetwork:
                 "iface": bottleneck.iface,
                 "rate_bps": bottleneck.shaping.rate,
                 "buffer": str(bottleneck.shaping.buffer),
+                "qdisc": bottleneck.shaping.qdisc,
             },
             "mtu": min(mtus) if mtus else 1500,
         }

@@ -164,7 +164,9 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
             f"{r.queue_drops_capture} from captures, {r.queue_drops_tc} by the queue's own counter",
         ),
         (
-            "queue-full events",
+            r.queue_drop_runs_are
+            if isinstance(r.get("queue_drop_runs_are"), str)
+            else "queue-full events",
             f"{r.queue_full_events} in {r.queue_window_s:.3g} s "
             f"({fmt(r.queue_full_events_per_min)} per minute)",
         ),

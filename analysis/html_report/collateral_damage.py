@@ -86,7 +86,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "fig4_queue_full_events.png",
         "Fig. 4: queue-full events per minute at the bottleneck, over a 60 s window in the "
         "middle of each trial (a queue-full event: the queue reaching capacity and dropping "
-        "until it accepts a packet again).",
+        "until it accepts a packet again)." + aqm_note(ok),
         window_note=True,
     )
     per_group_figure(
@@ -194,6 +194,20 @@ def _fig2_trials(batch_dir: Path, ok: pd.DataFrame) -> pd.DataFrame:
     has = ok.trial.map(lambda t: (batch_dir / "trials" / t / "analysis" / "cwnd.parquet").exists())
     ranked = ok.assign(_no_cwnd=~has).sort_values(["_no_cwnd", "flows", "rtt_ms", "repetition"])
     return ranked.groupby("cc", sort=True).head(1).sort_values("cc")
+
+
+def aqm_note(trials: pd.DataFrame) -> str:
+    """What Fig. 4 counts where the bottleneck's queue is an AQM: its runs of drops, which come
+    before the queue is full."""
+    if "queue_qdisc" not in trials:
+        return ""
+    aqms = sorted({q for q in trials.queue_qdisc.dropna() if q != "droptail"})
+    if not aqms:
+        return ""
+    return (
+        f" Where the bottleneck runs {', '.join(aqms)}, the count is that queue's runs of drops: "
+        "an AQM drops early, before its buffer is full."
+    )
 
 
 def epoch_starts(

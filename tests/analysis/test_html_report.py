@@ -19,6 +19,7 @@ from analysis.families import startup as startup_family
 from analysis.families.common import trimmed
 from analysis.html_report import configured_by, write_report
 from analysis.html_report.__main__ import main
+from analysis.html_report.collateral_damage import aqm_note
 from analysis.html_report.compare import compare_batches, previous_batch
 from tests.analysis.headless import chromium, load_page
 
@@ -291,3 +292,10 @@ def test_the_timing_table_says_how_each_trial_was_configured() -> None:
     switched = {"cc_switched": {"A": "reno", "B": "reno"}, "shaping_switched": {"R": 1}}
     assert configured_by(switched) == "cc switch (2 hosts) + shaping switch (R)"
     assert configured_by({"skipped": True, "same_as": "r1"}) == "kept (r1)"
+
+
+def test_fig4_says_what_it_counts_under_an_aqm():
+    assert aqm_note(pd.DataFrame({"queue_qdisc": ["droptail", "droptail"]})) == ""
+    assert aqm_note(pd.DataFrame({"trial": ["a"]})) == ""
+    note = aqm_note(pd.DataFrame({"queue_qdisc": ["droptail", "fq_codel", "codel", None]}))
+    assert "codel, fq_codel" in note and "runs of drops" in note

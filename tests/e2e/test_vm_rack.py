@@ -346,6 +346,10 @@ def test_fq_codel_keeps_the_udp_delay_far_below_droptail(trial, droptail):
     assert s["owd_p99_ms"] < 0.25 * full["owd_p99_ms"]
     assert s["owd_median_ms"] < 25 + 30
     assert full["owd_median_ms"] > 25 + 200  # the drop-tail queue stood
+    # fq_codel dropped before its buffer was full: its runs of drops are not called queue-full.
+    assert s["queue_drop_runs_are"] == "fq_codel drop runs (early drops, not a full queue)"
+    assert full["queue_drop_runs_are"] == "queue-full events"
+    assert s["queue_full_events"] > 0
 
 
 def test_calibration_is_recorded_and_bounds_the_rates(vm_rack, trial, tmp_path):
