@@ -42,23 +42,35 @@ class TestRack:
     prefix: str = PREFIX
     first_up: subprocess.CompletedProcess | None = None
 
-    def playbook(self, playbook: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
+    @staticmethod
+    def playbook_command(playbook: str, *args: str) -> dict:
+        """subprocess keyword arguments of `ansible-playbook playbooks/<playbook> ARGS`."""
+        return {
+            "args": [
                 str(PROJECT / ".venv/bin/ansible-playbook"),
                 str(PROJECT / "playbooks" / playbook),
                 *args,
             ],
-            capture_output=True,
-            text=True,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            env={
+            "stdin": subprocess.DEVNULL,
+            "text": True,
+            "env": {
                 **os.environ,
                 "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
                 "ANSIBLE_NOCOLOR": "1",
             },
+        }
+
+    def playbook(self, playbook: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            **self.playbook_command(playbook, *args), capture_output=True, check=False
         )
+
+    def start_playbook(self, playbook: str, *args: str, log: Path) -> subprocess.Popen:
+        """`playbook` in the background, its output (stdout and stderr) into `log`."""
+        with log.open("w") as out:
+            return subprocess.Popen(
+                **self.playbook_command(playbook, *args), stdout=out, stderr=subprocess.STDOUT
+            )
 
     def rack_vars(self, state: str) -> list[str]:
         """rack.yml's extra variables for this rack in `state` (present or absent)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -33,23 +32,20 @@ from analysis.metrics import MAX_FRAME_BYTES, owd_upper_bound_ns
 from analysis.pcap import ip_to_int, read_pcap
 from collect.fetch import verify_manifest
 from core.units import parse_buffer, parse_duration_ns, parse_rate
+from tests.e2e import vm_boot
 from tests.e2e.conftest import (
     PROJECT,
     TestRack,
-    own_topology,
     processes_mentioning,
     rack_leftovers,
     recap,
-    remove_stale_test_rack,
-    state_dir,
 )
 from tests.e2e.test_collateral_damage import DELAY_ACCURACY_MS, link_leaves_tcp_kBps
 from tests.e2e.test_collateral_damage import EXPERIMENT as DUMBBELL_EXPERIMENT
+from tests.e2e.vm_boot import PREFIX, SUBNET
 
 pytestmark = pytest.mark.rack
 
-PREFIX = "tv-"
-SUBNET = 3
 # netem at the root, HTB its child, the link's queue HTB's leaf (`tc -s qdisc show` order).
 NETEM_HTB = r"qdisc netem 1: root[^#]*qdisc htb 2: parent 1:1[^#]*qdisc "
 # The foundation's dumbbell experiment with H-TCP, netem and fq pacing, with a drop-tail
@@ -75,26 +71,21 @@ EXPERIMENT = yaml.safe_dump(
 
 @pytest.fixture(scope="module")
 def vm_rack(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("the VM rack needs root (tap, bridge, qemu)")
-    for tool in ("qemu-system-x86_64", "qemu-img", "debootstrap"):
-        if not shutil.which(tool):
-            pytest.fail(f"{tool} is missing: make setup installs it")
-    base = tmp_path_factory.mktemp("vm-rack") / "inventory"
-    rack = TestRack(
-        topology=own_topology("dumbbell", PREFIX, SUBNET, base),
-        inventory=base / "hosts.yml",
-        state_dir=state_dir("vm"),
-        prefix=PREFIX,
-    )
-    remove_stale_test_rack(rack)
-    start = time.monotonic()
-    up = rack.rack("present", "-e", "virtual_rack_kind=vm")
+    if (why := vm_boot.missing()) is not None:
+        if os.geteuid() != 0:
+            pytest.skip(why)
+        pytest.fail(why)
+    # Booting since the session started (tests/conftest.py), or from now.
+    boot = vm_boot.take_over(tmp_path_factory)
+    waited = time.monotonic()
+    up = boot.take()
+    rack = boot.rack
     if up.returncode != 0:
         rack.rack("absent")
-    assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-2000:]
+    assert up.returncode == 0, up.stdout[-6000:]
     rack.first_up = up
-    print(f"rack-up {time.monotonic() - start:.0f} s")
+    now = time.monotonic()
+    print(f"rack-up {now - boot.started:.0f} s, of which the module waited {now - waited:.0f} s")
     for line in up.stdout.splitlines():
         if "VM image" in line or "booted in" in line or "TCG" in line or "KVM" in line:
             print(line.strip())
