@@ -43,7 +43,12 @@ from trials.preflight import available, preflight
 from trials.runner import Interrupted, new_batch_path, run_plan
 from trials.spec import SpecError
 
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# Not a terminal (a log, a pipe): lines are not wrapped; tables keep 200 columns.
+console = Console(
+    stderr=True,
+    width=None if sys.stderr.isatty() else 200,
+    soft_wrap=not sys.stderr.isatty(),
+)
 # Per trial beyond its traffic: configure, arm, start lead, drain, collect (measured on the
 # 2-core namespace rack: 3 s when only cc changes, 7-8 s when the router's shaping changes,
 # 30 s for the first trial's full configure; README "Time per trial").
