@@ -30,13 +30,9 @@ from analysis.ipfw_samples import (
 from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
 from analysis.trial import IPFW_SAMPLES, queue_samples, tc_cross_check
 from collect.remote import ipfw_sampler_command
-from core.rack import Rack
 from tests.analysis.test_ipfw_samples import pipe_block
-from tests.unit.test_rio_freebsd import EXPERIMENT, LAB, queue_show
-from trials.generators import GENERATOR_TYPES
-from trials.generators.base import TrialContext
-from trials.network import resolve_network
-from trials.plan import load_plan
+from tests.unit.test_lab_inventory import lab_trial
+from tests.unit.test_rio_freebsd import EXPERIMENT, queue_show
 from trials.runner import TrialRunner
 
 PIPE, Q_IN, Q_OUT = 10002, 10002, 10004
@@ -100,16 +96,7 @@ def sample(command: str, ipfw: Path, cwd: Path, lines: int) -> list[dict]:
 def rio_trial(tmp_path: Path, experiment: str = EXPERIMENT):
     path = tmp_path / "exp.yml"
     path.write_text(experiment)
-    plan = load_plan(path)
-    rack = Rack.load([LAB])
-    exp = plan.trials[0].experiment
-    net = resolve_network(exp, rack, str(path))
-    ctx = TrialContext(rack=None, network=net, daemons=None, duration_ns=exp.duration)  # type: ignore[arg-type]
-    generators = [
-        GENERATOR_TYPES[spec.type](spec, name, i, ctx)
-        for i, (spec, name) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))
-    ]
-    return TrialRunner(plan, rack, tmp_path), net, generators
+    return lab_trial(tmp_path, experiment=path)
 
 
 def test_the_runner_hands_the_sampler_a_rio_links_two_queues(tmp_path):

@@ -102,13 +102,14 @@ def test_configure_checks_the_freebsd_routers_links(tmp_path):
     )
 
 
-def lab_trial(tmp_path: Path, *overlays: Path):
-    """The runner, the resolved network and the generators of seed 000's first trial on the lab
-    rack (nothing is contacted: no connection is opened before a trial runs)."""
+def lab_trial(tmp_path: Path, *overlays: Path, experiment: Path = EXPERIMENT):
+    """The runner, the resolved network and the generators of the first trial of `experiment`
+    (seed 000's) on the lab rack (nothing is contacted: no connection is opened before a
+    trial runs)."""
     rack = Rack.load([LAB, *overlays])
-    plan = load_plan(EXPERIMENT)
+    plan = load_plan(experiment)
     exp = plan.trials[0].experiment
-    net = resolve_network(exp, rack, str(EXPERIMENT))
+    net = resolve_network(exp, rack, str(experiment))
     ctx = TrialContext(rack=None, network=net, daemons=None, duration_ns=exp.duration)  # type: ignore[arg-type]
     generators = [
         GENERATOR_TYPES[spec.type](spec, name, i, ctx)
