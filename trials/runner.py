@@ -55,9 +55,6 @@ from trials.watch import ENDS_EARLY_SLACK_S, TrialWatch, WatchFailure, watch_tim
 # the lead to twice the slowest launch it has seen (`TrialRunner.lead_s`).
 START_LEAD_S = 1.0
 START_LEAD_S_VM = 10.0
-# How long a recorder may take to say it records: tcp_probe sets up a tracefs instance, which
-# took over 5 s for two senders at once on the VM rack under TCG (a loaded 2-core host).
-RECORDER_READY_S = 30.0
 FINISH_GRACE_S = 60.0  # how long past its end a sender may take before it is stopped
 # The nftables table of role dscp_marker (its default dscp_marker_table): per-rule counters.
 DSCP_TABLE = "inet trialbed_dscp"
@@ -933,9 +930,7 @@ class TrialRunner:
                 (
                     host,
                     f"start {name} on {host}",
-                    lambda h=host, n=name, cmd=command, r=ready: daemons.spawn(
-                        h, n, cmd, ready=r, ready_timeout_s=RECORDER_READY_S
-                    ),
+                    lambda h=host, n=name, cmd=command, r=ready: daemons.spawn(h, n, cmd, ready=r),
                 )
             )
         must(per_host(steps))

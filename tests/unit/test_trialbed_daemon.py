@@ -7,6 +7,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from core.daemons import READY_TIMEOUT_S, Daemons
 
 HELPER = Path(__file__).resolve().parents[2] / "roles/remote_daemons/files/trialbed_daemon.py"
 
@@ -158,3 +163,37 @@ def test_stop_under_stops_what_every_trial_directory_left_running(tmp_path):
     ]
     assert not any(alive(p) for p in pids)
     assert not list(trials.rglob("*.pid"))
+
+
+class LocalRack:
+    """Rack.host and Rack.run for this machine: the helper installed under `workdir`/bin."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        (workdir / "bin").mkdir(parents=True)
+        wrapper = workdir / "bin/trialbed-daemon"
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {HELPER} "$@"\n')
+        wrapper.chmod(0o755)
+
+    def host(self, _name: str) -> SimpleNamespace:
+        return SimpleNamespace(workdir=str(self.workdir))
+
+    def run(self, _host: str, command: str, check: bool = True) -> str:
+        done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 or not check, done.stderr
+        return done.stdout
+
+
+def test_a_daemon_slow_to_get_ready_is_waited_for_past_the_helpers_own_5_s(tmp_path):
+    """A server that needs 6 s to say ready (as on the VM rack under TCG, where a web server
+    took over 5 s and failed its trial) is waited for; one that never says it fails."""
+    trials = tmp_path / "trial"
+    trials.mkdir()
+    daemons = Daemons(LocalRack(tmp_path / "work"), {"A": str(trials)})  # type: ignore[arg-type]
+    started = time.monotonic()
+    daemons.spawn("A", "slow", "sh -c 'sleep 6; echo ready; sleep 60'", ready="ready")
+    assert 6 <= time.monotonic() - started < READY_TIMEOUT_S
+    helper(trials, "stop", "slow")
+    with pytest.raises(AssertionError, match=r"'ready' not in .* after 1 s"):
+        daemons.spawn("A", "mute", "sleep 60", ready="ready", ready_timeout_s=1)
+    helper(trials, "stop", "mute")
