@@ -76,11 +76,13 @@ class Daemons:
         wait = ("--wait-file", wait_file) if wait_file else ()
         self.rack.run(host, self._helper(host, "signal", name, sig, *wait, directory=directory))
 
-    def stop_all(self, host: str, names: list[str]) -> None:
+    def stop_all(self, host: str, names: list[str], drain: list[str] | tuple = ()) -> None:
         """Stop several daemons of a host at once: each NAME or NAME:SIG is signalled before
-        any is waited for (up to 5 s, then killed)."""
+        any is waited for (up to 5 s, then killed). `drain`: tcpdumps among them let catch up
+        with what their filter passed first (up to 5 s), since SIGINT drops the rest."""
         if names:
-            self.rack.run(host, self._helper(host, "stop", *names), check=False)
+            flags = [w for name in drain for w in ("--drain", name)]
+            self.rack.run(host, self._helper(host, "stop", *names, *flags), check=False)
 
     def stop(self, host: str, name: str, sig: str = "TERM") -> None:
         """Signal the daemon, wait up to 5 s for it to end, then kill it."""

@@ -967,7 +967,8 @@ class TrialRunner:
             recording: dict[str, list[str]] = {}
             for host, name in self.recorder_names(net, generators):
                 recording.setdefault(host, []).append(name)
-            for c in net.captures:  # tcpdump writes out what it was handed on SIGINT
+            # tcpdump writes out what it has read on SIGINT; stop lets it catch up first (drain)
+            for c in net.captures:
                 recording.setdefault(c.host, []).append(f"{c.name}.tcpdump:INT")
             for m in (record.get("markers") or {}).values():  # TERM: stats, rules removed
                 recording.setdefault(m["host"], []).append(m["daemon"])
@@ -976,7 +977,9 @@ class TrialRunner:
                     (
                         h,
                         f"stop {', '.join(names)} on {h}",
-                        lambda h=h, n=names: daemons.stop_all(h, n),
+                        lambda h=h, n=names: daemons.stop_all(
+                            h, n, drain=[w.removesuffix(":INT") for w in n if ".tcpdump:" in w]
+                        ),
                     )
                     for h, names in stage.items()
                     if h not in gone
