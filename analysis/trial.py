@@ -151,6 +151,7 @@ def bottleneck_queue(
     )
     judged = matched[~unknown]
     host, iface = bottleneck["host"], bottleneck["iface"]
+    qdisc = bottleneck.get("qdisc") or "droptail"
     queue = queue_occupancy(
         judged, delay_ns=link_delay_ns(record, host, iface), max_delay_ns=transit, end_ns=end_ns
     )
@@ -180,10 +181,10 @@ def bottleneck_queue(
         "queue_drops_tc": drops_tc,
         # Runs of drops: the queue full where it is drop-tail; an AQM drops before it is full,
         # so there they are its drop runs (the name says which: queue_drop_runs_are).
-        "queue_qdisc": bottleneck.get("qdisc") or "droptail",
+        "queue_qdisc": qdisc,
         "queue_drop_runs_are": "queue-full events"
-        if (bottleneck.get("qdisc") or "droptail") == "droptail"
-        else f"{bottleneck['qdisc']} drop runs (early drops, not a full queue)",
+        if qdisc == "droptail"
+        else f"{qdisc} drop runs (early drops, not a full queue)",
         "queue_full_events": full["events"],
         "queue_full_events_per_min": full["events_per_minute"],
         "queue_window_s": (window[1] - window[0]) / 1e9,

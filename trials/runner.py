@@ -968,8 +968,10 @@ class TrialRunner:
             for host, name in self.recorder_names(net, generators):
                 recording.setdefault(host, []).append(name)
             # tcpdump writes out what it has read on SIGINT; stop lets it catch up first (drain)
+            captures: dict[str, list[str]] = {}
             for c in net.captures:
                 recording.setdefault(c.host, []).append(f"{c.name}.tcpdump:INT")
+                captures.setdefault(c.host, []).append(f"{c.name}.tcpdump")
             for m in (record.get("markers") or {}).values():  # TERM: stats, rules removed
                 recording.setdefault(m["host"], []).append(m["daemon"])
             stages = [
@@ -977,14 +979,12 @@ class TrialRunner:
                     (
                         h,
                         f"stop {', '.join(names)} on {h}",
-                        lambda h=h, n=names: daemons.stop_all(
-                            h, n, drain=[w.removesuffix(":INT") for w in n if ".tcpdump:" in w]
-                        ),
+                        lambda h=h, n=names, d=drain: daemons.stop_all(h, n, drain=d.get(h, [])),
                     )
                     for h, names in stage.items()
                     if h not in gone
                 ]
-                for stage in (traffic, recording)
+                for stage, drain in ((traffic, {}), (recording, captures))
             ]
             # One after the other (the snapshot itself reaches every host at once).
             counters: list[Step] = [
