@@ -48,12 +48,9 @@ def local_offers() -> dict[str, set[str]]:
     """What this machine's kernel has (the namespace rack's hosts share it)."""
     release = platform.release()
     loaded = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
-    modules = {
-        Path(p).name.split(".")[0][4:]
-        for p in Path(f"/lib/modules/{release}").rglob("tcp_*.ko*")
-        if Path(f"/lib/modules/{release}").is_dir()
-    }
-    return {"cc": set(loaded) | modules, "qdiscs": set(host_facts.qdiscs_available(release))}
+    modules = host_facts.module_names(release)
+    cc = {m[4:] for m in modules if m.startswith("tcp_")}
+    return {"cc": set(loaded) | cc, "qdiscs": set(host_facts.qdiscs_available(release, modules))}
 
 
 def choose(trials: list[Trial], asked: str) -> tuple[str, str]:
