@@ -380,7 +380,7 @@ def test_configure_gives_a_freebsd_end_host_freebsd_host_only(tmp_path):
 def test_teardown_gives_a_freebsd_end_host_back_with_freebsd_host(tmp_path):
     teardown = list_hosts("teardown.yml", lab_with_freebsd_a(tmp_path))
     assert teardown["Host settings of FreeBSD end hosts"] == ["A"]
-    for linux_only in ("Host settings", "Shaped links", "DSCP marking"):
+    for linux_only in ("Host settings", "Find the hosts whose links were shaped", "DSCP marking"):
         assert "A" not in teardown[linux_only] and "B" in teardown[linux_only], linux_only
     assert "A" in teardown["Trial processes left running"]
 
