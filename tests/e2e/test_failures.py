@@ -191,6 +191,8 @@ def umount(path: Path) -> None:
 
 
 def test_a_results_disk_too_small_is_refused_before_any_host_is_touched(test_rack, tmp_path):
+    # What earlier tests left on the rack's hosts (a killed runner's files stay there).
+    before = set(trials_dir(test_rack, "A").glob("*/*"))
     results = tmp_path / "results"
     mount_tmpfs(results, "100m")  # under the 200 MB every run needs free
     try:
@@ -207,10 +209,11 @@ def test_a_results_disk_too_small_is_refused_before_any_host_is_touched(test_rac
     assert done.returncode == 2, said[-2000:]
     assert f"results {results}: only 105 MB free on its disk" in said
     assert "free space there or give --results a larger disk" in said
-    assert not list(trials_dir(test_rack, "A").glob("*/*"))  # nothing started on the hosts
+    assert set(trials_dir(test_rack, "A").glob("*/*")) == before  # nothing started on the hosts
 
 
 def test_a_results_disk_filled_mid_trial_keeps_the_captures_on_the_host(test_rack, tmp_path):
+    before = set(trials_dir(test_rack, "R").glob("*/*/bottleneck_in.pcap"))
     results = tmp_path / "results"
     mount_tmpfs(results, "300m")  # enough for preflight; filled while the trial runs
     try:
@@ -232,7 +235,7 @@ def test_a_results_disk_filled_mid_trial_keeps_the_captures_on_the_host(test_rac
     assert proc.returncode == 1, said[-3000:]
     assert "the results disk is full" in said and "R keeps its copies in" in said
     # Nothing is lost: R's copies of the captures are still on R, whole.
-    (kept,) = trials_dir(test_rack, "R").glob("*/*/bottleneck_in.pcap")
+    (kept,) = set(trials_dir(test_rack, "R").glob("*/*/bottleneck_in.pcap")) - before
     assert kept.stat().st_size > 400_000
     rack_is_clean(test_rack)
     subprocess.run(["rm", "-rf", str(kept.parent.parent)], check=True)

@@ -27,7 +27,10 @@ import sys
 import time
 
 DELAY_MS = 25
-RATES_MBIT = [1, 5, 10, 20, 30, 50, 100]
+# 2 and 3 Mbit/s: 5 Mbit/s is at the edge of what TCG carries. In one rack-up it fell short by
+# more than the tolerance and the rack was limited to 1 Mbit/s, which refused the RIO test's
+# 1.5 Mbit/s link. Each costs about 12 s of rack-up.
+RATES_MBIT = [1, 2, 3, 5, 10, 20, 30, 50, 100]
 SECONDS = 5  # after the first OMIT s (slow start) are left out
 # Below LOW_RATE_MBIT one late read moves several % of a 1-s interval (8 % at 1 Mbit/s): more
 # of them (measured with three: +0.1 % and -6.3 % in two runs).
