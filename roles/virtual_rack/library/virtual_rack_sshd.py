@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.virtual_rack_cpus import unpin, unpin_process
 
 DOCUMENTATION = r"""
 module: virtual_rack_sshd
@@ -128,9 +129,12 @@ def main() -> None:
     started = []
     if not check:
         os.makedirs("/run/sshd", exist_ok=True)
+        unpin()  # the sshd started below, and every command of a trial, use every CPU
     for host in hosts:
         pid = host.pid()
         if pid and not p["restart"]:
+            if not check:
+                unpin_process(pid)  # one started pinned by an earlier version
             continue
         old = pid or host.stale_pid()
         changes.append(f"{host.name}: sshd {'restarted' if old else 'started'}")
