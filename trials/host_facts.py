@@ -88,6 +88,11 @@ def module_names(release):
     return {os.path.basename(p).split(".ko")[0] for p in paths if ".ko" in p}
 
 
+def cc_modules(modules):
+    """The congestion controls among the module names (tcp_<name>)."""
+    return sorted(m[4:] for m in modules if m.startswith("tcp_"))
+
+
 def qdiscs_available(release, modules):
     """The qdiscs of QDISCS this kernel has: loaded, built in, or a module to load."""
     builtin = read(f"/lib/modules/{release}/modules.builtin") or ""
@@ -445,7 +450,7 @@ def main(workdir, interfaces, changing_only=False):
         facts.update(
             hostname=platform.node(),
             kernel=release,
-            cc_modules=sorted(m[4:] for m in modules if m.startswith("tcp_")),
+            cc_modules=cc_modules(modules),
             qdiscs=qdiscs_available(release, modules),
             tracepoints=tracepoints_available(),
             tools={name: first_line(cmd) for name, cmd in TOOLS.items()},

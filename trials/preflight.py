@@ -154,10 +154,15 @@ def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str,
 
 
 def preflight(
-    trials: list[Trial], rack: Rack, source: str, results: Path | None = None
+    trials: list[Trial],
+    rack: Rack,
+    source: str,
+    results: Path | None = None,
+    static: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Raise SpecError listing every problem of the selected trials on this rack (and, given
-    the results directory, on the controller's disk that receives their captures)."""
+    the results directory, on the controller's disk that receives their captures). `static`:
+    host_facts' cache of unchanging facts, filled here for the trials that follow."""
     watch_timeout_s(rack)  # a malformed rack setting stops here, before any host is asked
     problems: list[str] = []
     batch_volume = 0.0  # every capture of every selected trial, brought back to `results`
@@ -246,7 +251,7 @@ def preflight(
         needs_speed = {k: v for k, v in needs_speed.items() if k[0] != gone}
         clocks = {d: members - {gone} for d, members in clocks.items()}
     hosts = answered
-    facts = host_facts(rack, hosts) if hosts else {}
+    facts = host_facts(rack, hosts, static=static) if hosts else {}
     for host in hosts:
         for iface in rack.host(host).interfaces:
             if facts[host]["mtu"].get(iface) is None:

@@ -49,8 +49,8 @@ def local_offers() -> dict[str, set[str]]:
     release = platform.release()
     loaded = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
     modules = host_facts.module_names(release)
-    cc = {m[4:] for m in modules if m.startswith("tcp_")}
-    return {"cc": set(loaded) | cc, "qdiscs": set(host_facts.qdiscs_available(release, modules))}
+    cc = set(loaded) | set(host_facts.cc_modules(modules))
+    return {"cc": cc, "qdiscs": set(host_facts.qdiscs_available(release, modules))}
 
 
 def choose(trials: list[Trial], asked: str) -> tuple[str, str]:
