@@ -952,6 +952,8 @@ class TrialRunner:
             # A host the watch saw stop answering is left alone (each step would wait for
             # its SSH timeout): what runs there and its files stay until it answers again.
             gone = self.watching.unreachable if self.watching else {}
+            if self.watching:
+                record["watch"] = self.watching.summary()
             for host, seen in gone.items():
                 record["errors"].append(
                     f"{host} not stopped nor collected: it {seen}; its processes and files stay "

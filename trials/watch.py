@@ -3,7 +3,12 @@ noticing is looked for, and stops it at once with the cause.
 
 Every WATCH_EVERY_S, one `trialbed-daemon check` per host (all hosts at once) reports which of
 the trial's processes ended on their own and how much room is left where the host writes the
-trial's files. A trial fails when:
+trial's files; when the next round would come after the end, it runs FINAL_ROUND_S before
+the end instead. Each check says what it cost
+its host, and the rounds are spaced so that the watch takes at most WATCH_CPU_SHARE of one
+CPU: on the VM rack under TCG one check costs 0.6-1 s of CPU (a Python start), and ten hosts
+checked every 5 s took most of the VM's two vCPUs from the trial's packets (its veths' backlog
+overflowed and SYN-ACK retransmissions failed). A trial fails when:
 - a capture, a recorder, a marker or a receiver ended before the trial did;
 - a sender ended before its own schedule did (one that sends a set number of bytes or
   transactions may end early and is not watched);
@@ -27,6 +32,11 @@ from core.units import parse_duration_ns
 # One check per host costs a Python start on the host: every 5 s is well under 1 % of a core
 # for a five-host rack, and a failure is seen within 5 s.
 WATCH_EVERY_S = 5.0
+# The most of one CPU the checks may take, summed over the rack's hosts (each check reports
+# its own CPU time); slower checks space the rounds out.
+WATCH_CPU_SHARE = 0.05
+# The last round, before the end: whatever ended after the last spaced-out round is still seen.
+FINAL_ROUND_S = 1.0
 # An answer slower than this counts as the host not answering (rack variable
 # trialbed_watch_timeout overrides it).
 CHECK_TIMEOUT_S = 15.0
@@ -63,6 +73,10 @@ class TrialWatch:
     expected: dict[str, dict[str, tuple[str, float]]] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> what was seen
     timeout_s: float = CHECK_TIMEOUT_S
+    rounds: int = 0
+    round_cpu_s: float = 0.0  # what the last round cost, summed over its hosts
+    cpu_s: dict[str, float] = field(default_factory=dict)  # host -> its last check's cost
+    every_s: float = WATCH_EVERY_S  # the spacing the last round's cost asks for
 
     def expect(self, host: str, name: str, what: str, until: float) -> None:
         self.expected.setdefault(host, {})[name] = (what, until)
@@ -80,6 +94,7 @@ class TrialWatch:
             cause = str(error)[-300:] or f"{type(error).__name__}: no answer within its timeout"
             self.unreachable[host] = f"stopped answering at {self.since_t0(now)} ({cause})"
             return [f"{host} {self.unreachable[host]}"]
+        self.cpu_s[host] = float(answer.get("cpu_s") or 0.0)
         # Judged at the answer, not at the question: on a slow host (the VM rack under TCG:
         # 5 s for one round measured) a sender may end on schedule while it is asked.
         answered = time.time()
@@ -110,17 +125,38 @@ class TrialWatch:
         """One round of checks, every host at once; the problems found."""
         now = time.time()
         hosts = [h for h in self.daemons.remote if h not in self.unreachable]
+        self.rounds += 1
+        self.cpu_s.clear()
         with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-            found = pool.map(lambda h: self.check_host(h, now), hosts)
-            return [p for problems in found for p in problems]
+            found = list(pool.map(lambda h: self.check_host(h, now), hosts))
+        self.round_cpu_s = sum(self.cpu_s.values())
+        return [p for problems in found for p in problems]
+
+    def spacing_s(self, every_s: float) -> float:
+        """`every_s`, or longer when a round costs more than WATCH_CPU_SHARE of a CPU."""
+        return max(every_s, self.round_cpu_s / WATCH_CPU_SHARE)
 
     def until(self, end: float, every_s: float = WATCH_EVERY_S) -> None:
-        """Check every `every_s` until `end` (epoch time); raise WatchFailure at the first
+        """Check every `every_s` (or as spaced by the checks' cost) until `end` (epoch time),
+        the last round no earlier than FINAL_ROUND_S before it; raise WatchFailure at the first
         round that finds a problem."""
-        while (left := end - time.time()) > 0:
-            time.sleep(min(every_s, left))
+        final_at = end - FINAL_ROUND_S
+        while (now := time.time()) < end:
+            next_at = now + self.spacing_s(every_s)
+            if next_at >= end and now < final_at:  # the next round would come too late
+                next_at = final_at
+            time.sleep(max(0.0, min(next_at, end) - now))
             if time.time() >= end:
                 return
             problems = self.check()
+            self.every_s = self.spacing_s(every_s)
             if problems:
                 raise WatchFailure("; ".join(problems))
+
+    def summary(self) -> dict[str, float | int]:
+        """For the trial's record: how often the hosts were checked and what a round cost."""
+        return {
+            "rounds": self.rounds,
+            "every_s": round(self.every_s, 2),
+            "round_cpu_s": round(self.round_cpu_s, 3),
+        }

@@ -13,7 +13,9 @@ from core.daemons import Daemons
 from core.rack import RackError
 from trials.watch import (
     CHECK_TIMEOUT_S,
+    FINAL_ROUND_S,
     MIN_FREE_BYTES,
+    WATCH_CPU_SHARE,
     TrialWatch,
     WatchFailure,
     watch_timeout_s,
@@ -23,8 +25,11 @@ from trials.watch import (
 class ScriptedRack:
     """Answers `trialbed-daemon check` with the states given, after `delay_s`."""
 
-    def __init__(self, states: dict[str, str], free: int = 10**9, delay_s: float = 0.0):
-        self.states, self.free, self.delay_s = states, free, delay_s
+    def __init__(
+        self, states: dict[str, str], free: int = 10**9, delay_s: float = 0.0, cpu_s: float = 0.0
+    ):
+        self.states, self.free, self.delay_s, self.cpu_s = states, free, delay_s, cpu_s
+        self.asked_at: list[float] = []
 
     def host(self, name):
         return type("H", (), {"workdir": "/w"})()
@@ -32,10 +37,11 @@ class ScriptedRack:
     def run(self, host, command, check=True, timeout=None):
         if host == "gone":
             raise RackError(f"{host}: cannot run 'x': refused") from OSError("refused")
+        self.asked_at.append(time.time())
         time.sleep(self.delay_s)
         asked = command.split(" check ", 1)[1].split(" --dir ")[0].split()
         daemons = {n: {"state": self.states.get(n, "absent")} for n in asked}
-        return json.dumps({"free_bytes": self.free, "daemons": daemons})
+        return json.dumps({"free_bytes": self.free, "daemons": daemons, "cpu_s": self.cpu_s})
 
 
 def watch(rack, hosts=("A",)) -> TrialWatch:
@@ -100,3 +106,43 @@ def test_the_racks_watch_timeout_is_what_a_check_waits():
     rack.vars["trialbed_watch_timeout"] = "60"
     with pytest.raises(RackError, match=r"inv/hosts.yml: trialbed_watch_timeout: '60' is not a"):
         watch_timeout_s(rack)  # type: ignore[arg-type]
+
+
+def test_costly_checks_are_spaced_out_and_the_last_round_comes_just_before_the_end():
+    """Two hosts whose check costs 0.05 s of CPU each: after the first round (every_s, nothing
+    known of the cost yet) the next would be 2 s later (WATCH_CPU_SHARE of a CPU), after the
+    end, so the last round runs FINAL_ROUND_S before the end instead; none in between."""
+    rack = ScriptedRack({"p.tcpdump": "running"}, cpu_s=0.05)
+    w = watch(rack, hosts=("A", "B"))
+    w.expect("A", "p.tcpdump", "capture p", time.time() + 60)
+    start = time.time()
+    end = start + FINAL_ROUND_S + 0.8
+    w.until(end, every_s=0.1)
+    spacing = 2 * 0.05 / WATCH_CPU_SHARE
+    assert spacing > end - start
+    first, last = sorted(rack.asked_at)[::2]  # both hosts are asked at once
+    assert first - start == pytest.approx(0.1, abs=0.08)
+    assert last - (end - FINAL_ROUND_S) == pytest.approx(0, abs=0.08)
+    assert w.summary() == {"rounds": 2, "every_s": spacing, "round_cpu_s": 0.1}
+
+
+def test_cheap_checks_keep_every_s():
+    rack = ScriptedRack({}, cpu_s=0.001)
+    w = watch(rack)
+    w.until(time.time() + 0.55, every_s=0.1)
+    assert w.every_s == 0.1 and len(rack.asked_at) == 5
+
+
+def test_a_capture_that_ends_after_the_last_spaced_round_is_still_seen():
+    class EndsLate(ScriptedRack):
+        def run(self, host, command, check=True, timeout=None):
+            self.states["p.tcpdump"] = "ended" if time.time() > self.ends_at else "running"
+            return super().run(host, command, check, timeout)
+
+    rack = EndsLate({}, cpu_s=1.0)  # rounds 20 s apart: only the first and the final one
+    rack.ends_at = time.time() + 0.5
+    w = watch(rack)
+    w.expect("A", "p.tcpdump", "capture p", time.time() + 60)
+    with pytest.raises(WatchFailure, match="capture p on A ended"):
+        w.until(time.time() + FINAL_ROUND_S + 0.8, every_s=0.1)
+    assert len(rack.asked_at) == 2
