@@ -103,6 +103,14 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     least = queue.get("transit_min_ms_in_window")
     # Normalized per-packet delay: the mean transit over the least one (an empty queue).
     out["delay_normalized"] = out["transit_mean_ms"] / least if least else None
+    # The rack's own delay behind the bottleneck (analysis.traffic.web_poisson): the worst
+    # receiver's excess over its least SYN to SYN-ACK turnaround.
+    turns = [s for s in web.values() if s.get("receiver_turnaround_handshakes")]
+    if turns:
+        out["turnaround_min_ms"] = min(s["receiver_turnaround_ms_min"] for s in turns)
+        for stat in ("median", "p99", "max"):
+            key = f"receiver_turnaround_excess_ms_{stat}"
+            out[f"turnaround_excess_{stat}_ms"] = max(s[key] for s in turns)
     for packets in FCT_CLASSES:
         n = sum(s.get(f"fct_{packets}pkt_flows") or 0 for s in web.values())
         weighted = sum(
@@ -209,6 +217,16 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
                 "goodput",
                 f"{r.goodput_bps / 1e6:.2f} Mbit/s ({100 * r.utilization:.1f} % of the link); "
                 f"transit {fmt(r.get('transit_mean_ms'))} ms",
+            )
+        )
+    if pd.notna(r.get("turnaround_excess_p99_ms")):
+        rows.append(
+            (
+                "receiver turnaround",
+                f"SYN to SYN-ACK behind the bottleneck: least {fmt(r.turnaround_min_ms)} ms; "
+                f"above it median {fmt(r.turnaround_excess_median_ms)}, p99 "
+                f"{fmt(r.turnaround_excess_p99_ms)}, max {fmt(r.turnaround_excess_max_ms)} ms "
+                "(delay outside the modelled queues)",
             )
         )
     fct = "; ".join(

@@ -6,6 +6,13 @@ after the bottleneck has seen every byte of the flow (each segment's first appea
 a segment lost at the bottleneck counts when its retransmission passes). A connection is a
 SYN's (source port, ISN): ports are reused in long trials. The client's flow list
 (<sender>/<name>_flows.jsonl) gives each connection its group and scheduled size.
+
+Receiver turnaround: at the capture after the bottleneck, each SYN to the first SYN-ACK that
+answers it. It covers the links to the receiver and back, the receiver's kernel and the
+reverse queue at that capture, which only ACKs cross in seed 004: above its least value it is
+delay the rack adds outside the queues the experiment models (a loaded VM's softirq backlog:
+0.1-2.2 s measured when the trial's watch took the VM's CPUs), so it is reported as the trial's
+own check of the rack.
 """
 
 from __future__ import annotations
@@ -69,6 +76,30 @@ def _handshake_rtt(frame: pd.DataFrame, syns: pd.DataFrame, src: int, dst: int, 
     first = sa.groupby(["sport", "isn"], as_index=False).ts_ns.min().astype({"ts_ns": "Int64"})
     merged = syns.merge(first, on=["sport", "isn"], how="left")
     return (merged.ts_ns - merged.syn_ns).array
+
+
+def receiver_turnaround(frame: pd.DataFrame, *, src: str, dst: str, port: int) -> np.ndarray:
+    """Nanoseconds from each SYN to the first SYN-ACK answering it, both seen at one capture
+    point after the bottleneck; connections with no SYN-ACK seen are left out."""
+    s, d = ip_to_int(src), ip_to_int(dst)
+    turn = pd.Series(_handshake_rtt(frame, _syns(frame, s, d, port), s, d, port))
+    return turn.dropna().to_numpy(dtype=np.int64)
+
+
+def turnaround_summary(turn_ns: np.ndarray) -> dict[str, float | int | None]:
+    """Least turnaround, and the median, p99 and largest excess over it (ms)."""
+    if not len(turn_ns):
+        return {"receiver_turnaround_handshakes": 0}
+    ms = turn_ns / 1e6
+    least = float(ms.min())
+    p50, p99 = (float(v) for v in np.percentile(ms - least, [50, 99]))
+    return {
+        "receiver_turnaround_handshakes": len(ms),
+        "receiver_turnaround_ms_min": least,
+        "receiver_turnaround_excess_ms_median": p50,
+        "receiver_turnaround_excess_ms_p99": p99,
+        "receiver_turnaround_excess_ms_max": float(ms.max() - least),
+    }
 
 
 def flow_completion(
@@ -196,6 +227,9 @@ def analyse(
     flows = attach_schedule(flows, listed)
     web = flows[~flows.backlogged]
     rtt = flows.syn_rtt_ns.dropna() / 1e6
+    if after:
+        turn = receiver_turnaround(end, src=gen["src"], dst=gen["dst"], port=gen["port"])
+        out.update(receiver_turnaround_capture=after, **turnaround_summary(turn))
     out.update(
         syn_capture=syn_point,
         end_capture=end_point,

@@ -13,7 +13,13 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.pcap import ip_to_int
-from analysis.traffic.web_poisson import attach_schedule, flow_completion, read_flow_list
+from analysis.traffic.web_poisson import (
+    attach_schedule,
+    flow_completion,
+    read_flow_list,
+    receiver_turnaround,
+    turnaround_summary,
+)
 
 SRC, DST, PORT = "198.18.1.10", "198.18.17.10", 8000
 MS = 1_000_000
@@ -107,6 +113,30 @@ def test_fct_from_syn_to_every_byte_seen() -> None:
     joined = attach_schedule(flows, listed).set_index("flow")
     assert joined.loc[4, "group"] == 9 and joined.loc[3, "group"] == 1  # by port and time
     assert joined.complete.to_dict() == {0: True, 1: True, 2: False, 3: True, 4: True}
+
+
+def test_receiver_turnaround_and_its_excess_over_the_least() -> None:
+    """At the capture behind the bottleneck: SYN to the first SYN-ACK answering its ISN. A SYN
+    sent again (same ISN) counts from its first copy; a SYN-ACK for another ISN answers
+    nothing; a connection with no SYN-ACK seen is left out."""
+    seen = [
+        *handshake(0, 40001, 100, 62),
+        *handshake(10, 40002, 200, 70),
+        *handshake(20, 40003, 300, 62.5),
+        packet(30, 40004, 400, flags=SYN),
+        packet(1030, 40004, 400, flags=SYN),  # the first copy went missing behind the capture
+        *handshake(1030, 40004, 400, 62)[1:],  # answered 1062 ms after the first copy
+        packet(40, 40005, 500, flags=SYN),  # never answered
+        *handshake(50, 40006, 600, 65)[1:],  # a SYN-ACK whose SYN this capture did not see
+    ]
+    turn = receiver_turnaround(pd.DataFrame(seen), src=SRC, dst=DST, port=PORT)
+    assert sorted(turn / MS) == [62, 62.5, 70, 1062]
+    summary = turnaround_summary(turn)
+    assert summary["receiver_turnaround_handshakes"] == 4
+    assert summary["receiver_turnaround_ms_min"] == 62
+    assert summary["receiver_turnaround_excess_ms_median"] == (0.5 + 8) / 2
+    assert summary["receiver_turnaround_excess_ms_max"] == 1000
+    assert turnaround_summary(turn[:0]) == {"receiver_turnaround_handshakes": 0}
 
 
 def test_client_and_server_on_loopback(tmp_path: Path) -> None:
