@@ -4,11 +4,11 @@ noticing is looked for, and stops it at once with the cause.
 Every WATCH_EVERY_S, one `trialbed-daemon check` per host (all hosts at once) reports which of
 the trial's processes ended on their own and how much room is left where the host writes the
 trial's files; when the next round would come after the end, it runs FINAL_ROUND_S before
-the end instead. Each check says what it cost
-its host, and the rounds are spaced so that the watch takes at most WATCH_CPU_SHARE of one
-CPU: on the VM rack under TCG one check costs 0.6-1 s of CPU (a Python start), and ten hosts
-checked every 5 s took most of the VM's two vCPUs from the trial's packets (its veths' backlog
-overflowed and SYN-ACK retransmissions failed). A trial fails when:
+the end instead. Each check says what it cost its host, and the rounds are spaced so that the
+watch takes at most WATCH_CPU_SHARE of one CPU: on the VM rack under TCG one check costs
+0.6-1.2 s of CPU (a Python start), and ten hosts checked every 5 s took more than the VM's two
+vCPUs from the trial's packets (its veths' backlog overflowed and SYN-ACK retransmissions
+failed). A trial fails when:
 - a capture, a recorder, a marker or a receiver ended before the trial did;
 - a sender ended before its own schedule did (one that sends a set number of bytes or
   transactions may end early and is not watched);
