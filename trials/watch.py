@@ -74,7 +74,6 @@ class TrialWatch:
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> what was seen
     timeout_s: float = CHECK_TIMEOUT_S
     rounds: int = 0
-    round_cpu_s: float = 0.0  # what the last round cost, summed over its hosts
     cpu_s: dict[str, float] = field(default_factory=dict)  # host -> its last check's cost
     every_s: float = WATCH_EVERY_S  # the spacing the last round's cost asks for
 
@@ -129,8 +128,12 @@ class TrialWatch:
         self.cpu_s.clear()
         with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
             found = list(pool.map(lambda h: self.check_host(h, now), hosts))
-        self.round_cpu_s = sum(self.cpu_s.values())
         return [p for problems in found for p in problems]
+
+    @property
+    def round_cpu_s(self) -> float:
+        """What the last round cost, summed over its hosts."""
+        return sum(self.cpu_s.values())
 
     def spacing_s(self, every_s: float) -> float:
         """`every_s`, or longer when a round costs more than WATCH_CPU_SHARE of a CPU."""

@@ -86,7 +86,7 @@ def receiver_turnaround(frame: pd.DataFrame, *, src: str, dst: str, port: int) -
     return turn.dropna().to_numpy(dtype=np.int64)
 
 
-def turnaround_summary(turn_ns: np.ndarray) -> dict[str, float | int | None]:
+def turnaround_summary(turn_ns: np.ndarray) -> dict[str, float | int]:
     """Least turnaround, and the median, p99 and largest excess over it (ms)."""
     if not len(turn_ns):
         return {"receiver_turnaround_handshakes": 0}
