@@ -47,7 +47,13 @@ from trials.plan import Plan, Trial
 from trials.preflight import available, host_facts, preflight
 from trials.rack_kind import vm_record
 from trials.spec import HostSettings, SpecError, dump_json
-from trials.watch import ENDS_EARLY_SLACK_S, TrialWatch, WatchFailure, watch_timeout_s
+from trials.watch import (
+    ENDS_EARLY_SLACK_S,
+    UNTIL_STOPPED,
+    TrialWatch,
+    WatchFailure,
+    watch_timeout_s,
+)
 
 # Between launching the senders and their common start time T0: the launches (one SSH
 # round trip per sending host, all hosts at once) must be done by then. Measured: 0.1-0.3 s
@@ -786,7 +792,7 @@ class TrialRunner:
                 )
             self.lead_s = max(self.lead_s, round(2 * launch_s, 1))
             end = t0 + max(g.spec.start + g.duration_ns for g in generators) / 1e9
-            self.watch(net, daemons, generators, record, t0, end).until(end)
+            self.watch(net, daemons, generators, record, t0).until(end)
             senders = [p for g in generators for p in g.senders()]
             while time.time() < end + FINISH_GRACE_S and any(
                 daemons.running(h, n) for h, n in senders
@@ -824,17 +830,16 @@ class TrialRunner:
         generators: list[TrafficGenerator],
         record: dict[str, Any],
         t0: float,
-        end: float,
     ) -> TrialWatch:
         """What must keep running, and until when: captures, recorders and markers until the
-        end, each generator's processes until its own schedule ends."""
+        runner stops them, each generator's processes until its own schedule ends."""
         self.watching = watch = TrialWatch(daemons, t0, timeout_s=self.watch_timeout_s)
         for c in net.captures:
-            watch.expect(c.host, f"{c.name}.tcpdump", f"capture {c.name}", end)
+            watch.expect(c.host, f"{c.name}.tcpdump", f"capture {c.name}", UNTIL_STOPPED)
         for host, name in self.recorder_names(net, generators):
-            watch.expect(host, name, f"recorder {name}", end)
+            watch.expect(host, name, f"recorder {name}", UNTIL_STOPPED)
         for name, m in (record.get("markers") or {}).items():
-            watch.expect(m["host"], m["daemon"], f"marker {name}", end)
+            watch.expect(m["host"], m["daemon"], f"marker {name}", UNTIL_STOPPED)
         for g in generators:
             if g.runs_to_its_end:
                 until = t0 + (g.spec.start + g.duration_ns) / 1e9 - ENDS_EARLY_SLACK_S

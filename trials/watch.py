@@ -3,13 +3,15 @@ noticing is looked for, and stops it at once with the cause.
 
 Every WATCH_EVERY_S, one `trialbed-daemon check` per host (all hosts at once) reports which of
 the trial's processes ended on their own and how much room is left where the host writes the
-trial's files; when the next round would come after the end, it runs FINAL_ROUND_S before
-the end instead. Each check says what it cost its host, and the rounds are spaced so that the
-watch takes at most WATCH_CPU_SHARE of one CPU: on the VM rack under TCG one check costs
-0.6-1.2 s of CPU (a Python start), and ten hosts checked every 5 s took more than the VM's two
-vCPUs from the trial's packets (its veths' backlog overflowed and SYN-ACK retransmissions
-failed). A trial fails when:
-- a capture, a recorder, a marker or a receiver ended before the trial did;
+trial's files; the last round comes at the end of the traffic, when the measurement is over.
+Each check says what it cost its host, and the rounds are spaced so that the watch takes at
+most WATCH_CPU_SHARE of one CPU: on the VM rack under TCG one check costs 0.6-1.2 s of CPU (a
+Python start), and ten hosts checked every 5 s took more than the VM's two vCPUs from the
+trial's packets (its veths' backlog overflowed and SYN-ACK retransmissions failed); one round
+of ten still holds both vCPUs for seconds (every handshake stalled 1-5 s in the round that
+came 1 s before the end, when the last round came there). A trial fails when:
+- a capture, a recorder, a marker or a receiver ended before the runner stopped it
+  (UNTIL_STOPPED);
 - a sender ended before its own schedule did (one that sends a set number of bytes or
   transactions may end early and is not watched);
 - a host stopped answering over SSH (its sshd killed, the host down);
@@ -21,6 +23,7 @@ failed). A trial fails when:
 from __future__ import annotations
 
 import json
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,8 +38,9 @@ WATCH_EVERY_S = 5.0
 # The most of one CPU the checks may take, summed over the rack's hosts (each check reports
 # its own CPU time); slower checks space the rounds out.
 WATCH_CPU_SHARE = 0.05
-# The last round, before the end: whatever ended after the last spaced-out round is still seen.
-FINAL_ROUND_S = 1.0
+# What a capture, a recorder or a marker must outlive: the runner stops them after the traffic
+# and the drain, so one found ended at any round (the last, at the end, included) ended early.
+UNTIL_STOPPED = math.inf
 # An answer slower than this counts as the host not answering (rack variable
 # trialbed_watch_timeout overrides it).
 CHECK_TIMEOUT_S = 15.0
@@ -141,20 +145,17 @@ class TrialWatch:
 
     def until(self, end: float, every_s: float = WATCH_EVERY_S) -> None:
         """Check every `every_s` (or as spaced by the checks' cost) until `end` (epoch time),
-        the last round no earlier than FINAL_ROUND_S before it; raise WatchFailure at the first
-        round that finds a problem."""
-        final_at = end - FINAL_ROUND_S
-        while (now := time.time()) < end:
-            next_at = now + self.spacing_s(every_s)
-            if next_at >= end and now < final_at:  # the next round would come too late
-                next_at = final_at
-            time.sleep(max(0.0, min(next_at, end) - now))
-            if time.time() >= end:
-                return
+        the last round at `end`; raise WatchFailure at the first round that finds a problem."""
+        while True:
+            now = time.time()
+            next_at = min(now + self.spacing_s(every_s), end)
+            time.sleep(max(0.0, next_at - now))
             problems = self.check()
             self.every_s = self.spacing_s(every_s)
             if problems:
                 raise WatchFailure("; ".join(problems))
+            if next_at >= end:
+                return
 
     def summary(self) -> dict[str, float | int]:
         """For the trial's record: how often the hosts were checked and what a round cost."""
