@@ -111,10 +111,13 @@ bench: setup  ## analysis of a generated trial (fresh process cold/warm, in-proc
 # BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the
 # previous batch of the same experiment in the same directory; PREVIOUS=none: no comparison);
 # REANALYSE=1 analyses every trial again from its captures first (else only unanalysed ones).
+# Several batches in one report (e.g. diffserv.yml, diffserv_wpm.yml and diffserv_mpm.yml run
+# as three batches: every marker's frontier in one figure): BATCH="results/a results/b" OUT=dir.
 PREVIOUS ?=
 REANALYSE ?=
+OUT ?=
 .PHONY: report
 report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, figures, comparison, provenance), PNG and CSV
-	@test -n "$(BATCH)" || { echo "usage: make report BATCH=results/<batch> [PREVIOUS=results/<other>]"; exit 2; }
+	@test -n "$(BATCH)" || { echo "usage: make report BATCH=results/<batch> [PREVIOUS=results/<other>] (several: BATCH=\"results/a results/b\" OUT=dir)"; exit 2; }
 	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS)) \
-	  $(if $(REANALYSE),--reanalyse)
+	  $(if $(OUT),--out $(OUT)) $(if $(REANALYSE),--reanalyse)

@@ -6,14 +6,15 @@
     trials = analysis.load("results")          # every batch under a results directory
     flows = analysis.load_table("results", "flows")   # per-flow rows of every trial
 
-One row per trial: ``batch``, ``trial``, ``id``, ``status`` (complete / interrupted / failed),
-``family``, ``repetition``, git commit and dirty flag, start time, every experiment parameter
-as ``param:<path>`` (e.g. ``param:network.links[bottleneck].rate``, ``param:duration``), the
-factors the matrix varied as ``factor:<key>``, and every scalar metric of the trial's
-analysis (analysis/summary.json) as ``<generator>.<metric>``, ``queue[<link>].<metric>`` or
-the family's own name. Lists of numbers (per-flow values) appear as JSON text; the per-flow
-and per-packet rows are in the per-trial parquet tables, which ``load_table`` concatenates
-with ``batch`` and ``trial`` columns.
+One row per trial: ``batch``, ``trial``, ``dir`` (where its files are), ``id``, ``status``
+(complete / interrupted / failed), ``family``, ``repetition``, git commit and dirty flag,
+start time, every experiment parameter as ``param:<path>`` (e.g.
+``param:network.links[bottleneck].rate``, ``param:duration``), the factors the matrix varied
+as ``factor:<key>``, and every scalar metric of the trial's analysis (analysis/summary.json)
+as ``<generator>.<metric>``, ``queue[<link>].<metric>`` or the family's own name. Lists of
+numbers (per-flow values) appear as JSON text; the per-flow and per-packet rows are in the
+per-trial parquet tables, which ``load_table`` concatenates with ``batch`` and ``trial``
+columns.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["load", "load_table", "trial_dirs"]
+__all__ = ["load", "load_table", "trial_dir", "trial_dirs"]
 
 _PathLike = str | Path
 
@@ -56,6 +57,15 @@ def trial_dirs(paths: _PathLike | Iterable[_PathLike]) -> list[tuple[Path, Path]
     ]
 
 
+def trial_dir(batch_dir: Path, row: Any) -> Path:
+    """Where a trial's files are: the ``dir`` of a :func:`load` row (batches may be several),
+    else ``<batch_dir>/trials/<trial>``; ``row`` is a row or a trial name."""
+    if isinstance(row, str):
+        return batch_dir / "trials" / row
+    where = row.get("dir")
+    return Path(where) if isinstance(where, str) else batch_dir / "trials" / row["trial"]
+
+
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
     """Scalars under dotted paths; lists of named dicts as [name]; other lists left out."""
     if isinstance(value, dict):
@@ -77,6 +87,7 @@ def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
     row: dict[str, Any] = {
         "batch": batch.name,
         "trial": record.get("trial", trial_dir.name),
+        "dir": str(trial_dir),
         "id": record.get("id"),
         "status": record.get("status"),
         "family": record.get("family"),
@@ -125,7 +136,7 @@ def load(paths: _PathLike | Iterable[_PathLike], *, analyse: bool = False) -> pd
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    first = ["batch", "trial", "id", "status", "family", "repetition", "analysed"]
+    first = ["batch", "trial", "dir", "id", "status", "family", "repetition", "analysed"]
     return table[first + [c for c in table.columns if c not in first]]
 
 

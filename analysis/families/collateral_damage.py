@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.families.common import first_of, fmt, trimmed
+from analysis.results import trial_dir
 from core.units import parse_duration_ns
 
 GROUP = ["cc", "rtt_ms", "flows"]
@@ -72,15 +73,14 @@ def owd_table(batch_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
     ok = table[table.status == "complete"]
     rows = []
     for group, trials in ok.groupby(GROUP):
-        owd = pd.concat(
-            [
-                pd.read_parquet(
-                    batch_dir / "trials" / t / "analysis" / "owd.parquet",
-                    columns=["owd_ns", "lost", "generator"],
-                ).query("generator == @g")
-                for t, g in zip(trials.trial, trials.udp_generator, strict=True)
-            ]
-        )
+        parts = []
+        for _, r in trials.iterrows():
+            owd = pd.read_parquet(
+                trial_dir(batch_dir, r) / "analysis" / "owd.parquet",
+                columns=["owd_ns", "lost", "generator"],
+            )
+            parts.append(owd[owd.generator == r.udp_generator])
+        owd = pd.concat(parts)
         ms = owd.owd_ns[~owd.lost] / 1e6
         rows.append((*group, ms.median(), ms.mean(), ms.std(ddof=1), int(owd.lost.sum())))
     return pd.DataFrame(rows, columns=[*GROUP, "median_ms", "mean_ms", "std_ms", "lost"]).set_index(

@@ -11,6 +11,7 @@ provenance (commit, kernels, tools, delay backend and its measured error).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -40,34 +41,49 @@ def write_report(
     previous: str | Path | None = AUTO,
     *,
     reanalyse: bool = False,
+    more: Sequence[str | Path] = (),
 ) -> Path:
     """Write the report of ``batch_dir`` into ``out_dir`` (default: <batch>/report) and return
     the page's path. ``previous``: a batch to compare with, AUTO for the previous batch of the
     same experiment in the same directory, None for no comparison. Trials without analysis
-    are analysed first; with ``reanalyse`` every trial is (from its captures)."""
-    batch_dir = Path(batch_dir)
-    if not (batch_dir / "trials").is_dir():
-        raise FileNotFoundError(f"{batch_dir}: not a batch directory (no trials/ in it)")
+    are analysed first; with ``reanalyse`` every trial is (from its captures). ``more``:
+    further batches whose trials join this one's in every table and figure (e.g. a family's
+    experiment files run as batches of their own: one frontier per marker in one figure);
+    then ``out_dir`` is required, trials are named <batch>/<trial>, and no previous batch is
+    compared."""
+    batches = [Path(batch_dir), *(Path(b) for b in more)]
+    for b in batches:
+        if not (b / "trials").is_dir():
+            raise FileNotFoundError(f"{b}: not a batch directory (no trials/ in it)")
+    several = len(batches) > 1
+    if several and out_dir is None:
+        raise ValueError(
+            f"{len(batches)} batches: say where their report goes (--out DIR; make report OUT=DIR)"
+        )
+    batch_dir = batches[0]
     out = Path(out_dir) if out_dir else batch_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     listed = out / FILE_LIST
     if listed.exists():  # what the last report wrote here: a figure no longer drawn must go
         for name in listed.read_text().split():
             (out / Path(name).name).unlink(missing_ok=True)
-    failures = analyse(batch_dir, every=reanalyse)
-    trials = load(batch_dir)
-    before_dir = compare.previous_batch(batch_dir) if previous == AUTO else previous
-    before_dir = Path(before_dir) if before_dir else None
-    before = load(before_dir) if before_dir else None
+    failures = {}
+    for b in batches:
+        for trial, error in analyse(b, every=reanalyse).items():
+            failures[f"{b.name}/{trial}" if several else trial] = error
+    trials = load(batches)
+    if several and len(trials):
+        trials["trial"] = trials.batch + "/" + trials.trial
+    before_dir, before = None, None
+    if not several:
+        before_dir = compare.previous_batch(batch_dir) if previous == AUTO else previous
+        before_dir = Path(before_dir) if before_dir else None
+        before = load(before_dir) if before_dir else None
 
-    meta = _batch_meta(batch_dir)
-    if "experiment" not in meta:  # a batch of `make trial`: no batch.json
-        records = provenance.records(batch_dir)
-        first = next(iter(records.values()), {})
-        meta["experiment"] = first.get("experiment_file") or first.get("family") or "?"
-    page = Page(f"Report: {batch_dir.name}", out)
+    meta = _batches_meta(batches)
+    page = Page(f"Report: {' + '.join(b.name for b in batches)}", out)
     subtitle = (
-        f"{batch_dir} — experiment {meta.get('experiment', '?')}"
+        f"{', '.join(str(b) for b in batches)} — experiment {meta.get('experiment', '?')}"
         + (f" (set {', '.join(meta['sets'])})" if meta.get("sets") else "")
         + f" — generated {datetime.now(UTC).isoformat(timespec='seconds')}"
     )
@@ -87,9 +103,16 @@ def write_report(
                 )
                 continue
             module.sections(page, batch_dir, rows)
-        compare.sections(page, batch_dir, trials, before_dir, before, FAMILIES)
-        trial_list(page, batch_dir, trials)
-    provenance.sections(page, batch_dir, trials)
+        if several:
+            page.section("This batch vs the previous batch")
+            page.note(
+                f"A report of {len(batches)} batches together: no comparison with a previous "
+                "batch (make a report of each batch alone for that)."
+            )
+        else:
+            compare.sections(page, batch_dir, trials, before_dir, before, FAMILIES)
+        trial_list(page, batches, trials)
+    provenance.sections(page, batches, trials)
     index = page.write(subtitle)
     listed.write_text("\n".join([*page.files, index.name]) + "\n")
     return index
@@ -115,6 +138,31 @@ def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:
 def _batch_meta(batch_dir: Path) -> dict:
     f = batch_dir / "batch.json"
     return json.loads(f.read_text()) if f.exists() else {}
+
+
+def _batches_meta(batches: list[Path]) -> dict:
+    """batch.json of one batch; of several: their experiments and --set values joined, and
+    their planned trials named <batch>/<trial>."""
+    metas = []
+    for b in batches:
+        meta = _batch_meta(b)
+        if "experiment" not in meta:  # a batch of `make trial`: no batch.json
+            records = provenance.records(b)
+            first = next(iter(records.values()), {})
+            meta["experiment"] = first.get("experiment_file") or first.get("family") or "?"
+        metas.append(meta)
+    if len(metas) == 1:
+        return metas[0]
+    sets = [s for m in metas for s in m.get("sets") or []]
+    return {
+        "experiment": ", ".join(str(m["experiment"]) for m in metas),
+        "sets": list(dict.fromkeys(sets)),
+        "trials": [
+            {**t, "name": f"{b.name}/{t['name']}"}
+            for b, m in zip(batches, metas, strict=True)
+            for t in m.get("trials", [])
+        ],
+    }
 
 
 def excluded(trials: pd.DataFrame) -> pd.DataFrame:
@@ -158,7 +206,7 @@ def overview(page: Page, batch_dir: Path, trials: pd.DataFrame, meta: dict) -> N
         )
 
 
-def trial_list(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
+def trial_list(page: Page, batches: list[Path], trials: pd.DataFrame) -> None:
     page.section("Trials")
     metrics: dict[str, str] = {}
     digits: dict[str, int] = {"owd_median_ms": 1, "goodput_kBps": 1}
@@ -180,21 +228,24 @@ def trial_list(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         row_class=lambda r: None if r["in tables"] else "bad",
         labels=metrics,
     )
-    timing(page, batch_dir)
+    timing(page, batches)
     attempts = []
-    for f in sorted((batch_dir / "attempts").glob("*/*/ATTEMPT.json")):
-        a = json.loads(f.read_text())
-        record = f.parent / "trial.json"
-        errors = json.loads(record.read_text()).get("errors") if record.exists() else None
-        attempts.append(
-            {
-                "trial": a.get("trial", f.parent.parent.name),
-                "attempt": f.parent.name,
-                "status": a.get("status"),
-                "set aside": a.get("set_aside"),
-                "errors": "; ".join(errors or []) or None,
-            }
-        )
+    several = len(batches) > 1
+    for batch_dir in batches:
+        for f in sorted((batch_dir / "attempts").glob("*/*/ATTEMPT.json")):
+            a = json.loads(f.read_text())
+            record = f.parent / "trial.json"
+            errors = json.loads(record.read_text()).get("errors") if record.exists() else None
+            name = a.get("trial", f.parent.parent.name)
+            attempts.append(
+                {
+                    "trial": f"{batch_dir.name}/{name}" if several else name,
+                    "attempt": f.parent.name,
+                    "status": a.get("status"),
+                    "set aside": a.get("set_aside"),
+                    "errors": "; ".join(errors or []) or None,
+                }
+            )
     if attempts:
         page.text(
             "Earlier attempts kept beside the batch (attempts/): partial files of runs that "
@@ -227,12 +278,12 @@ def configured_by(configure: dict) -> str:
     return " + ".join(ways) or "?"
 
 
-def timing(page: Page, batch_dir: Path) -> None:
+def timing(page: Page, batches: list[Path]) -> None:
     """Wall time per trial (started to stopped), the part outside the traffic, and the
     runner's own overhead figure where it recorded one (overhead_s: outside traffic and
     queue drain; configure, arm, stop, collect)."""
     rows = []
-    for name, r in provenance.records(batch_dir).items():
+    for name, r in provenance.records(batches).items():
         times = r.get("times") or {}
         wall = _seconds(times.get("started"), times.get("stopped"))
         try:

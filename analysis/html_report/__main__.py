@@ -1,5 +1,6 @@
-"""`python -m analysis.html_report results/<batch> [--previous results/<other>]`: what
-`make report` runs; prints the page's path."""
+"""`python -m analysis.html_report results/<batch> [--previous results/<other>]`, or several
+batches in one report (`... results/<a> results/<b> --out DIR`): what `make report` runs;
+prints the page's path."""
 
 from __future__ import annotations
 
@@ -16,22 +17,34 @@ def main(argv: list[str] | None = None) -> int:
         description="Write a batch's report: one self-contained HTML page, its tables as CSV "
         "and its figures as PNG (default: <batch>/report/).",
     )
-    parser.add_argument("batch", type=Path, help="the batch directory (results/<batch>)")
+    parser.add_argument(
+        "batch",
+        type=Path,
+        nargs="+",
+        help="the batch directory (results/<batch>); several: their trials in one report (one "
+        "curve per marker of a family's experiment files run as separate batches), --out needed",
+    )
     parser.add_argument(
         "--previous",
         default=AUTO,
         help="the batch to compare with (default: the previous batch of the same experiment "
         "in the same directory; 'none': no comparison)",
     )
-    parser.add_argument("--out", type=Path, help="where to write (default: <batch>/report)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where to write (default: <batch>/report; several batches: required)",
+    )
     parser.add_argument(
         "--reanalyse", action="store_true", help="analyse every trial again from its captures"
     )
     args = parser.parse_args(argv)
     previous = None if args.previous == "none" else args.previous
     try:
-        page = write_report(args.batch, args.out, previous, reanalyse=args.reanalyse)
-    except FileNotFoundError as exc:
+        page = write_report(
+            args.batch[0], args.out, previous, reanalyse=args.reanalyse, more=args.batch[1:]
+        )
+    except (FileNotFoundError, ValueError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
     print(f"report: {page}")

@@ -16,6 +16,7 @@ import pandas as pd
 from analysis.families import collateral_damage as family
 from analysis.families.common import trimmed
 from analysis.html_report.page import Page, plt
+from analysis.results import trial_dir
 from analysis.tcp_probe import congestion_events
 from core.units import parse_bytes, parse_duration_ns
 
@@ -122,9 +123,7 @@ def table_1(page: Page, ok: pd.DataFrame) -> None:
 
 
 def table_2(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
-    has_owd = ok.trial.map(
-        lambda t: (batch_dir / "trials" / t / "analysis" / "owd.parquet").exists()
-    )
+    has_owd = _has(batch_dir, ok, "owd")
     missing = ok[~has_owd | ok.udp_generator.isna()]
     if len(missing):
         page.note(
@@ -183,15 +182,21 @@ def owd_bounds(page: Page, ok: pd.DataFrame) -> None:
     )
 
 
-def _read(trial_dir: Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame | None:
-    f = trial_dir / "analysis" / f"{kind}.parquet"
+def _has(batch_dir: Path, trials: pd.DataFrame, kind: str) -> pd.Series:
+    """Per trial: has it analysis/<kind>.parquet?"""
+    files = [trial_dir(batch_dir, r) / "analysis" / f"{kind}.parquet" for _, r in trials.iterrows()]
+    return pd.Series([f.exists() for f in files], index=trials.index, dtype=bool)
+
+
+def _read(where: Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame | None:
+    f = where / "analysis" / f"{kind}.parquet"
     return pd.read_parquet(f, columns=columns) if f.exists() else None
 
 
 def _fig2_trials(batch_dir: Path, ok: pd.DataFrame) -> pd.DataFrame:
     """One trial per CC: the fewest flows, the shortest RTT, the first repetition; a trial
     with cwnd recorded first."""
-    has = ok.trial.map(lambda t: (batch_dir / "trials" / t / "analysis" / "cwnd.parquet").exists())
+    has = _has(batch_dir, ok, "cwnd")
     ranked = ok.assign(_no_cwnd=~has).sort_values(["_no_cwnd", "flows", "rtt_ms", "repetition"])
     return ranked.groupby("cc", sort=True).head(1).sort_values("cc")
 
@@ -247,15 +252,15 @@ def fig2_window(epochs: np.ndarray, start_ns: int, end_ns: int) -> tuple[int, in
 
 def figure_2(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
     for _, r in _fig2_trials(batch_dir, ok).iterrows():
-        trial_dir = batch_dir / "trials" / r.trial
-        record = json.loads((trial_dir / "trial.json").read_text())
+        where = trial_dir(batch_dir, r)
+        record = json.loads((where / "trial.json").read_text())
         tcp_name, tcp = next(
             (n, g) for n, g in record["traffic"].items() if g["type"] == "bulk_tcp"
         )
         bottleneck = tcp["path"].get("bottleneck") or {}
-        cwnd = _read(trial_dir, "cwnd", CWND_COLUMNS)
-        queue = _read(trial_dir, "queue", ["ts_ns", "event", "bytes", "link"])
-        owd = _read(trial_dir, "owd", ["ts_ns", "owd_ns", "lost", "generator"])
+        cwnd = _read(where, "cwnd", CWND_COLUMNS)
+        queue = _read(where, "queue", ["ts_ns", "event", "bytes", "link"])
+        owd = _read(where, "owd", ["ts_ns", "owd_ns", "lost", "generator"])
         if cwnd is not None:
             cwnd = cwnd[cwnd.generator == tcp_name]
         if queue is not None:
@@ -398,10 +403,11 @@ def figure_3(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
     delays: dict[tuple, np.ndarray] = {}
     for key, rows in ok.groupby(GROUP):
         parts = []
-        for t, g in zip(rows.trial, rows.udp_generator, strict=True):
-            owd = _read(batch_dir / "trials" / t, "owd", ["owd_ns", "lost", "generator"])
+        for _, r in rows.iterrows():
+            owd = _read(trial_dir(batch_dir, r), "owd", ["owd_ns", "lost", "generator"])
             if owd is not None:
-                parts.append(owd.owd_ns[(owd.generator == g) & ~owd.lost].to_numpy() / 1e6)
+                keep = (owd.generator == r.udp_generator) & ~owd.lost
+                parts.append(owd.owd_ns[keep].to_numpy() / 1e6)
         if parts:
             delays[key] = np.sort(np.concatenate(parts))
     if not delays:

@@ -6,12 +6,14 @@ times per workload and protocol as a figure."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis.families import eft as family
 from analysis.html_report.page import Page, plt
+from analysis.results import trial_dir
 
 TITLE = "Application performance of EFT transactions (Lipovac, Batos, Sertic 2009)"
 METRICS = {
@@ -34,9 +36,10 @@ def usable(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[(trials.status == "complete") & trials.analysed.astype(bool)]
 
 
-def response_times(batch_dir: Path, trial: str) -> np.ndarray:
-    """The client's response times (ms) of a trial's successful transactions."""
-    f = batch_dir / "trials" / trial / "analysis" / "transactions.parquet"
+def response_times(batch_dir: Path, trial: Any) -> np.ndarray:
+    """The client's response times (ms) of a trial's successful transactions (``trial``: its
+    report row or its name)."""
+    f = trial_dir(batch_dir, trial) / "analysis" / "transactions.parquet"
     if not f.exists():
         return np.array([])
     rows = pd.read_parquet(f, columns=["response_ns", "ok"])
@@ -80,7 +83,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     page.section("EFT transactions: distribution of response times")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for key, rows in eft.groupby(["rate_mbps", "protocol", "workload"], dropna=False):
-        times = np.concatenate([response_times(batch_dir, t) for t in rows.trial])
+        times = np.concatenate([response_times(batch_dir, r) for _, r in rows.iterrows()])
         if not len(times):
             continue
         times.sort()

@@ -17,12 +17,15 @@ from analysis.html_report.page import Page
 __all__ = ["fingerprint", "records", "sections"]
 
 
-def records(batch_dir: Path) -> dict[str, dict[str, Any]]:
-    """trial name -> its trial.json."""
+def records(batches: Path | list[Path]) -> dict[str, dict[str, Any]]:
+    """trial name -> its trial.json, of one batch; of several: <batch>/<trial> -> it."""
+    several = isinstance(batches, list) and len(batches) > 1
     out = {}
-    for f in sorted((batch_dir / "trials").glob("*/trial.json")):
-        record = json.loads(f.read_text())
-        out[record.get("trial", f.parent.name)] = record
+    for batch_dir in batches if isinstance(batches, list) else [batches]:
+        for f in sorted((batch_dir / "trials").glob("*/trial.json")):
+            record = json.loads(f.read_text())
+            name = record.get("trial", f.parent.name)
+            out[f"{batch_dir.name}/{name}" if several else name] = record
     return out
 
 
@@ -50,8 +53,8 @@ def fingerprint(recs: dict[str, dict[str, Any]]) -> dict[str, str]:
     return {k: ", ".join(sorted(v)) for k, v in sorted(out.items())}
 
 
-def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
-    recs = records(batch_dir)
+def sections(page: Page, batches: Path | list[Path], trials: pd.DataFrame) -> None:
+    recs = records(batches)
     page.section("Provenance")
     if not recs:
         page.note("No trial record (trial.json) in this batch.")
@@ -61,11 +64,13 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     _tools(page, recs)
     _delay(page, recs, trials)
     _captures(page, recs)
-    experiment = batch_dir / "experiment.yml"
-    if experiment.exists():
-        page.details(
-            "The experiment file as the batch ran it (experiment.yml)", experiment.read_text()
-        )
+    for batch_dir in batches if isinstance(batches, list) else [batches]:
+        experiment = batch_dir / "experiment.yml"
+        if experiment.exists():
+            page.details(
+                f"The experiment file as the batch {batch_dir.name} ran it (experiment.yml)",
+                experiment.read_text(),
+            )
 
 
 def _code(page: Page, recs: dict[str, dict[str, Any]]) -> None:

@@ -182,6 +182,45 @@ def test_comparison_with_the_previous_nightly_batch(tmp_path: Path) -> None:
     assert str(before.resolve()) in page
 
 
+def test_several_batches_in_one_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two batches whose trials have the same names (two nights of one experiment, or a
+    family's files run as batches of their own): every table holds both, named by batch."""
+    first = copy(SMOKE, tmp_path / "night1")
+    second = copy(SMOKE, tmp_path / "night2")
+    for t in ("r1", "r2", "r3"):  # the second night's goodput 10 KB/s and OWD 40 ms higher
+        f = second / "trials" / t / "analysis" / "summary.json"
+        summary = json.loads(f.read_text())
+        summary["goodput_kBps"] += 10
+        f.write_text(json.dumps(summary))
+        f = second / "trials" / t / "analysis" / "owd.parquet"
+        owd = pd.read_parquet(f)
+        owd["owd_ns"] += 40_000_000
+        owd.to_parquet(f)
+    assert main([str(first), str(second)]) == 2  # where would it go?
+    assert "2 batches: say where their report goes (--out DIR" in capsys.readouterr().err
+    out = tmp_path / "both"
+    assert main([str(first), str(second), "--out", str(out)]) == 0
+    both = analysis.load([first, second])
+    ok = both[both.status == "complete"]
+    t1 = pd.read_csv(out / "table1_goodput.csv")
+    kept = trimmed(ok.goodput_kBps)  # six runs: the highest and the lowest dropped
+    assert t1.runs.tolist() == [len(ok)] == [6] and t1.used.tolist() == [4]
+    assert t1.mean_kBps[0] == pytest.approx(kept.mean(), rel=1e-12)
+    # Table 2 reads each trial's OWD from its own batch.
+    owd = analysis.load_table([first, second], "owd")
+    owd = owd[(owd.generator == "voip") & ~owd.lost]
+    t2 = pd.read_csv(out / "table2_owd.csv")
+    assert t2.trials[0] == 6 and t2.median_ms[0] == pytest.approx(owd.owd_ns.median() / 1e6)
+    assert t2.mean_ms[0] == pytest.approx(owd.owd_ns.mean() / 1e6)
+    listed = pd.read_csv(out / "trials.csv")
+    assert listed.trial.tolist() == (both.batch + "/" + both.trial).tolist()
+    assert {"night1/r1", "night2/r1"} <= set(listed.trial)
+    page = (out / "index.html").read_text()
+    assert "no comparison with a previous batch" in page
+    assert f"{first}, {second}" in page
+    assert not (first / "report").exists() and not (second / "report").exists()
+
+
 def test_compare_flags_only_beyond_the_spread() -> None:
     group = ["cc"]
     this = pd.DataFrame({"cc": ["reno"] * 3 + ["cubic"], "x": [10.0, 11.0, 12.0, 5.0]})
