@@ -1,7 +1,9 @@
-"""A short seed-004 web workload trial (experiments/web_poisson.yml, APM at R1, 20 s) on the
-two-router chain: the seeded schedule is what crossed the rack, every flow's RTT is its
-ingress's, the flow completion times come from the captures (SYN at R1, last data byte at
-R2), and every packet after R1 carries the DSCP the APM state machine gives it."""
+"""Short seed-004 web workload trials (experiments/web_poisson.yml, seed 1, 15 s), one per
+marker at R1 (NM, APM, WPM, MPM), run as one batch on the two-router chain: for each, the
+seeded schedule is what crossed the rack, every flow's RTT is its ingress's, the receivers'
+turnaround is the reverse delay, the flow completion times come from the captures (SYN at
+R1, last data byte at R2), and every packet after R1 carries the DSCP that marker's state
+machine gives it."""
 
 from __future__ import annotations
 
@@ -19,12 +21,16 @@ from trials.markers import Marker, dscp_for
 pytestmark = pytest.mark.rack
 
 EXPERIMENT = PROJECT / "experiments" / "web_poisson.yml"
-DURATION_S = 20
+MARKERS = ["NM", "APM", "WPM", "MPM"]
+COLOURS = {"NM": (1,), "APM": (1, 2), "WPM": (1, 2), "MPM": (1, 2, 3)}  # drop precedences
+DURATION_S = 15
 MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
-def trial(chain_rack, tmp_path_factory):
+def trials(chain_rack, tmp_path_factory):
+    """One `trials run` of the four markers' seed-1 trials: one configure, then about 3 s
+    between trials."""
     results = tmp_path_factory.mktemp("web")
     done = subprocess.run(
         trials_run(
@@ -34,7 +40,7 @@ def trial(chain_rack, tmp_path_factory):
             "--set",
             "warmup=2s",
             "--only",
-            "marker-APM_seed-1_*",
+            "marker-*_seed-1_*",
             inventory=chain_rack.inventory,
             results=results,
         ),
@@ -46,13 +52,22 @@ def trial(chain_rack, tmp_path_factory):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (batch,) = results.iterdir()
-    (trial_dir,) = (batch / "trials").iterdir()
-    return {
-        "dir": trial_dir,
-        "record": json.loads((trial_dir / "trial.json").read_text()),
-        "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
-        "flows": pd.read_parquet(trial_dir / "analysis" / "web_flows.parquet"),
-    }
+    out = {}
+    for trial_dir in (batch / "trials").iterdir():
+        record = json.loads((trial_dir / "trial.json").read_text())
+        out[record["markers"]["edge"]["marker"]] = {
+            "dir": trial_dir,
+            "record": record,
+            "summary": json.loads((trial_dir / "analysis" / "summary.json").read_text()),
+            "flows": pd.read_parquet(trial_dir / "analysis" / "web_flows.parquet"),
+        }
+    assert sorted(out) == sorted(MARKERS)
+    return out
+
+
+@pytest.fixture(params=MARKERS)
+def trial(trials, request):
+    return trials[request.param]
 
 
 def test_the_seeded_schedule_is_what_crossed_the_rack(trial) -> None:
@@ -198,5 +213,10 @@ def test_the_edge_marker_wrote_the_state_machines_dscp(trial) -> None:
         f"{dict(pd.Series(got).value_counts().sort_index())}; {len(wrong)} differ"
     )
     assert len(wrong) == 0, wrong[["src", "sport", "seq", "want", "tos_out"]]
-    assert stats["retransmissions"] == pure.retransmissions > 0
+    # Each marker's colours: NM marks every packet IN; APM and WPM use IN and OUT; MPM adds
+    # its probes (AF13)
+    assert set(got) == {dscp_for(p) for p in COLOURS[marker["marker"]]}
+    assert stats["retransmissions"] == pure.retransmissions
+    if marker["marker"] != "NM":  # (NM keeps no per-flow state)
+        assert pure.retransmissions > 0
     assert {int(k): v for k, v in stats["precedence"].items()} == pure.counts
