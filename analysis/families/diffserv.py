@@ -100,8 +100,9 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     out["utilization"] = out["goodput_bps"] / rate if rate and out["goodput_bps"] else None
     queue = (summary.get("queues") or {}).get(bottleneck.get("link"), {})
     out["transit_mean_ms"] = queue.get("transit_mean_ms_in_window")
-    least = queue.get("transit_min_ms_in_window")
-    # Normalized per-packet delay: the mean transit over the least one (an empty queue).
+    # Normalized per-packet delay: the mean transit over the least one of the trial (an empty
+    # queue); analyses made before it was kept have only the window's least.
+    least = queue.get("transit_min_ms") or queue.get("transit_min_ms_in_window")
     out["delay_normalized"] = out["transit_mean_ms"] / least if least else None
     # The rack's own delay behind the bottleneck (analysis.traffic.web_poisson): the worst
     # receiver's excess over its least SYN to SYN-ACK turnaround.

@@ -106,7 +106,8 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         ("normalized delay", "mean packet delay / least packet delay"),
         "diffserv_normalized_delay.png",
         "Normalized per-packet delay vs utilization: the mean transit through the core over "
-        "the least one seen (an empty queue), one point per RIO threshold setting.",
+        "the least one of the trial (an empty queue: at its start at least), one point per RIO "
+        "threshold setting.",
     )  # fmt: skip
     fig, axes = plt.subplots(1, len(family.FCT_CLASSES), figsize=(12, 4))
     for ax, packets in zip(axes, family.FCT_CLASSES, strict=True):

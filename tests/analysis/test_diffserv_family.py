@@ -38,7 +38,13 @@ def summary(payload: tuple[int, int], fct1: tuple[float, float]) -> dict:
     ]
     return {
         "generators": {"web1": gen[0], "web2": gen[1]},
-        "queues": {"core": {"transit_mean_ms_in_window": 80.0, "transit_min_ms_in_window": 40.0}},
+        "queues": {
+            "core": {
+                "transit_mean_ms_in_window": 80.0,
+                "transit_min_ms_in_window": 40.0,  # the queue never drained in the window
+                "transit_min_ms": 32.0,  # it was empty at the start
+            }
+        },
     }
 
 
@@ -52,7 +58,10 @@ def test_shares_from_the_counters_and_goodput_from_the_payload():
     assert s["drop_in"] == 0.01 and s["drop_out"] == 0.3
     assert s["goodput_bps"] == 240_000_000 * 8 / 450
     assert abs(s["utilization"] - s["goodput_bps"] / 6e6) < 1e-12
-    assert s["transit_mean_ms"] == 80.0 and s["delay_normalized"] == 2.0
+    assert s["transit_mean_ms"] == 80.0 and s["delay_normalized"] == 80.0 / 32.0
+    older = summary((150_000_000, 90_000_000), (100.0, 200.0))  # analysed before transit_min_ms
+    del older["queues"]["core"]["transit_min_ms"]
+    assert diffserv.trial_summary(record("APM", 40, counters), older)["delay_normalized"] == 2.0
     # FCT means are weighted by each generator's flow count (10 and 20).
     assert s["fct_1pkt_flows"] == 30 and abs(s["fct_1pkt_mean_ms"] - 500 / 3) < 1e-9
     assert (
