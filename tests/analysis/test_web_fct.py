@@ -139,6 +139,36 @@ def test_receiver_turnaround_and_its_excess_over_the_least() -> None:
     assert turnaround_summary(turn[:0]) == {"receiver_turnaround_handshakes": 0}
 
 
+def test_the_client_waits_for_its_start(tmp_path: Path) -> None:
+    """--start-at: the schedule's zero is that time, not the client's own start (the runner
+    starts clients during the lead; their interpreter's start took seconds under TCG)."""
+    (tmp_path / "s.json").write_text(json.dumps({"t_ns": [0], "group": [1], "bytes": [119]}))
+    port = 19000 + (int(time.time()) % 1000)
+    server = subprocess.Popen(
+        [sys.executable, str(PROGRAM), "server", "--bind", "127.0.0.1", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "ready" in server.stderr.readline()
+        start_at = time.time() + 1.5
+        done = subprocess.run(
+            [sys.executable, str(PROGRAM), "client", "--schedule", str(tmp_path / "s.json"),
+             "--bind", "127.0.0.1", "--connect", "127.0.0.1", "--port", str(port),
+             "--duration-s", "0.5", "--start-at", repr(start_at),
+             "--out", str(tmp_path / "flows.jsonl")],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        server.stderr.close()
+    (row,) = [json.loads(x) for x in (tmp_path / "flows.jsonl").read_text().splitlines()]
+    assert row["status"] == "done" and row["sched_ns"] == int(start_at * 1e9)
+    assert 0 <= row["connect_ns"] - row["sched_ns"] < 200 * MS
+
+
 def test_client_and_server_on_loopback(tmp_path: Path) -> None:
     """The program plays a schedule: every flow sends its bytes and ends; one backlogged; a
     flow due 1 ns before the end still starts (the wake-up for it comes after the end)."""

@@ -8,9 +8,11 @@ through trialbed-daemon.
       once it listens.
 
   web_flows.py client --schedule FILE --bind ADDR --connect ADDR --port PORT
-                      --duration-s S [--backlogged] --out FLOWS.jsonl
-      FILE is JSON: {"t_ns": [...], "bytes": [...], "group": [...]}, start offsets from the
-      client's own start (the runner starts it at T0 + start). At each offset it opens a
+                      --duration-s S [--start-at EPOCH_S] [--backlogged] --out FLOWS.jsonl
+      FILE is JSON: {"t_ns": [...], "bytes": [...], "group": [...]}, start offsets from
+      --start-at (the runner gives T0 + start and starts the client during the lead: under
+      TCG the interpreter's own start took 8 s, which a client started at T0 took from its
+      schedule; default: the client's start). It waits for that time; at each offset it opens a
       connection from ADDR, writes that many bytes, shuts its side down and waits for the
       server's close. With --backlogged, one more connection (flow id -1) writes from the
       start until the end of the duration. At the end of the duration (or SIGTERM) it stops,
@@ -104,14 +106,16 @@ class Flow:
 def client(args):
     with open(args.schedule) as f:
         sched = json.load(f)
-    start_ns = time.time_ns()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    start_ns = time.time_ns() if args.start_at is None else int(args.start_at * 1e9)
+    while not stop and (wait_ns := start_ns - time.time_ns()) > 0:
+        time.sleep(min(wait_ns / 1e9, 0.5))
     end_ns = start_ns + int(args.duration_s * 1e9)
     columns = zip(sched["t_ns"], sched["group"], sched["bytes"], strict=True)
     pending = [(start_ns + t, i, g, b) for i, (t, g, b) in enumerate(columns)]
     heapq.heapify(pending)
     flows, sel = [], selectors.DefaultSelector()
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 
     def open_flow(flow):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -187,6 +191,7 @@ def main(argv=None):
     c.add_argument("--connect", required=True)
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--duration-s", type=float, required=True)
+    c.add_argument("--start-at", type=float, help="epoch seconds of the schedule's zero")
     c.add_argument("--backlogged", action="store_true")
     c.add_argument("--out", required=True)
     args = p.parse_args(argv)
