@@ -22,6 +22,7 @@ METRICS = {
 }
 DIGITS = {"in_share": 3, "drop_total": 4, "goodput_bps": 0, "transit_mean_ms": 1}
 LOAD = "load each"
+THRESHOLDS = ["IN min (pkt)", "OUT min (pkt)"]
 
 
 def usable(trials: pd.DataFrame) -> pd.DataFrame:
@@ -35,15 +36,24 @@ def groups(trials: pd.DataFrame) -> list[str]:
 
 
 def curves(front: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One curve per marker (and offered load when the batch has several), its points ordered
-    by goodput."""
+    """One curve per marker (and offered load when the batch has several), its points in the
+    order of the swept threshold (IN min for NM and APM, OUT min for WPM and MPM; the other
+    is fixed): where goodput hardly moves (the web load is not elastic), ordering by it
+    would zigzag with the runs' noise."""
     by = ["marker", LOAD] if LOAD in front and front[LOAD].nunique() > 1 else ["marker"]
+    order = [c for c in THRESHOLDS if c in front] or ["goodput Mbit/s"]
     out = []
     for key, rows in front.groupby(by, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         label = " ".join(str(k) for k in key if pd.notna(k))
-        out.append((label, rows.sort_values("goodput Mbit/s")))
+        out.append((label, rows.sort_values(order)))
     return out
+
+
+def swept(rows: pd.DataFrame) -> str | None:
+    """The threshold column a curve sweeps (the one that varies), if any."""
+    varying = [c for c in THRESHOLDS if c in rows and rows[c].nunique() > 1]
+    return varying[0] if varying else None
 
 
 def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
@@ -137,9 +147,14 @@ def one_curve_per_marker(
 ) -> None:
     """One figure: column x[0] against y[0] (axis labels x[1], y[1]), one curve per marker."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, rows in lines:
-        ordered = rows.sort_values(x[0])
-        ax.plot(ordered[x[0]], ordered[y[0]], marker="o", label=label)
+    for label, rows in lines:  # in threshold order, each point labelled with its threshold
+        (line,) = ax.plot(rows[x[0]], rows[y[0]], marker="o", label=label)
+        column = swept(rows)
+        for _, r in rows.iterrows() if column else ():
+            ax.annotate(
+                f"{r[column]:g}", (r[x[0]], r[y[0]]), textcoords="offset points",
+                xytext=(4, 4), fontsize=7, color=line.get_color(),
+            )  # fmt: skip
     ax.set_xlabel(x[1])
     ax.set_ylabel(y[1])
     ax.legend(fontsize=8)

@@ -117,6 +117,12 @@ def test_html_sections_write_the_table_and_one_curve_per_marker(tmp_path):
     ]  # fmt: skip
     lines = dict(html.curves(diffserv.frontier_table(pd.DataFrame(rows))))
     assert list(lines["APM"]["transit ms"]) == [9, 27] and len(lines["NM"]) == 1
+    # In threshold order, whatever the goodput (noise where the web load is not elastic).
+    swapped = pd.DataFrame(rows).assign(goodput_bps=[5e6, 4e6, 5.5e6, 1.0])
+    lines = dict(html.curves(diffserv.frontier_table(swapped)))
+    assert list(lines["APM"]["IN min (pkt)"]) == [9, 27]
+    assert list(lines["APM"]["goodput Mbit/s"]) == [5.0, 4.0]
+    assert html.swept(lines["APM"]) == "IN min (pkt)" and html.swept(lines["NM"]) is None
     assert html.groups(pd.DataFrame(rows))[0] == "marker"
 
 
