@@ -69,6 +69,13 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
             f"SHORTENED: {'; '.join(shortened)} (the paper: 500 s per run, the first 50 s "
             "discarded); the numbers below are not the paper's setting."
         )
+    rescaled = sorted({x for x in ok.get("rescaled", []) if isinstance(x, str)})
+    if rescaled:
+        page.warn(
+            f"RESCALED: {'; '.join(rescaled)} (the paper: 6 Mbit/s). The offered loads are "
+            "shares of the rate, but the RIO thresholds stay in packets, so each lasts longer "
+            "(or shorter) in time than the paper's: compare shapes, not values."
+        )
     locked = ok[ok.lockout_s.fillna(0) > 1] if "lockout_s" in ok else ok.iloc[:0]
     if len(locked):
         page.warn(

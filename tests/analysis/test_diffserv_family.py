@@ -8,8 +8,10 @@ import pandas as pd
 from analysis.families import diffserv
 
 
-def record(marker: str, in_min: int, counters: dict, duration: str = "500s") -> dict:
-    path = {"bottleneck": {"link": "core", "rate_bps": 6_000_000}}
+def record(
+    marker: str, in_min: int, counters: dict, duration: str = "500s", rate_bps: int = 6_000_000
+) -> dict:
+    path = {"bottleneck": {"link": "core", "rate_bps": rate_bps}}
     return {
         "parameters": {"duration": duration, "warmup": "50s"},
         "markers": {"edge": {"marker": marker}},
@@ -53,7 +55,7 @@ def test_shares_from_the_counters_and_goodput_from_the_payload():
     s = diffserv.trial_summary(
         record("APM", 40, counters), summary((150_000_000, 90_000_000), (100.0, 200.0))
     )
-    assert s["marker"] == "APM" and s["shortened"] is None
+    assert s["marker"] == "APM" and s["shortened"] is None and s["rescaled"] is None
     assert s["in_share"] == 0.9 and s["drop_total"] == 39 / 1000
     assert s["drop_in"] == 0.01 and s["drop_out"] == 0.3
     assert s["goodput_bps"] == 240_000_000 * 8 / 450
@@ -62,6 +64,10 @@ def test_shares_from_the_counters_and_goodput_from_the_payload():
     older = summary((150_000_000, 90_000_000), (100.0, 200.0))  # analysed before transit_min_ms
     del older["queues"]["core"]["transit_min_ms"]
     assert diffserv.trial_summary(record("APM", 40, counters), older)["delay_normalized"] == 2.0
+    # Another bottleneck rate than the paper's is said (the thresholds stay in packets).
+    half = diffserv.trial_summary(record("APM", 40, counters, rate_bps=3_000_000), older)
+    assert half["rescaled"] == "bottleneck 3 Mbit/s"
+    assert abs(half["utilization"] - 2 * s["utilization"]) < 1e-12
     # FCT means are weighted by each generator's flow count (10 and 20).
     assert s["fct_1pkt_flows"] == 30 and abs(s["fct_1pkt_mean_ms"] - 500 / 3) < 1e-9
     assert (
