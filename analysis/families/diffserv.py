@@ -168,20 +168,25 @@ def frontier_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["marker", "IN min (pkt)", "OUT min (pkt)"])
 
 
+def labels(table: pd.DataFrame, column: str) -> list[str]:
+    """The distinct text values of a column of trial summaries (shortened, rescaled, ...)."""
+    return sorted({x for x in table.get(column, []) if isinstance(x, str)})
+
+
 def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
     front = frontier_table(table)
     if front.empty:
         return
-    shortened = sorted({x for x in table.get("shortened", []) if isinstance(x, str)})
+    shortened = labels(table, "shortened")
     note = (
         f" — SHORTENED: {'; '.join(shortened)} (the paper: 500 s, 50 s discarded)"
         if shortened
         else ""
     )
-    rescaled = sorted({x for x in table.get("rescaled", []) if isinstance(x, str)})
+    rescaled = labels(table, "rescaled")
     if rescaled:
         note += f" — RESCALED: {'; '.join(rescaled)} (the paper: 6 Mbit/s)"
-    approx = sorted({x for x in table.get("rio_approximation", []) if isinstance(x, str)})
+    approx = labels(table, "rio_approximation")
     counted = f"NOT RIO but {'; '.join(approx)}: their counters" if approx else "GRED's counters"
     t = Table(
         title=f"Seed 004: per marker and RIO threshold — IN % and drops ({counted}), "

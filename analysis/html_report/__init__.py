@@ -70,7 +70,7 @@ def write_report(
     failures = {}
     for b in batches:
         for trial, error in analyse(b, every=reanalyse).items():
-            failures[f"{b.name}/{trial}" if several else trial] = error
+            failures[provenance.named(b, trial, several)] = error
     trials = load(batches)
     if several and len(trials):
         trials["trial"] = trials.batch + "/" + trials.trial
@@ -158,7 +158,7 @@ def _batches_meta(batches: list[Path]) -> dict:
         "experiment": ", ".join(str(m["experiment"]) for m in metas),
         "sets": list(dict.fromkeys(sets)),
         "trials": [
-            {**t, "name": f"{b.name}/{t['name']}"}
+            {**t, "name": provenance.named(b, t["name"], several=True)}
             for b, m in zip(batches, metas, strict=True)
             for t in m.get("trials", [])
         ],
@@ -239,7 +239,7 @@ def trial_list(page: Page, batches: list[Path], trials: pd.DataFrame) -> None:
             name = a.get("trial", f.parent.parent.name)
             attempts.append(
                 {
-                    "trial": f"{batch_dir.name}/{name}" if several else name,
+                    "trial": provenance.named(batch_dir, name, several),
                     "attempt": f.parent.name,
                     "status": a.get("status"),
                     "set aside": a.get("set_aside"),

@@ -63,13 +63,13 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     if front.empty:
         page.warn("No complete, analysed trial in this batch: no table or figure of the family.")
         return
-    shortened = sorted({x for x in ok.get("shortened", []) if isinstance(x, str)})
+    shortened = family.labels(ok, "shortened")
     if shortened:
         page.warn(
             f"SHORTENED: {'; '.join(shortened)} (the paper: 500 s per run, the first 50 s "
             "discarded); the numbers below are not the paper's setting."
         )
-    rescaled = sorted({x for x in ok.get("rescaled", []) if isinstance(x, str)})
+    rescaled = family.labels(ok, "rescaled")
     if rescaled:
         page.warn(
             f"RESCALED: {'; '.join(rescaled)} (the paper: 6 Mbit/s). The offered loads are "
@@ -86,7 +86,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
             "its average decays per arriving packet, not with idle time as in ns-2's RED "
             "(the paper's). Read these trials' IN/drop shares with that in mind."
         )
-    approx = sorted({x for x in ok.get("rio_approximation", []) if isinstance(x, str)})
+    approx = family.labels(ok, "rio_approximation")
     if approx:
         page.warn(
             f"NOT RIO: a FreeBSD router's rio is {'; '.join(approx)} (trial.json's rio and "

@@ -14,18 +14,26 @@ import pandas as pd
 
 from analysis.html_report.page import Page
 
-__all__ = ["fingerprint", "records", "sections"]
+__all__ = ["fingerprint", "named", "records", "sections"]
+
+
+def named(batch_dir: Path, trial: str, several: bool) -> str:
+    """A trial's name in a report: <batch>/<trial> when the report has several batches."""
+    return f"{batch_dir.name}/{trial}" if several else trial
+
+
+def _listed(batches: Path | list[Path]) -> list[Path]:
+    return batches if isinstance(batches, list) else [batches]
 
 
 def records(batches: Path | list[Path]) -> dict[str, dict[str, Any]]:
     """trial name -> its trial.json, of one batch; of several: <batch>/<trial> -> it."""
-    several = isinstance(batches, list) and len(batches) > 1
+    batches = _listed(batches)
     out = {}
-    for batch_dir in batches if isinstance(batches, list) else [batches]:
+    for batch_dir in batches:
         for f in sorted((batch_dir / "trials").glob("*/trial.json")):
             record = json.loads(f.read_text())
-            name = record.get("trial", f.parent.name)
-            out[f"{batch_dir.name}/{name}" if several else name] = record
+            out[named(batch_dir, record.get("trial", f.parent.name), len(batches) > 1)] = record
     return out
 
 
@@ -64,7 +72,7 @@ def sections(page: Page, batches: Path | list[Path], trials: pd.DataFrame) -> No
     _tools(page, recs)
     _delay(page, recs, trials)
     _captures(page, recs)
-    for batch_dir in batches if isinstance(batches, list) else [batches]:
+    for batch_dir in _listed(batches):
         experiment = batch_dir / "experiment.yml"
         if experiment.exists():
             page.details(

@@ -139,11 +139,11 @@ def test_receiver_turnaround_and_its_excess_over_the_least() -> None:
     assert turnaround_summary(turn[:0]) == {"receiver_turnaround_handshakes": 0}
 
 
-def test_the_client_waits_for_its_start(tmp_path: Path) -> None:
-    """--start-at: the schedule's zero is that time, not the client's own start (the runner
-    starts clients during the lead; their interpreter's start took seconds under TCG)."""
-    (tmp_path / "s.json").write_text(json.dumps({"t_ns": [0], "group": [1], "bytes": [119]}))
-    port = 19000 + (int(time.time()) % 1000)
+def play(tmp_path: Path, schedule: dict, *client_args: str) -> None:
+    """The program's server on loopback, and its client playing `schedule` against it
+    (CLIENT_ARGS: --duration-s and the rest) into tmp_path/flows.jsonl."""
+    (tmp_path / "s.json").write_text(json.dumps(schedule))
+    port = 18000 + (time.time_ns() // 1000 % 2000)
     server = subprocess.Popen(
         [sys.executable, str(PROGRAM), "server", "--bind", "127.0.0.1", "--port", str(port)],
         stderr=subprocess.PIPE,
@@ -151,12 +151,10 @@ def test_the_client_waits_for_its_start(tmp_path: Path) -> None:
     )
     try:
         assert "ready" in server.stderr.readline()
-        start_at = time.time() + 1.5
         done = subprocess.run(
             [sys.executable, str(PROGRAM), "client", "--schedule", str(tmp_path / "s.json"),
              "--bind", "127.0.0.1", "--connect", "127.0.0.1", "--port", str(port),
-             "--duration-s", "0.5", "--start-at", repr(start_at),
-             "--out", str(tmp_path / "flows.jsonl")],
+             *client_args, "--out", str(tmp_path / "flows.jsonl")],
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -164,6 +162,14 @@ def test_the_client_waits_for_its_start(tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=10)
         server.stderr.close()
+
+
+def test_the_client_waits_for_its_start(tmp_path: Path) -> None:
+    """--start-at: the schedule's zero is that time, not the client's own start (the runner
+    starts clients during the lead; their interpreter's start took seconds under TCG)."""
+    start_at = time.time() + 1.5
+    schedule = {"t_ns": [0], "group": [1], "bytes": [119]}
+    play(tmp_path, schedule, "--duration-s", "0.5", "--start-at", repr(start_at))
     (row,) = [json.loads(x) for x in (tmp_path / "flows.jsonl").read_text().splitlines()]
     assert row["status"] == "done" and row["sched_ns"] == int(start_at * 1e9)
     assert 0 <= row["connect_ns"] - row["sched_ns"] < 200 * MS
@@ -174,26 +180,7 @@ def test_client_and_server_on_loopback(tmp_path: Path) -> None:
     flow due 1 ns before the end still starts (the wake-up for it comes after the end)."""
     schedule = {"t_ns": [0, 50 * MS, 60 * MS, 300 * MS, 10**9 - 1], "group": [1, 15, 9, 14, 1]}
     schedule["bytes"] = [119, 284454, 1650, 26641, 119]
-    (tmp_path / "s.json").write_text(json.dumps(schedule))
-    port = 18000 + (int(time.time()) % 1000)
-    server = subprocess.Popen(
-        [sys.executable, str(PROGRAM), "server", "--bind", "127.0.0.1", "--port", str(port)],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert "ready" in server.stderr.readline()
-        done = subprocess.run(
-            [sys.executable, str(PROGRAM), "client", "--schedule", str(tmp_path / "s.json"),
-             "--bind", "127.0.0.1", "--connect", "127.0.0.1", "--port", str(port),
-             "--duration-s", "1", "--backlogged", "--out", str(tmp_path / "flows.jsonl")],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        server.stderr.close()
+    play(tmp_path, schedule, "--duration-s", "1", "--backlogged")
     flows = read_flow_list(tmp_path / "flows.jsonl").set_index("flow")
     assert flows.loc[[0, 1, 2, 3], "status"].tolist() == ["done"] * 4
     assert flows.loc[[0, 1, 2, 3], "bytes"].tolist() == schedule["bytes"][:4]
