@@ -122,7 +122,9 @@ def test_a_failed_and_a_sigkilled_trial_each_run_again_once(test_rack, experimen
     }  # fmt: skip
     # In the traffic phase: captures, iperf3 and tcpreplay run on the hosts.
     sender_pid = f"{remote['A']}/tcp_client.pid"
-    wait_for(lambda: rack.run("A", f"test -s {sender_pid} && echo y", check=False), "traffic")
+    wait_for(
+        lambda: rack.run("A", f"test -s {sender_pid} && echo y", check=False), "traffic", proc=proc
+    )
     time.sleep(1)
     pids = {
         h: rack.run(h, f"cat {d}/*.pid 2>/dev/null | cut -d' ' -f1", check=False).split()
