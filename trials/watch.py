@@ -1,15 +1,20 @@
 """The trial's watch: while the traffic runs, what would spoil the trial without anyone
 noticing is looked for, and stops it at once with the cause.
 
-Every WATCH_EVERY_S, one `trialbed-daemon check` per host (all hosts at once) reports which of
-the trial's processes ended on their own and how much room is left where the host writes the
-trial's files; the last round comes at the end of the traffic, when the measurement is over.
-Each check says what it cost its host, and the rounds are spaced so that the watch takes at
-most WATCH_CPU_SHARE of one CPU: on the VM rack under TCG one check costs 0.6-1.2 s of CPU (a
-Python start), and ten hosts checked every 5 s took more than the VM's two vCPUs from the
-trial's packets (its veths' backlog overflowed and SYN-ACK retransmissions failed); one round
-of ten still holds both vCPUs for seconds (every handshake stalled 1-5 s in the round that
-came 1 s before the end, when the last round came there). A trial fails when:
+Every WATCH_EVERY_S, one check per host (`trialbed-check`, sh; `trialbed-daemon` where it cannot
+answer alone) reports which of the trial's processes ended on their own and how much room is
+left where the host writes the trial's files. The hosts of a round are asked one after
+another, spread over its spacing, and all at once at the end of the traffic, when the
+measurement is over. Each check says what it cost its host, and the rounds are spaced so that
+the watch takes at most WATCH_CPU_SHARE of one CPU. On the VM rack under TCG:
+- a check that was a Python start cost 0.6-1.2 s of CPU: ten hosts checked every 5 s took more
+  than the VM's two vCPUs from the trial's packets (its veths' backlog overflowed, SYN-ACK
+  retransmissions failed); spaced out, a round of ten came every 145 s, and one round 1 s
+  before the end stalled every handshake for 1-5 s;
+- the shell check costs 0.07 s idle, 0.15 s in a diffserv trial (rounds every 31 s);
+- ten hosts asked at once still made a burst (turnaround p99 12.9 ms, max 125 ms, in a 120-s
+  diffserv trial), hence one after another.
+A trial fails when:
 - a capture, a recorder, a marker or a receiver ended before the runner stopped it
   (UNTIL_STOPPED);
 - a sender ended before its own schedule did (one that sends a set number of bytes or
@@ -32,8 +37,7 @@ from core.daemons import Daemons
 from core.rack import Rack, RackError
 from core.units import parse_duration_ns
 
-# One check per host costs a Python start on the host: every 5 s is well under 1 % of a core
-# for a five-host rack, and a failure is seen within 5 s.
+# A failure is seen within 5 s where checks are cheap (a few ms of CPU on a real host).
 WATCH_EVERY_S = 5.0
 # The most of one CPU the checks may take, summed over the rack's hosts (each check reports
 # its own CPU time); slower checks space the rounds out.
@@ -96,6 +100,7 @@ class TrialWatch:
             # A link that went down times out with no words of its own: name the error.
             cause = str(error)[-300:] or f"{type(error).__name__}: no answer within its timeout"
             self.unreachable[host] = f"stopped answering at {self.since_t0(now)} ({cause})"
+            self.cpu_s.pop(host, None)
             return [f"{host} {self.unreachable[host]}"]
         self.cpu_s[host] = float(answer.get("cpu_s") or 0.0)
         # Judged at the answer, not at the question: on a slow host (the VM rack under TCG:
@@ -124,19 +129,19 @@ class TrialWatch:
             )
         return problems
 
-    def check(self) -> list[str]:
-        """One round of checks, every host at once; the problems found."""
+    def check(self, skip: str | None = None) -> list[str]:
+        """One round of checks, every host (but `skip`) at once: the last, at the end, and
+        after a problem; the problems found."""
         now = time.time()
-        hosts = [h for h in self.daemons.remote if h not in self.unreachable]
-        self.rounds += 1
-        self.cpu_s.clear()
+        hosts = [h for h in self.daemons.remote if h not in self.unreachable and h != skip]
+        self.rounds += skip is None
         with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
             found = list(pool.map(lambda h: self.check_host(h, now), hosts))
         return [p for problems in found for p in problems]
 
     @property
     def round_cpu_s(self) -> float:
-        """What the last round cost, summed over its hosts."""
+        """What a round costs, summed over the hosts' last checks."""
         return sum(self.cpu_s.values())
 
     def spacing_s(self, every_s: float) -> float:
@@ -144,18 +149,31 @@ class TrialWatch:
         return max(every_s, self.round_cpu_s / WATCH_CPU_SHARE)
 
     def until(self, end: float, every_s: float = WATCH_EVERY_S) -> None:
-        """Check every `every_s` (or as spaced by the checks' cost) until `end` (epoch time),
-        the last round at `end`; raise WatchFailure at the first round that finds a problem."""
-        while True:
-            now = time.time()
-            next_at = min(now + self.spacing_s(every_s), end)
-            time.sleep(max(0.0, next_at - now))
-            problems = self.check()
-            self.every_s = self.spacing_s(every_s)
-            if problems:
-                raise WatchFailure("; ".join(problems))
-            if next_at >= end:
-                return
+        """Check every host every `every_s` (or as spaced by the checks' cost) until `end`
+        (epoch time), and every host at once at `end`; raise WatchFailure at the first check
+        that finds a problem. Within a round the hosts are asked one after another, spread over
+        its spacing: ten asked at once on the VM rack took both vCPUs in one burst."""
+        while (start := time.time()) < end:
+            hosts = [h for h in self.daemons.remote if h not in self.unreachable]
+            spacing = self.spacing_s(every_s)
+            slots = [(h, start + spacing * i / len(hosts)) for i, h in enumerate(hosts, 1)]
+            if not slots or slots[0][1] >= end:
+                break
+            self.rounds += 1
+            for host, at in slots:
+                if at >= end:
+                    break
+                time.sleep(max(0.0, at - time.time()))
+                problems = self.check_host(host, time.time())
+                self.every_s = self.spacing_s(every_s)
+                if problems:  # the others at once: the failure names every cause there is
+                    problems += self.check(skip=host)
+                    raise WatchFailure("; ".join(problems))
+        time.sleep(max(0.0, end - time.time()))
+        problems = self.check()
+        self.every_s = self.spacing_s(every_s)
+        if problems:
+            raise WatchFailure("; ".join(problems))
 
     def summary(self) -> dict[str, float | int]:
         """For the trial's record: how often the hosts were checked and what a round cost."""

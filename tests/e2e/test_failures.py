@@ -160,7 +160,9 @@ def test_hosts_that_stop_answering_fail_the_trial_and_the_others_are_restored(te
             assert f"{host} stopped answering at +" in errors
             assert f"{host} not stopped nor collected" in errors
             assert f"restore: {host} did not answer" in said
-        assert ran_for_s(record) < DURATION_S / 2
+        # Stopped by the watch, not by the schedule: B's turn in a round comes within 5 s of its
+        # link going down (at about +6 s) and its check waits 15 s for an answer.
+        assert ran_for_s(record) < DURATION_S * 3 / 4
         # The hosts that answer were collected and restored.
         assert verify_manifest(trial_dir) == []
         assert (trial_dir / "R" / "bottleneck_in.pcap").stat().st_size > 10_000

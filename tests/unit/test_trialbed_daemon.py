@@ -14,6 +14,7 @@ import pytest
 from core.daemons import READY_TIMEOUT_S, Daemons
 
 HELPER = Path(__file__).resolve().parents[2] / "roles/remote_daemons/files/trialbed_daemon.py"
+CHECK = HELPER.with_name("trialbed_check.sh")
 
 
 def helper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -174,12 +175,15 @@ class LocalRack:
         wrapper = workdir / "bin/trialbed-daemon"
         wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {HELPER} "$@"\n')
         wrapper.chmod(0o755)
+        check = workdir / "bin/trialbed-check"
+        check.write_bytes(CHECK.read_bytes())
+        check.chmod(0o755)
 
     def host(self, _name: str) -> SimpleNamespace:
         return SimpleNamespace(workdir=str(self.workdir))
 
-    def run(self, _host: str, command: str, check: bool = True) -> str:
-        done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+    def run(self, _host: str, command: str, check: bool = True, timeout: float = 60) -> str:
+        done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout)
         assert done.returncode == 0 or not check, done.stderr
         return done.stdout
 
@@ -197,6 +201,51 @@ def test_a_daemon_slow_to_get_ready_is_waited_for_past_the_helpers_own_5_s(tmp_p
     with pytest.raises(AssertionError, match=r"'ready' not in .* after 1 s"):
         daemons.spawn("A", "mute", "sleep 60", ready="ready", ready_timeout_s=1)
     helper(trials, "stop", "mute")
+
+
+def test_the_shell_check_answers_as_the_helper_does_and_alone_while_nothing_ended(tmp_path):
+    """trialbed-check (sh, /proc) is the watch's check: for running, absent, recycled-pid and
+    zombie daemons it answers what `trialbed-daemon check` answers; while nothing ended it needs
+    no Python (its helper broken here, it still answers), and an ended daemon's answer, with its
+    log, comes from the helper."""
+    import json
+    import os
+
+    trials = tmp_path / "trial"
+    trials.mkdir()
+    rack = LocalRack(tmp_path / "work")
+    daemons = Daemons(rack, {"A": str(trials)})  # type: ignore[arg-type]
+    daemons.spawn("A", "server", "sleep 60")
+    (trials / "recycled.pid").write_text(f"{os.getpid()} 1\n")  # our pid, another start time
+    zombie = subprocess.Popen(["true"])  # not reaped until wait(): a zombie meanwhile
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (trials / "zombie.pid").write_text(str(zombie.pid))  # no start time, as old pid files
+    try:
+        names = ["server", "never", "-", "recycled", "zombie"]
+        ours = json.loads(daemons.check("A", names, 30))
+        theirs = json.loads(helper(trials, "check", *names).stdout)
+        for answer in (ours, theirs):
+            assert answer["daemons"]["server"] == {"state": "running"}
+            assert answer["daemons"]["never"] == answer["daemons"]["-"] == {"state": "absent"}
+            for gone in ("recycled", "zombie"):
+                assert answer["daemons"][gone]["state"] == "ended"
+        assert abs(ours["free_bytes"] - theirs["free_bytes"]) < 64 * 2**20
+        assert ours["cpu_s"] >= 0
+        assert daemons.running("A", "server") and not daemons.running("A", "zombie")
+
+        (tmp_path / "work/bin/trialbed-daemon").write_text("#!/bin/sh\nexit 3\n")
+        assert json.loads(daemons.check("A", ["server", "never"], 30))["daemons"] == {
+            "server": {"state": "running"},
+            "never": {"state": "absent"},
+        }
+        with pytest.raises(AssertionError):  # an ended one goes to the (broken) helper
+            daemons.check("A", ["server", "zombie"], 30)
+    finally:
+        zombie.wait()
+        helper(trials, "stop", "server")
 
 
 # A stand-in for tcpdump: its filter passed 10 packets; each counters request (SIGUSR1, as

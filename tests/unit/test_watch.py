@@ -23,7 +23,7 @@ from trials.watch import (
 
 
 class ScriptedRack:
-    """Answers `trialbed-daemon check` with the states given, after `delay_s`."""
+    """Answers `trialbed-check DIR NAME...` with the states given, after `delay_s`."""
 
     def __init__(
         self, states: dict[str, str], free: int = 10**9, delay_s: float = 0.0, cpu_s: float = 0.0
@@ -39,7 +39,8 @@ class ScriptedRack:
             raise RackError(f"{host}: cannot run 'x': refused") from OSError("refused")
         self.asked_at.append(time.time())
         time.sleep(self.delay_s)
-        asked = command.split(" check ", 1)[1].split(" --dir ")[0].split()
+        _check, _directory, *asked = command.split()
+        assert _check.endswith("/bin/trialbed-check"), command
         daemons = {n: {"state": self.states.get(n, "absent")} for n in asked}
         return json.dumps({"free_bytes": self.free, "daemons": daemons, "cpu_s": self.cpu_s})
 
@@ -108,11 +109,11 @@ def test_the_racks_watch_timeout_is_what_a_check_waits():
         watch_timeout_s(rack)  # type: ignore[arg-type]
 
 
-def test_costly_checks_are_spaced_out_and_the_last_round_comes_at_the_end():
-    """Two hosts whose check costs 0.05 s of CPU each: after the first round (every_s, nothing
-    known of the cost yet) the next would be 2 s later (WATCH_CPU_SHARE of a CPU), after the
-    end, so the last round runs at the end instead (after the measurement: on the VM rack a
-    round stalls every packet for seconds); none in between."""
+def test_costly_checks_are_spaced_out_one_host_after_another_and_all_at_the_end():
+    """Two hosts whose check costs 0.05 s of CPU each. The first round (every_s, nothing known
+    of the cost yet) asks A at 0.05 s and B at 0.1 s, one after the other; then each host's
+    next check is 2 s away (WATCH_CPU_SHARE of a CPU): A's falls at 1.1 s, B's after the end.
+    The last round asks both at once at the end (after the measurement)."""
     rack = ScriptedRack({"p.tcpdump": "running"}, cpu_s=0.05)
     w = watch(rack, hosts=("A", "B"))
     w.expect("A", "p.tcpdump", "capture p", UNTIL_STOPPED)
@@ -120,11 +121,11 @@ def test_costly_checks_are_spaced_out_and_the_last_round_comes_at_the_end():
     end = start + 1.8
     w.until(end, every_s=0.1)
     spacing = 2 * 0.05 / WATCH_CPU_SHARE
-    assert spacing > end - start
-    first, last = sorted(rack.asked_at)[::2]  # both hosts are asked at once
-    assert first - start == pytest.approx(0.1, abs=0.08)
-    assert last - end == pytest.approx(0, abs=0.08)
-    assert w.summary() == {"rounds": 2, "every_s": spacing, "round_cpu_s": 0.1}
+    asked = [t - start for t in sorted(rack.asked_at)]
+    assert len(asked) == 5, asked
+    for at, expected in zip(asked, (0.05, 0.1, 0.1 + spacing / 2, 1.8, 1.8), strict=True):
+        assert at == pytest.approx(expected, abs=0.06), asked
+    assert w.summary() == {"rounds": 3, "every_s": spacing, "round_cpu_s": 0.1}
 
 
 def test_cheap_checks_keep_every_s():
@@ -148,3 +149,17 @@ def test_a_capture_that_ends_after_the_last_spaced_round_is_seen_at_the_end():
     with pytest.raises(WatchFailure, match="capture p on A ended"):
         w.until(end, every_s=0.1)
     assert len(rack.asked_at) == 2 and rack.asked_at[-1] >= end
+
+
+def test_a_problem_on_one_host_has_the_others_asked_at_once_and_names_every_cause():
+    """Hosts are asked one after another; when A's answer shows a problem, B (whose turn would
+    come 0.5 s later) is asked at once, so that the failure names both causes."""
+    rack = ScriptedRack({"p.tcpdump": "ended", "tcp_client": "ended"})
+    w = watch(rack, hosts=("A", "B"))
+    w.expect("A", "p.tcpdump", "capture p", UNTIL_STOPPED)
+    w.expect("B", "tcp_client", "tcp (bulk_tcp)", time.time() + 60)
+    start = time.time()
+    with pytest.raises(WatchFailure, match=r"capture p on A ended .*; tcp \(bulk_tcp\) on B"):
+        w.until(start + 10, every_s=1.0)
+    a, b = rack.asked_at
+    assert a - start == pytest.approx(0.5, abs=0.1) and b - a < 0.1
