@@ -53,18 +53,19 @@ class Daemons:
 
     def running(self, host: str, name: str) -> bool:
         try:
-            answer = json.loads(self.check(host, [name], READY_TIMEOUT_S))
+            answer = json.loads(self.check(host, [name], READY_TIMEOUT_S, logs=False))
         except (RackError, ValueError):
             return False
         return answer["daemons"][name]["state"] == "running"
 
-    def check(self, host: str, names: list[str], timeout_s: float) -> str:
-        """`trialbed-daemon check`: JSON with the free bytes of the host's trial directory and
+    def check(self, host: str, names: list[str], timeout_s: float, logs: bool = True) -> str:
+        """The watch's check: JSON with the free bytes of the host's trial directory and
         each daemon's state (running, ended, absent); RackError if the host does not answer
         within `timeout_s`. Asked of trialbed-check (sh, a few ms of CPU), which hands over to
-        trialbed-daemon where it cannot answer alone."""
+        trialbed-daemon where it cannot answer alone (without `logs`, only where it has no
+        /proc)."""
         check = f"{self.rack.host(host).workdir}/bin/trialbed-check"
-        words = [check, self.remote[host], *names]
+        words = [check, *([] if logs else ["--states"]), self.remote[host], *names]
         return self.rack.run(host, " ".join(shlex.quote(w) for w in words), timeout=timeout_s)
 
     def wait_for_log(self, host: str, name: str, text: str, timeout_s: float = 5.0) -> None:

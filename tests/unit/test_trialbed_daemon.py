@@ -243,6 +243,11 @@ def test_the_shell_check_answers_as_the_helper_does_and_alone_while_nothing_ende
         }
         with pytest.raises(AssertionError):  # an ended one goes to the (broken) helper
             daemons.check("A", ["server", "zombie"], 30)
+        # unless only the states are asked (the wait for the senders to end)
+        assert not daemons.running("A", "zombie") and daemons.running("A", "server")
+        assert json.loads(daemons.check("A", ["zombie"], 30, logs=False))["daemons"] == {
+            "zombie": {"state": "ended"}
+        }
     finally:
         zombie.wait()
         helper(trials, "stop", "server")

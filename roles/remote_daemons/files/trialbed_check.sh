@@ -1,5 +1,5 @@
 #!/bin/sh
-# trialbed-check DIR NAME...: the trial watch's check without an interpreter start.
+# trialbed-check [--states] DIR NAME...: the trial watch's check without an interpreter start.
 #
 # Prints what `trialbed-daemon check NAME... --dir DIR` prints (JSON: free_bytes of DIR's file
 # system, each NAME's state, cpu_s) from shell builtins, /proc and one df. On the VM rack under
@@ -7,8 +7,14 @@
 # costs 35-45 ms, an interpreter far more); ten hosts are asked each round. Where it cannot
 # answer alone (no /proc, e.g. FreeBSD; a name it will not quote; a daemon that ended, whose
 # log's last lines go in the answer) it hands over to the Python helper next to it, which
-# answers the same question in full.
+# answers the same question in full. --states: the states alone, no log even for a daemon that
+# ended (the runner's wait for its senders to end).
 set -u
+logs=yes
+if [ "${1-}" = --states ]; then
+	logs=
+	shift
+fi
 dir=$1
 shift
 helper="${0%/*}/trialbed-daemon"
@@ -48,7 +54,7 @@ state_of() {
 daemons=
 for name; do
 	state_of "$name"
-	[ "$s" = ended ] && full "$@"
+	[ "$s" = ended ] && [ -n "$logs" ] && full "$@"
 	daemons="$daemons${daemons:+, }\"$name\": {\"state\": \"$s\"}"
 done
 # df -P: a header of 7 words, then device, blocks, used, available (1024-byte blocks).
