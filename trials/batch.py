@@ -395,7 +395,7 @@ def run_one(
     label: str,
     log: Callable[[str], None],
 ) -> int:
-    from trials.runner import Interrupted
+    from trials.runner import Interrupted, failed_record
 
     earlier = batch.status(trial.name)
     if earlier != "todo":
@@ -415,12 +415,20 @@ def run_one(
         claims.release(trial.name)
         raise
     except Exception as exc:  # recorded; the batch goes on with the next trial
-        cause = f"{type(exc).__name__}: {exc}"
+        # The runner's record says more than its exception when it got that far: the watch's
+        # finding and the tools' own words (iperf3's "unable to connect to server").
+        typed = f"{type(exc).__name__}: {exc}"
+        said = failed_record(batch.path, trial, exc)["errors"]
+        if said == [str(exc)]:
+            said = []  # the runner wrote nothing of it: the exception is all there is
+        if str(exc) not in "; ".join(said):
+            record_failure(batch, trial.name, typed)
+            said.append(typed)
+        cause = "; ".join(said)
         log(f"[{trial.name}] failed: {cause}")
         batch.event(
             event="failed", trial=trial.name, rack=label, attempt=attempt, error=cause[-2000:]
         )
-        record_failure(batch, trial.name, cause)
         claims.release(trial.name)
         return 0
     seconds = time.monotonic() - started
