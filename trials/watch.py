@@ -129,11 +129,15 @@ class TrialWatch:
             )
         return problems
 
+    def answering(self) -> list[str]:
+        """The hosts still asked: those not seen to stop answering."""
+        return [h for h in self.daemons.remote if h not in self.unreachable]
+
     def check(self, skip: str | None = None) -> list[str]:
         """One round of checks, every host (but `skip`) at once: the last, at the end, and
         after a problem; the problems found."""
         now = time.time()
-        hosts = [h for h in self.daemons.remote if h not in self.unreachable and h != skip]
+        hosts = [h for h in self.answering() if h != skip]
         self.rounds += skip is None
         with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
             found = list(pool.map(lambda h: self.check_host(h, now), hosts))
@@ -154,7 +158,7 @@ class TrialWatch:
         that finds a problem. Within a round the hosts are asked one after another, spread over
         its spacing: ten asked at once on the VM rack took both vCPUs in one burst."""
         while (start := time.time()) < end:
-            hosts = [h for h in self.daemons.remote if h not in self.unreachable]
+            hosts = self.answering()
             spacing = self.spacing_s(every_s)
             slots = [(h, start + spacing * i / len(hosts)) for i, h in enumerate(hosts, 1)]
             if not slots or slots[0][1] >= end:
