@@ -26,7 +26,7 @@ class Daemons:
         helper = f"{self.rack.host(host).workdir}/bin/trialbed-daemon"
         where = directory or self.remote[host]
         words = [helper, action, name, *args, "--dir", where]
-        return " ".join(shlex.quote(w) for w in words)
+        return shlex.join(words)
 
     def spawn(
         self,
@@ -66,7 +66,7 @@ class Daemons:
         /proc)."""
         check = f"{self.rack.host(host).workdir}/bin/trialbed-check"
         words = [check, *([] if logs else ["--states"]), self.remote[host], *names]
-        return self.rack.run(host, " ".join(shlex.quote(w) for w in words), timeout=timeout_s)
+        return self.rack.run(host, shlex.join(words), timeout=timeout_s)
 
     def wait_for_log(self, host: str, name: str, text: str, timeout_s: float = 5.0) -> None:
         """Wait until the daemon's log contains `text` (e.g. tcpdump's 'listening on')."""

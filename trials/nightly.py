@@ -55,7 +55,7 @@ class Schedule:
             "make", "-C", str(PROJECT_DIR), "nightly-run",
             f"EXPERIMENT={self.experiment}", f"KEEP_CAPTURES={self.keep_captures_days}",
         ]  # fmt: skip
-        words = " ".join(shlex.quote(w) for w in make)
+        words = shlex.join(make)
         return f"{words} {self.extra}".strip()
 
     def log_file(self) -> Path:

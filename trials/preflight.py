@@ -81,7 +81,7 @@ def host_facts(
         words = [host.workdir, *host.interfaces]
         if static is not None and name in static:
             words.append("--changing")
-        args = " ".join(shlex.quote(a) for a in words)
+        args = shlex.join(words)
         first = f"{before(name)} && " if before else ""
         commands[name] = f"{first}python3 -c {shlex.quote(_FACTS_SOURCE)} {args}"
     facts = {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}

@@ -253,6 +253,7 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
     me = [sys.executable, __file__, "--analyse", str(before), str(after)]
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
         cold = run(me, True, env={"NUMBA_CACHE_DIR": cache})  # nothing cached: compiles
+    run(me)  # fills the checkout's own cache, which a fresh clone does not have yet
     warm = best(me, repeat, True)
     result = json.loads(run([*me, "--twice"], True)[3])  # in-process figures
     frames = run([*me, "--frames"], True)
