@@ -189,4 +189,7 @@ def test_client_and_server_on_loopback(tmp_path: Path) -> None:
     assert [sent[i] for i in range(4)] == schedule["bytes"][:4] and sent[-1] > 0
     assert sorted(flows.index) == [-1, 0, 1, 2, 3, 4]  # every scheduled flow started
     started = {r["flow"]: r["connect_ns"] - r["sched_ns"] for r in rows if r["flow"] >= 0}
-    assert max(started.values()) < 20 * MS  # each flow opened on time
+    # Each flow opened on time: the bound catches a client that starts late or drifts (8 s
+    # late under TCG before it pre-started), with room for a machine busy booting the VM
+    # rack beside this test (it missed 20 ms once in a full suite).
+    assert max(started.values()) < 100 * MS
