@@ -305,3 +305,52 @@ def test_stop_lets_a_capture_read_what_its_filter_passed_first(tmp_path, step, r
         assert "cap.tcpdump did not answer for its counters after 1 s" in stopped.stderr
     else:
         assert len(answers) == (4 if step == "3" else 2) and stopped.stderr == ""
+
+
+def test_options_go_anywhere_before_the_command_and_take_both_spellings(tmp_path):
+    # As the linux_router role calls it: options before and after the name.
+    started = subprocess.run(
+        [sys.executable, str(HELPER), "start", "--if-stopped", "talker", f"--dir={tmp_path}",
+         "--append-log", "--ready", "up", "--timeout", "10", "--",
+         sys.executable, "-c", "print('up', flush=True); import time; time.sleep(60)"],
+        capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+    assert (started.returncode, started.stdout.split()) == (0, ["started"]), started.stderr
+    again = helper(tmp_path, "start", "--if-stopped", "talker", "--", "sleep", "1")
+    assert again.stdout.split() == ["running"]
+    stopped = helper(tmp_path, "stop", "talker", "--signal=INT", "--timeout", "5")
+    assert stopped.stdout.split() == ["stopped-now"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["start", "x", "--redy", "up"], "start: unknown option --redy (allowed: --dir, --timeout"),
+        (["stop", "x", "--timeout"], "stop: --timeout needs a value"),
+        (["stop", "x", "--timeout", "soon"], "stop: --timeout 'soon': a number is required"),
+        (["signal", "x"], "signal: NAME SIG expected, got ['x']"),
+        (["check"], "check: at least one NAME is required"),
+        (["start", "x", "--if-stopped=yes"], "start: --if-stopped takes no value"),
+        (["launch", "x"], "unknown action 'launch' (allowed: start, restart, stop"),
+    ],
+)
+def test_a_usage_error_names_the_action_the_word_and_what_is_allowed(tmp_path, args, said):
+    done = helper(tmp_path, *args)
+    assert done.returncode == 2
+    assert said in done.stderr
+    assert not list(tmp_path.iterdir())  # nothing was started or written
+
+
+def test_a_start_imports_neither_argparse_nor_json_nor_re(tmp_path):
+    # Each import cost a call about 0.1-0.5 s of the VM rack's emulated CPU. (-S: not the
+    # imports of this virtualenv's site, which a rack host's python3 does not have.)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", str(HELPER), "start", "quiet", "--dir",
+         str(tmp_path), "--", "sleep", "5"],
+        capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+    assert done.stdout.split() == ["started"], done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert {"signal", "os"} <= imported  # the report lists what was imported
+    assert not imported & {"argparse", "json", "re", "contextlib"}
+    assert helper(tmp_path, "stop", "quiet").stdout.split() == ["stopped-now"]

@@ -32,24 +32,26 @@ absent: no pid file) and, when it ended, its log's last lines; `cpu_s` is what t
 itself cost the host (interpreter start included), which paces the watch.
 
 Prints one word (started, running, restarted, stopped-now, stopped) so that Ansible can tell
-a change from none; exits non-zero with the log's last lines when a daemon does not come up.
-Python 3 standard library only: it runs on every rack host (Linux or FreeBSD).
+a change from none; exits non-zero with the log's last lines when a daemon does not come up
+(2 on a usage error). Python 3 standard library only: it runs on every rack host (Linux or
+FreeBSD). It imports only what the action needs and parses its own arguments: under the VM
+rack's emulated CPU, argparse, re and json took most of each call's start (about 0.5 s of a
+1 s start in a busy guest), and a trial calls it a few dozen times.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
 import os
-import re
-import resource
 import signal
 import sys
 import time
 
 
 class DaemonError(Exception):
+    pass
+
+
+class UsageError(DaemonError):
     pass
 
 
@@ -208,7 +210,7 @@ def stop_all(daemons: list[tuple[Daemon, int]], timeout: float) -> list[bool]:
 # tcpdump prints its counters on this signal, and goes on capturing.
 INFO_SIGNAL = getattr(signal, "SIGINFO", signal.SIGUSR1)
 # "tcpdump: 6453 packets captured, 6455 packets received by filter, 0 packets dropped by kernel"
-COUNTERS = re.compile(
+COUNTERS = (
     rb"(\d+) packets? captured, (\d+) packets? received by filter, (\d+) packets? dropped by kernel"
 )
 
@@ -218,6 +220,9 @@ def drain_captures(captures: list[Daemon], timeout: float) -> dict[str, int]:
     passed and the kernel did not drop, or two answers in a row say it read nothing more (on
     lo, for one, the kernel counts each packet twice); give up after `timeout`. The ones still
     reading then, with how many packets they had not read at their last answer."""
+    import re
+
+    counters_said = re.compile(COUNTERS)
     offsets = {d: d.log_size() for d in captures if d.pid() is not None}
     last: dict[Daemon, tuple[int, ...]] = {}
     deadline = time.monotonic() + timeout
@@ -233,7 +238,7 @@ def drain_captures(captures: list[Daemon], timeout: float) -> dict[str, int]:
             try:
                 with open(daemon.logfile, "rb") as f:
                     f.seek(offset)
-                    answers = COUNTERS.findall(f.read())
+                    answers = counters_said.findall(f.read())
             except OSError:
                 answers = []
             if not answers:
@@ -271,8 +276,10 @@ def state(pid: int) -> str:
 
 
 def remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:  # noqa: SIM105 (contextlib would be one more import per call)
         os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def signal_number(name: str) -> int:
@@ -285,41 +292,115 @@ def signal_number(name: str) -> int:
         raise DaemonError(f"unknown signal {name!r} (e.g. TERM, INT, USR1)") from None
 
 
+# Each action's options (kind: a value, a number, a flag, or a value that may repeat) and its
+# positional arguments ("NAME..." takes one or more).
+_COMMON = {"--dir": "value", "--timeout": "number"}
+_STARTING = {**_COMMON, "--at": "number", "--ready": "value", "--append-log": "flag"}
+OPTIONS = {
+    "start": {**_STARTING, "--if-stopped": "flag"},
+    "restart": _STARTING,
+    "stop": {**_COMMON, "--signal": "value", "--drain": "list"},
+    "stop-under": {**_COMMON, "--signal": "value"},
+    "status": _COMMON,
+    "check": _COMMON,
+    "signal": {**_COMMON, "--wait-file": "value"},
+    "wait-log": _COMMON,
+}
+POSITIONAL = {
+    "start": ("NAME",),
+    "restart": ("NAME",),
+    "stop": ("NAME...",),
+    "stop-under": ("ROOT",),
+    "status": ("NAME",),
+    "check": ("NAME...",),
+    "signal": ("NAME", "SIG"),
+    "wait-log": ("NAME", "TEXT"),
+}
+DEFAULTS = {"dir": ".", "timeout": 5.0, "at": None, "ready": None, "append_log": False,
+            "if_stopped": False, "signal": "TERM", "wait_file": None}  # fmt: skip
+
+
+class Args:
+    """The parsed command line: the action, its positional arguments (name: one, or a list
+    for NAME...; root, sig, text) and every option (dashes as underscores)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def usage(action: str) -> str:
+    words = [*POSITIONAL[action], *(f"[{o}]" for o in OPTIONS[action])]
+    return f"usage: trialbed-daemon {action} {' '.join(words)}" + (
+        " -- CMD..." if action in ("start", "restart") else ""
+    )
+
+
+def parse_args(argv: list[str]) -> Args:
+    """argv (without the command after --) as the action's arguments; UsageError naming the
+    action, the word and what is allowed otherwise. --opt VALUE and --opt=VALUE both work."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0)
+    action, words = argv[0], argv[1:]
+    if action not in OPTIONS:
+        raise UsageError(f"unknown action {action!r} (allowed: {', '.join(OPTIONS)})")
+    options = OPTIONS[action]
+    values: dict = {**DEFAULTS, "action": action, "drain": []}
+    positional: list[str] = []
+    words = list(words)
+    while words:
+        word = words.pop(0)
+        if word in ("-h", "--help"):
+            print(usage(action))
+            raise SystemExit(0)
+        if not word.startswith("--"):
+            positional.append(word)
+            continue
+        key, has_value, value = word.partition("=")
+        kind = options.get(key)
+        if kind is None:
+            raise UsageError(f"{action}: unknown option {key} (allowed: {', '.join(options)})")
+        dest = key[2:].replace("-", "_")
+        if kind == "flag":
+            if has_value:
+                raise UsageError(f"{action}: {key} takes no value")
+            values[dest] = True
+            continue
+        if not has_value:
+            if not words or words[0].startswith("--"):
+                raise UsageError(f"{action}: {key} needs a value")
+            value = words.pop(0)
+        if kind == "number":
+            try:
+                values[dest] = float(value)
+            except ValueError:
+                raise UsageError(f"{action}: {key} {value!r}: a number is required") from None
+        elif kind == "list":
+            values[dest].append(value)
+        else:
+            values[dest] = value
+    names = POSITIONAL[action]
+    if names[-1].endswith("..."):
+        if not positional:
+            raise UsageError(
+                f"{action}: at least one {names[-1][:-3]} is required; {usage(action)}"
+            )
+        values[names[-1][:-3].lower()] = positional
+    elif len(positional) != len(names):
+        raise UsageError(
+            f"{action}: {' '.join(names)} expected, got {positional or 'nothing'}; {usage(action)}"
+        )
+    else:
+        values.update({n.lower(): positional[i] for i, n in enumerate(names)})
+    return Args(**values)
+
+
 def main(argv: list[str]) -> int:
     command: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1 :]
-    parser = argparse.ArgumentParser(prog="trialbed-daemon", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="action", required=True)
-    actions = ("start", "restart", "stop", "stop-under", "status", "check", "signal", "wait-log")
-    for action in actions:
-        p = sub.add_parser(action)
-        p.add_argument(
-            "root" if action == "stop-under" else "name",
-            nargs="+" if action in ("stop", "check") else None,
-        )
-        if action == "signal":
-            p.add_argument("sig")
-        if action == "wait-log":
-            p.add_argument("text")
-        p.add_argument("--dir", default=".", help="where NAME.pid and NAME.log live")
-        p.add_argument("--timeout", type=float, default=5.0, help="seconds")
-        if action in ("start", "restart"):
-            p.add_argument("--at", type=float, help="Unix time to start at (it sleeps until then)")
-            p.add_argument("--ready", help="wait until the log shows this text")
-            p.add_argument("--append-log", action="store_true", help="keep the log of earlier runs")
-        if action == "start":
-            p.add_argument("--if-stopped", action="store_true", help="leave a running daemon alone")
-        if action in ("stop", "stop-under"):
-            p.add_argument("--signal", default="TERM")
-        if action == "stop":
-            p.add_argument(
-                "--drain", action="append", default=[], help="a tcpdump to let catch up first"
-            )
-        if action == "signal":
-            p.add_argument("--wait-file", help="removed first, then waited for (non-empty)")
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     if args.action == "stop":
         targets = []
         for word in args.name:
@@ -350,9 +431,12 @@ def main(argv: list[str]) -> int:
             print(f"{daemon.dir}/{daemon.name}", "stopped-now" if was_running[i] else "stopped")
         return 0
     if args.action == "check":
+        import json
+        import resource
+
         answer = check([Daemon(n, args.dir) for n in args.name], args.dir)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        answer["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 4)
+        spent = resource.getrusage(resource.RUSAGE_SELF)
+        answer["cpu_s"] = round(spent.ru_utime + spent.ru_stime, 4)
         print(json.dumps(answer))
         return 0
     daemon = Daemon(args.name, args.dir)
@@ -402,4 +486,4 @@ if __name__ == "__main__":
         sys.exit(main(sys.argv[1:]))
     except DaemonError as e:
         print(f"trialbed-daemon: {e}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(2 if isinstance(e, UsageError) else 1)
