@@ -864,6 +864,15 @@ class TrialRunner:
         exp = trial.experiment
         hosts = sorted(remote)
         delayed = sorted({e.host for e in net.egress if e.shaping.delay})
+        spent = record["arm_phases_s"] = {}  # where arming's time goes (it is overhead)
+        mark = time.monotonic()
+
+        def lap(phase: str) -> None:
+            nonlocal mark
+            now = time.monotonic()
+            spent[phase] = round(now - mark, 2)
+            mark = now
+
         record["hosts"] = host_facts(
             self.rack,
             hosts,
@@ -879,7 +888,9 @@ class TrialRunner:
                 # controller's, so the offset shifts when the senders start, by that much.
                 self.log(f"[{trial.name}] warning: the VM's clock is off the controller's: {clock}")
         nfqueue = [h for h in delayed if record["delay"][h]["backend"] == "nfqueue"]
+        lap("facts")  # hosts' facts, delay backends, the VM's clock
         must(per_host([(g.sender, f"prepare {g.name}", g.prepare) for g in generators]))
+        lap("prepare")
         markers = adaptive_marking.marker_sites(exp, net, str(self.plan.source))
         record["markers"] = {m.name: m.record() for m in markers}
 
@@ -941,7 +952,9 @@ class TrialRunner:
                 )
             )
         must(per_host(steps))
+        lap("start")  # snapshots, markers, captures, recorders
         must(per_host([(g.receiver, f"arm {g.name}", g.arm) for g in generators]))
+        lap("receivers")
         return nfqueue
 
     def stop_and_collect(
