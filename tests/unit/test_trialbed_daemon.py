@@ -341,6 +341,14 @@ def test_a_usage_error_names_the_action_the_word_and_what_is_allowed(tmp_path, a
     assert not list(tmp_path.iterdir())  # nothing was started or written
 
 
+def test_no_action_is_a_usage_error():
+    done = subprocess.run(
+        [sys.executable, str(HELPER)], capture_output=True, text=True, check=False, timeout=30
+    )
+    assert done.returncode == 2
+    assert "an action is required (allowed: start, restart, stop" in done.stderr
+
+
 def test_a_start_imports_neither_argparse_nor_json_nor_re(tmp_path):
     # Each import cost a call about 0.1-0.5 s of the VM rack's emulated CPU. (-S: not the
     # imports of this virtualenv's site, which a rack host's python3 does not have.)

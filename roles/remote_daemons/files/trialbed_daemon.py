@@ -338,7 +338,9 @@ def usage(action: str) -> str:
 def parse_args(argv: list[str]) -> Args:
     """argv (without the command after --) as the action's arguments; UsageError naming the
     action, the word and what is allowed otherwise. --opt VALUE and --opt=VALUE both work."""
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
+        raise UsageError(f"an action is required (allowed: {', '.join(OPTIONS)}; --help)")
+    if argv[0] in ("-h", "--help"):
         print(__doc__)
         raise SystemExit(0)
     action, words = argv[0], argv[1:]
