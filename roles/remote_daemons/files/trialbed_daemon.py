@@ -45,6 +45,7 @@ import os
 import signal
 import sys
 import time
+from types import SimpleNamespace  # loaded already: signal's enum imports it
 
 
 class DaemonError(Exception):
@@ -320,14 +321,6 @@ DEFAULTS = {"dir": ".", "timeout": 5.0, "at": None, "ready": None, "append_log":
             "if_stopped": False, "signal": "TERM", "wait_file": None}  # fmt: skip
 
 
-class Args:
-    """The parsed command line: the action, its positional arguments (name: one, or a list
-    for NAME...; root, sig, text) and every option (dashes as underscores)."""
-
-    def __init__(self, **values):
-        self.__dict__.update(values)
-
-
 def usage(action: str) -> str:
     words = [*POSITIONAL[action], *(f"[{o}]" for o in OPTIONS[action])]
     return f"usage: trialbed-daemon {action} {' '.join(words)}" + (
@@ -335,9 +328,11 @@ def usage(action: str) -> str:
     )
 
 
-def parse_args(argv: list[str]) -> Args:
-    """argv (without the command after --) as the action's arguments; UsageError naming the
-    action, the word and what is allowed otherwise. --opt VALUE and --opt=VALUE both work."""
+def parse_args(argv: list[str]) -> SimpleNamespace:
+    """argv (without the command after --) as the action's arguments: the action, its
+    positional ones (name: one, or a list for NAME...; root, sig, text) and every option
+    (dashes as underscores); UsageError naming the action, the word and what is allowed
+    otherwise. --opt VALUE and --opt=VALUE both work."""
     if not argv:
         raise UsageError(f"an action is required (allowed: {', '.join(OPTIONS)}; --help)")
     if argv[0] in ("-h", "--help"):
@@ -349,7 +344,6 @@ def parse_args(argv: list[str]) -> Args:
     options = OPTIONS[action]
     values: dict = {**DEFAULTS, "action": action, "drain": []}
     positional: list[str] = []
-    words = list(words)
     while words:
         word = words.pop(0)
         if word in ("-h", "--help"):
@@ -394,7 +388,7 @@ def parse_args(argv: list[str]) -> Args:
         )
     else:
         values.update({n.lower(): positional[i] for i, n in enumerate(names)})
-    return Args(**values)
+    return SimpleNamespace(**values)
 
 
 def main(argv: list[str]) -> int:
