@@ -3,7 +3,8 @@
 The tests that need no rack (analysis, unit) run first; the VM rack's module next; then every
 other test that builds namespaces or measures timing (delay line, edge marker, the end-to-end
 tests), in their usual order. The VM rack's rack-up (about 2 minutes under TCG, one host CPU)
-runs in the background during the first group, whose tests measure no timing.
+runs in the background during the first group, whose tests measure no timing, and so does the
+module's first batch once the rack is up.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def vm_rack_boots_meanwhile(request, tmp_path_factory):
     """Start the VM rack's rack-up when the session will run its module; take the rack down
     at the end if that module never took it over."""
     wanted = any(suite_group(item) == 1 for item in request.session.items)
-    boot = vm_boot.start(tmp_path_factory) if wanted and vm_boot.missing() is None else None
+    ready = wanted and vm_boot.missing() is None
+    boot = vm_boot.start(tmp_path_factory, first_batch=True) if ready else None
     yield
     if boot:
         boot.abandon()

@@ -1,9 +1,10 @@
 """The VM rack: the seed-000 dumbbell's namespaces inside a qemu VM running Debian's stock
 kernel (prefix tv-, management 198.19.3.0/24), where netem, H-TCP and the AQMs exist.
 
-One rack-up (the image built once, or found in the cache), a second rack-up that must not
-rebuild it, one batch of two short seed-000 trials with H-TCP behind netem, with fq pacing on
-the senders (sch_fq, which this machine's kernel lacks): the drop-tail bottleneck judged by the
+One rack-up (the image built once, or found in the cache), one batch of two short seed-000
+trials (run right behind the rack-up: tests/e2e/vm_boot.py), a second rack-up that must not
+rebuild the image or the VM. The batch runs H-TCP behind netem, with fq pacing on the
+senders (sch_fq, which this machine's kernel lacks): the drop-tail bottleneck judged by the
 foundation's packet-derived bounds, then fq_codel (which this kernel lacks too) against them;
 a RIO trial; and a rack-down that must leave nothing behind.
 
@@ -85,7 +86,10 @@ def vm_rack(tmp_path_factory):
     assert up.returncode == 0, up.stdout[-6000:]
     rack.first_up = up
     now = time.monotonic()
-    print(f"rack-up {now - boot.started:.0f} s, of which the module waited {now - waited:.0f} s")
+    print(
+        f"rack-up and first batch {now - boot.started:.0f} s (the batch {boot.followed_s:.0f} s), "
+        f"of which the module waited {now - waited:.0f} s"
+    )
     for line in up.stdout.splitlines():
         if "VM image" in line or "booted in" in line or "TCG" in line or "KVM" in line:
             print(line.strip())
@@ -148,19 +152,31 @@ def test_second_rack_up_reuses_the_image_and_the_vm(vm_rack):
     assert after["pid"] == before["pid"]  # the same VM, not a reboot
 
 
-@pytest.fixture(scope="module")
-def trials(vm_rack, tmp_path_factory):
-    """The batch's two trials by bottleneck qdisc ("droptail", "fq_codel")."""
-    base = tmp_path_factory.mktemp("vm-trials")
+def first_batch_command(rack: TestRack, base: Path) -> list[str]:
+    """`trials run` of the module's first batch (EXPERIMENT) into `base`/results; the
+    session runs it in the background right after the rack-up (tests/e2e/vm_boot.py)."""
     exp_file = base / "seed000_vm.yml"
     exp_file.write_text(EXPERIMENT)
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(vm_rack.inventory),
-         "--results", str(base / "results")],
-        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    print(f"two trials on the VM rack: {time.monotonic() - start:.0f} s")
+    return [sys.executable, "-m", "trials", "run", str(exp_file), "-i", str(rack.inventory),
+            "--results", str(base / "results")]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trials(vm_rack, tmp_path_factory):
+    """The batch's two trials by bottleneck qdisc ("droptail", "fq_codel"): run behind the
+    rack-up, or now."""
+    boot = vm_boot.taken()
+    if boot is not None and boot.followed is not None:
+        base, done, took = boot.batch_dir, boot.followed, boot.followed_s
+    else:
+        base = tmp_path_factory.mktemp("vm-trials")
+        start = time.monotonic()
+        done = subprocess.run(
+            first_batch_command(vm_rack, base), cwd=PROJECT, capture_output=True, text=True,
+            check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        took = time.monotonic() - start
+    print(f"two trials on the VM rack: {took:.0f} s")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (batch,) = (base / "results").iterdir()
     out = {}
