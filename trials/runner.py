@@ -357,10 +357,7 @@ class TrialRunner:
         # The experiment schema checked every value before any host was touched, and each
         # role checks its own again before it changes its host: the play that checks every
         # host's inputs first is for playbooks run by hand (~2.5 s of each configure here).
-        # The transaction generator (tag `tools`) is built only for a plan that runs it:
-        # a full configure otherwise spends ~3 s on it here, ~10 s under TCG.
-        skipped = "input_checks" if self.runs_transactions() else "input_checks,tools"
-        args = ["--limit", ",".join(["localhost", *changed]), "--skip-tags", skipped]
+        args = ["--limit", ",".join(["localhost", *changed]), "--skip-tags", "input_checks"]
         if tags is not None:
             args += ["--tags", ",".join(tags)]
         self.log(
@@ -377,15 +374,6 @@ class TrialRunner:
         self.applied_by = trial
         done = {"overlay": overlay.name, "recap": recap, "hosts": changed, "tags": tags or "all"}
         return {**done, **switched}
-
-    def runs_transactions(self) -> bool:
-        """Whether a trial of the plan runs the transaction generator (trialbed-transact)."""
-        return any(
-            spec.type == "transaction"
-            for t in self.plan.trials
-            if t.experiment is not None
-            for spec in t.experiment.traffic
-        )
 
     def cc_choices(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per Linux host, the congestion controls the plan's trials select there, where they

@@ -124,13 +124,6 @@ def test_seed000_renders_both_delays_on_the_router_and_switches_with_the_cc(tmp_
         assert differs <= {"testbed_host_cc", "linux_router_links"}, (h, differs)
 
 
-def test_the_transaction_generator_is_built_only_for_a_plan_that_runs_it(tmp_path):
-    bulk = load_plan(PROJECT / "experiments/collateral_damage.yml", [])
-    eft = load_plan(PROJECT / "experiments/eft.yml", [])
-    assert not TrialRunner(bulk, dumbbell(), tmp_path).runs_transactions()
-    assert TrialRunner(eft, dumbbell(), tmp_path).runs_transactions()
-
-
 TIMES = {
     "started": "2026-11-22T10:00:00.000+00:00",
     "configured": "2026-11-22T10:00:04.500+00:00",
