@@ -393,11 +393,9 @@ def queue_levels(
     )
     if arr_sorted:  # arrivals in time order: merge them with the departures
         order = np.empty(0, np.int32)  # departures in row order
-        if dep_sorted:
-            pass
-        elif departures is not None and _in_departure_order(departures, out_ts, n_fwd):
-            order = departures
-        else:  # out of arrival order (not one FIFO): by time, stably
+        if not dep_sorted and departures is not None:
+            order = _departure_order(departures, out_ts, n_fwd)
+        if not dep_sorted and not len(order):  # not one FIFO: by time, stably
             order = np.argsort(out_ts, kind="stable")[len(out_ts) - n_fwd :]
         n = len(ts) - n_cut + n_fwd
         total = max(abs(low), abs(high)) * len(size)  # bound of the occupancy in bytes
@@ -465,19 +463,34 @@ def _queue_plan(ts, out_ts, end_ns, default_end, max_delay_ns):
 
 
 @njit(cache=True, nogil=True)
-def _in_departure_order(rows, out_ts, n_fwd):
-    """Whether ``rows`` lists every forwarded row once by (departure time, row): n_fwd
-    forwarded rows in strictly increasing order."""
+def _departure_order(rows, out_ts, n_fwd):
+    """``rows`` (every forwarded row once, in the order the capture after the router saw
+    them) by (departure time, row), or an empty array when it is not that. Packets that
+    left within one timestamp tick (µs in a classic pcap) may be listed out of row order:
+    those short runs are put in order by insertion, which stays linear while the list is
+    nearly in order; beyond a budget of moves the caller sorts instead."""
+    none = np.empty(0, rows.dtype)
     if len(rows) != n_fwd:
-        return False
-    for k in range(len(rows)):
-        r = rows[k]
+        return none
+    out = rows.copy()
+    budget = 8 * len(out) + 64  # element moves; a general shuffle exhausts it quickly
+    for k in range(len(out)):
+        r = out[k]
         if r < 0 or r >= len(out_ts) or out_ts[r] < 0:
-            return False
-        q = rows[k - 1]
-        if k and (out_ts[r] < out_ts[q] or (out_ts[r] == out_ts[q] and r < q)):
-            return False
-    return True
+            return none
+        t = out_ts[r]
+        j = k
+        while j > 0 and (out_ts[out[j - 1]] > t or (out_ts[out[j - 1]] == t and out[j - 1] > r)):
+            out[j] = out[j - 1]
+            j -= 1
+            budget -= 1
+            if budget < 0:
+                return none
+        out[j] = r
+    for k in range(1, len(out)):  # strictly increasing: no row twice
+        if out_ts[out[k]] == out_ts[out[k - 1]] and out[k] == out[k - 1]:
+            return none
+    return out
 
 
 @njit(cache=True, nogil=True, inline="always")
