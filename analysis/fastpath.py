@@ -218,53 +218,93 @@ def _counters(
 
 @njit(cache=True, nogil=True)
 def _match(hb, tb, ha, ta, delay, order_b, order_a, departures):
-    """ts_out of each before row (-1: none): analysis.match's greedy FIFO matching, with the
-    after rows of each key chained in time order through a hash table of the keys; and if
-    ``departures``, the matched before rows in the after rows' time order."""
-    na = len(ha)
-    size = 1024
-    while size < na + na // 2:
-        size *= 2
-    mask = np.uint64(size - 1)
-    keys = np.empty(size, np.uint64)
-    head = np.full(size, -1, np.int32)  # the slot's next unused after row (-2: none left)
-    nxt = np.empty(na, np.int32)  # the next after row of the same key; once used: -2 - its match
-    for k in range(na - 1, -1, -1):  # backwards, so that each chain runs forwards in time
-        j = order_a[k] if len(order_a) else k
-        s = ha[j] & mask
-        while head[s] >= 0 and keys[s] != ha[j]:
-            s = (s + np.uint64(1)) & mask
-        keys[s] = ha[j]
-        nxt[j] = head[s]
-        head[s] = j
-    out = np.full(len(hb), -1, np.int64)
+    """ts_out of each before row (-1: none): analysis.match's greedy FIFO matching, and if
+    ``departures``, the matched before rows in the after rows' time order.
+
+    One pass over both sides in time order (before first at equal times): a before packet
+    waits in a small hash table from its time until it is matched or its window closes;
+    each after packet takes the earliest waiting packet of its key whose window holds it.
+    All windows have the same length, so this gives the matching of the before-side greedy
+    rule. The table holds what is in flight (the queue, and drops until their window
+    closes), not the whole capture: it stays in the CPU's cache."""
+    nb, na = len(hb), len(ha)
+    keys = np.empty(1024, np.uint64)
+    ranks = np.full(1024, -1, np.int64)  # time rank of the before packet waiting there
+    used = 0
+    out = np.full(nb, -1, np.int64)
+    dep = np.empty(na if departures else 0, np.int32)
     matched = 0
-    for k in range(len(hb)):
-        i = order_b[k] if len(order_b) else k
-        s = hb[i] & mask
-        while head[s] != -1 and keys[s] != hb[i]:
-            s = (s + np.uint64(1)) & mask
-        if head[s] == -1:  # a key never seen after
+    kb = 0
+    for ka in range(na):
+        j = order_a[ka] if len(order_a) else ka
+        t = ta[j]
+        while kb < nb:  # every before packet seen by t waits
+            i = order_b[kb] if len(order_b) else kb
+            if tb[i] > t:
+                break
+            kb += 1
+            if tb[i] + delay < t:
+                continue  # its window closed before this after packet: not forwarded
+            if 2 * (used + 1) > len(ranks):  # at most half full: the closed ones go
+                keys, ranks, used = _waiting_again(keys, ranks, tb, order_b, delay, t)
+            m = np.uint64(len(ranks) - 1)
+            p = hb[i] & m
+            while ranks[p] >= 0:
+                p = (p + np.uint64(1)) & m
+            keys[p], ranks[p] = hb[i], kb - 1
+            used += 1
+        m = np.uint64(len(ranks) - 1)
+        h = ha[j]
+        p = h & m
+        best, best_rank = -1, nb
+        while ranks[p] >= 0:
+            r = ranks[p]
+            sent = tb[order_b[r] if len(order_b) else r]
+            if keys[p] == h and r < best_rank and sent + delay >= t:
+                best, best_rank = np.int64(p), r
+            p = (p + np.uint64(1)) & m
+        if best < 0:
             continue
-        p = head[s]
-        while p >= 0 and ta[p] < tb[i]:  # too early for this packet: for every later one too
-            p = nxt[p]
-        if p >= 0 and ta[p] <= tb[i] + delay:
-            out[i] = ta[p]
-            matched += 1
-            q = nxt[p]
-            nxt[p] = -2 - i  # no chain reaches p any more
-            p = q
-        head[s] = p if p >= 0 else -2  # -2: the key's after packets are used up or too early
-    rows = np.empty(matched if departures else 0, np.int32)
-    if departures:
-        m = 0
-        for k in range(na):
-            j = order_a[k] if len(order_a) else k
-            if nxt[j] <= -2:
-                rows[m] = -2 - nxt[j]
-                m += 1
-    return out, rows
+        i = order_b[best_rank] if len(order_b) else best_rank
+        out[i] = t
+        if departures:
+            dep[matched] = i
+        matched += 1
+        hole = np.uint64(best)  # backward-shift deletion: every probe chain stays whole
+        q = (hole + np.uint64(1)) & m
+        while ranks[q] >= 0:
+            if ((q - (keys[q] & m)) & m) >= ((q - hole) & m):
+                keys[hole], ranks[hole] = keys[q], ranks[q]
+                hole = q
+            q = (q + np.uint64(1)) & m
+        ranks[hole] = -1
+        used -= 1
+    return out, dep[:matched]
+
+
+@njit(cache=True, nogil=True)
+def _waiting_again(keys, ranks, tb, order_b, delay, t):
+    """_match's table without the packets whose window closed before t, at most a quarter
+    full: (keys, ranks, entries)."""
+    live = 0
+    for s in range(len(ranks)):
+        r = ranks[s]
+        live += r >= 0 and tb[order_b[r] if len(order_b) else r] + delay >= t
+    size = 1024
+    while size < 4 * (live + 1):
+        size *= 2
+    new_keys = np.empty(size, np.uint64)
+    new_ranks = np.full(size, -1, np.int64)
+    m = np.uint64(size - 1)
+    for s in range(len(ranks)):
+        r = ranks[s]
+        if r < 0 or tb[order_b[r] if len(order_b) else r] + delay < t:
+            continue
+        p = keys[s] & m
+        while new_ranks[p] >= 0:
+            p = (p + np.uint64(1)) & m
+        new_keys[p], new_ranks[p] = keys[s], r
+    return new_keys, new_ranks, live
 
 
 def match_times(
