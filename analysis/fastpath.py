@@ -17,6 +17,8 @@ pay for importing pandas.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import warnings
 from dataclasses import dataclass, field
 
@@ -217,7 +219,7 @@ def _counters(
 
 
 @njit(cache=True, nogil=True)
-def _match(hb, tb, ha, ta, delay, order_b, order_a, departures):
+def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
     """ts_out of each before row (-1: none): analysis.match's greedy FIFO matching, and if
     ``departures``, the matched before rows in the after rows' time order.
 
@@ -226,13 +228,15 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, departures):
     each after packet takes the earliest waiting packet of its key whose window holds it.
     All windows have the same length, so this gives the matching of the before-side greedy
     rule. The table holds what is in flight (the queue, and drops until their window
-    closes), not the whole capture: it stays in the CPU's cache."""
+    closes), not the whole capture: it stays in the CPU's cache. Writes ``out`` (one per
+    before row) and ``dep`` (room for one per after row, or none); returns how many
+    matched."""
     nb, na = len(hb), len(ha)
+    departures = len(dep) > 0
     keys = np.empty(1024, np.uint64)
     ranks = np.full(1024, -1, np.int64)  # time rank of the before packet waiting there
     used = 0
-    out = np.full(nb, -1, np.int64)
-    dep = np.empty(na if departures else 0, np.int32)
+    out[:] = -1
     matched = 0
     kb = 0
     for ka in range(na):
@@ -279,7 +283,7 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, departures):
             q = (q + np.uint64(1)) & m
         ranks[hole] = -1
         used -= 1
-    return out, dep[:matched]
+    return matched
 
 
 @njit(cache=True, nogil=True)
@@ -341,10 +345,13 @@ def _match_rows(hash_before, ts_before, hash_after, ts_after, max_delay_ns, depa
             np.empty(0, np.int64) if not (ts[1:] < ts[:-1]).any() else np.argsort(ts, kind="stable")
         )
 
-    return _match(
+    out = _alloc(len(hash_before), np.int64)
+    dep = _alloc(len(hash_after) if departures else 0, np.int32)
+    matched = _match(
         hash_before, ts_before, hash_after, ts_after, int(max_delay_ns), order(ts_before),
-        order(ts_after), departures,
+        order(ts_after), out, dep,
     )  # fmt: skip
+    return out, dep[:matched]
 
 
 def tcp_flow_counters(
@@ -434,16 +441,17 @@ def queue_levels(
     if arr_sorted:  # arrivals in time order: merge them with the departures
         order = np.empty(0, np.int32)  # departures in row order
         if not dep_sorted and departures is not None:
-            order = _departure_order(departures, out_ts, n_fwd)
+            order = _departure_order(departures, out_ts, n_fwd, _alloc(len(departures), np.int32))
         if not dep_sorted and not len(order):  # not one FIFO: by time, stably
             order = np.argsort(out_ts, kind="stable")[len(out_ts) - n_fwd :]
         n = len(ts) - n_cut + n_fwd
         total = max(abs(low), abs(high)) * len(size)  # bound of the occupancy in bytes
-        sizes = np.empty(n, np.uint16 if low >= 0 and high < 2**16 else np.int32)
-        nbytes = np.empty(n, np.int32 if total < 2**31 else np.int64)
-        t, code, packets = _queue_merge(
+        sizes = _alloc(n, np.uint16 if low >= 0 and high < 2**16 else np.int32)
+        nbytes = _alloc(n, np.int32 if total < 2**31 else np.int64)
+        t, code, packets = _alloc(n, np.int64), _alloc(n, np.int8), _alloc(n, np.int32)
+        _queue_merge(
             ts, out_ts, size, add, int(delay_ns), order, n_fwd, end_ns - int(max_delay_ns),
-            last_fwd, sizes, nbytes,
+            last_fwd, sizes, nbytes, t, code, packets,
         )  # fmt: skip
         return {
             "ts_ns": t,
@@ -503,16 +511,16 @@ def _queue_plan(ts, out_ts, end_ns, default_end, max_delay_ns):
 
 
 @njit(cache=True, nogil=True)
-def _departure_order(rows, out_ts, n_fwd):
+def _departure_order(rows, out_ts, n_fwd, out):
     """``rows`` (every forwarded row once, in the order the capture after the router saw
     them) by (departure time, row), or an empty array when it is not that. Packets that
     left within one timestamp tick (µs in a classic pcap) may be listed out of row order:
     those short runs are put in order by insertion, which stays linear while the list is
     nearly in order; beyond a budget of moves the caller sorts instead."""
-    none = np.empty(0, rows.dtype)
+    none = out[:0]
     if len(rows) != n_fwd:
         return none
-    out = rows.copy()
+    out[:] = rows  # ``out``: room for them
     budget = 8 * len(out) + 64  # element moves; a general shuffle exhausts it quickly
     for k in range(len(out)):
         r = out[k]
@@ -548,16 +556,16 @@ def _next_drop(ts, out_ts, i, cut, last_fwd):
 
 
 @njit(cache=True, nogil=True)
-def _queue_merge(ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, out_size, nbytes):
+def _queue_merge(
+    ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, out_size, nbytes, t, code, packets
+):
     """queue_levels' events for arrivals in time order: a three-way merge of departures (in
     ``order``, else in row order), arrivals (forwarded rows) and drops (the others, but the
     undecided: after ``cut`` and ``last_fwd``); at equal times in that order, then in row
-    order. Frame sizes are size + add; each event's goes to ``out_size``, the occupancy in
-    bytes after it to ``nbytes``."""
+    order. Each event's time goes to ``t``, its code to ``code``, its frame size (size + add)
+    to ``out_size``, the occupancy after it to ``packets`` (fewer than 2**31 rows:
+    queue_levels checks) and ``nbytes``."""
     n = len(nbytes)
-    t = np.empty(n, np.int64)
-    code = np.empty(n, np.int8)
-    packets = np.empty(n, np.int32)  # fewer than 2**31 rows (queue_levels checks)
     big = np.iinfo(np.int64).max
     rows = len(ts)
     by_order = len(order) > 0
@@ -585,7 +593,6 @@ def _queue_merge(ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, out_
             t[k], code[k], s = tx, 2, size[i_drop] + add
             i_drop = _next_drop(ts, out_ts, i_drop + 1, cut, last_fwd)
         out_size[k], packets[k], nbytes[k] = s, level, level_bytes
-    return t, code, packets
 
 
 def summarize_owd(owd_df) -> dict:
@@ -657,28 +664,28 @@ class Capture:
     def rows(self, wanted: np.ndarray, ip_len: bool = True) -> dict[str, np.ndarray]:
         """ts_ns, key_hash (and ip_len) of the packets whose direction is ``wanted`` (a bool
         per direction), in file order: one compiled pass."""
-        ts, key, length = _rows(
-            wanted, self.direction, self.ts_ns, self.key_hash, self.ip_len, ip_len
-        )
-        return {"ts_ns": ts, "key_hash": key, **({"ip_len": length} if ip_len else {})}
+        n = len(self.direction)  # room for every row: only the rows written become resident
+        out = (_alloc(n, self.ts_ns.dtype), _alloc(n, self.key_hash.dtype))
+        length = _alloc(n if ip_len else 0, self.ip_len.dtype)
+        k = _rows(wanted, self.direction, self.ts_ns, self.key_hash, self.ip_len, *out, length)
+        return {
+            "ts_ns": out[0][:k],
+            "key_hash": out[1][:k],
+            **({"ip_len": length[:k]} if ip_len else {}),
+        }
 
 
 @njit(cache=True, nogil=True)
-def _rows(wanted, direction, ts, key_hash, ip_len, with_len):
-    n = 0
-    for d in direction:
-        n += wanted[d]
-    o_ts = np.empty(n, ts.dtype)
-    o_key = np.empty(n, key_hash.dtype)
-    o_len = np.empty(n if with_len else 0, ip_len.dtype)
+def _rows(wanted, direction, ts, key_hash, ip_len, o_ts, o_key, o_len):
     k = 0
+    with_len = len(o_len) > 0
     for i in range(len(direction)):
         if wanted[direction[i]]:
             o_ts[k], o_key[k] = ts[i], key_hash[i]
             if with_len:
                 o_len[k] = ip_len[i]
             k += 1
-    return o_ts, o_key, o_len
+    return k
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -817,6 +824,72 @@ def _reverse(table, keys1, keys2, m):
     return rev
 
 
+class _Blocks:
+    """The bytes of a file from ``offset`` on (``length`` of them), block after block, read
+    by a thread of its own while the caller parses the block before: the read (a copy from
+    the page cache, about a quarter of a scan) overlaps the parsing, which releases the GIL.
+    Each block comes as (buffer, start, end) with the bytes the caller left unparsed of the
+    block before (``carry``: a record cut by the block's end) copied in front of it."""
+
+    def __init__(self, path: str, offset: int, length: int) -> None:
+        self.path, self.offset, self.left = path, offset, max(length, 0)
+        head = _MAX_CAPLEN + _REC_HDR  # room for the longest unparsed tail
+        self.buffers = [np.empty(head + _BLOCK, np.uint8) for _ in range(2)]
+        self.head = head
+        self.tail = np.empty(0, np.uint8)  # what the last block left unparsed
+        self.free: queue.Queue = queue.Queue()
+        self.full: queue.Queue = queue.Queue()
+        for b in self.buffers:
+            self.free.put(b)
+        self.stop = False
+        self.reader = threading.Thread(target=self._read, name="pcap-blocks", daemon=True)
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                while not self.stop:
+                    buf = self.free.get()
+                    if buf is None:
+                        return
+                    got = f.readinto(
+                        memoryview(buf)[self.head : self.head + min(_BLOCK, self.left)]
+                    )
+                    self.left -= got
+                    self.full.put((buf, got))
+                    if not got:
+                        return
+        except OSError as exc:
+            self.full.put((exc, 0))
+
+    def __enter__(self) -> _Blocks:
+        self.reader.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.stop = True
+        self.free.put(None)
+        self.reader.join()
+
+    def carry(self, unparsed: np.ndarray) -> None:
+        """Keep ``unparsed`` (the end of the block just given) for the front of the next one,
+        and give that block's buffer back to the reader."""
+        self.tail = unparsed.copy()
+        self.free.put(self._current)
+
+    def __iter__(self):
+        while True:
+            buf, got = self.full.get()
+            if isinstance(buf, OSError):
+                raise buf
+            start = self.head - len(self.tail)
+            buf[start : self.head] = self.tail
+            self._current = buf
+            yield buf, start, self.head + got
+            if not got:
+                return
+
+
 def scan(path: str | os.PathLike[str], *, reuse: Capture | None = None) -> Capture:
     """One compiled pass over the classic pcap file ``path`` (its size when reading began):
     see :class:`Capture`. Errors and truncation as :func:`analysis.pcap.read_columns`.
@@ -839,35 +912,26 @@ def scan(path: str | os.PathLike[str], *, reuse: Capture | None = None) -> Captu
     keys1, keys2, first = (np.empty(_TABLE0 // 2, t) for t in (np.uint64, np.uint64, np.int64))
     args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
     args = (*args, fmt.linktype == 1)
-    block = _BLOCK
-    buf = np.empty(block + _MAX_CAPLEN + _REC_HDR, dtype=np.uint8)
-    view = memoryview(buf)
     n, m, last_ts, in_order = 0, 0, np.iinfo(np.int64).min, True
-    carry, base, left = 0, _GLOBAL_HDR, size - _GLOBAL_HDR  # base: file offset of buf[0]
-    with open(name, "rb") as f:
-        f.seek(_GLOBAL_HDR)
-        while True:
-            got = f.readinto(view[carry : carry + min(block, max(left, 0))])
-            left -= got
-            end = carry + got
+    code, base = 0, _GLOBAL_HDR  # base: file offset of the block's first byte still unparsed
+    with _Blocks(name, _GLOBAL_HDR, size - _GLOBAL_HDR) as blocks:
+        for buf, start, end in blocks:  # buf[start:end]: an unparsed record tail, then a block
             while True:
                 state = (n, last_ts, in_order, table, keys1, keys2, first, m)
                 pos, n, m, last_ts, in_order, code = _pass(
-                    buf[:end], end, end, *args, *state, *cols
+                    buf[start:end], end - start, end - start, *args, *state, *cols
                 )
+                start += pos
+                base += pos
                 if code != _FULL:
                     break
                 table = np.full(2 * len(table), -1, np.int64)
                 keys1, keys2, first = (np.resize(a, len(table) // 2) for a in (keys1, keys2, first))
                 _rehash(table, keys1, keys2, m)
-                buf[: end - pos] = buf[pos:end]
-                end -= pos
-                base += pos
-            if code == 2 or not got:
+            blocks.carry(buf[start:end])
+            if code == 2:
                 break
-            carry = end - pos
-            buf[:carry] = buf[pos:end]
-            base += pos
+    pos, buf = 0, blocks.tail  # the record the pass stopped at, if any
     if code == 2 or code == 1:
         caplen = int.from_bytes(buf[pos + 8 : pos + 12].tobytes(), "little" if args[0] else "big")
         if code == 2:

@@ -28,6 +28,10 @@ from .test_pcap import random_capture
 DELAY = 2 * 10**9
 
 
+def departure_order(rows: np.ndarray, out_ts: np.ndarray, n_fwd: int) -> np.ndarray:
+    return _departure_order(rows, out_ts, n_fwd, np.empty(len(rows), rows.dtype))
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("fast")
@@ -91,7 +95,7 @@ def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cu
         out = matched.ts_out_ns.to_numpy()
         assert np.array_equal(ts_out[out >= 0], out[out >= 0])
         departures = departures[out[departures] >= 0]  # not the cut ones
-        assert len(_departure_order(departures, out, (out >= 0).sum()))  # used, not sorted
+        assert len(departure_order(departures, out, (out >= 0).sum()))  # used, not sorted
     ref = queue_occupancy(matched, delay_ns=1000, max_delay_ns=DELAY)
     got = queue_levels(
         matched.ts_ns.to_numpy(),
@@ -151,13 +155,13 @@ def test_departures_within_one_tick_are_put_in_row_order() -> None:
         run = np.flatnonzero(out[seen] == t)
         seen[run] = seen[run][::-1]
     assert not np.array_equal(seen, want)
-    assert np.array_equal(_departure_order(seen, out, len(fwd)), want)
-    assert np.array_equal(_departure_order(want, out, len(fwd)), want)
-    assert not len(_departure_order(rng.permutation(fwd), out, len(fwd)))  # far from it
+    assert np.array_equal(departure_order(seen, out, len(fwd)), want)
+    assert np.array_equal(departure_order(want, out, len(fwd)), want)
+    assert not len(departure_order(rng.permutation(fwd), out, len(fwd)))  # far from it
     repeated = seen.copy()
     repeated[1] = repeated[0]
-    assert not len(_departure_order(repeated, out, len(fwd)))
-    assert not len(_departure_order(seen[:-1], out, len(fwd)))
+    assert not len(departure_order(repeated, out, len(fwd)))
+    assert not len(departure_order(seen[:-1], out, len(fwd)))
     ts = np.arange(len(out), dtype=np.int64) * 1000 - 10**6
     ref = queue_levels(ts, out, np.full(len(out), 100), max_delay_ns=DELAY)
     got = queue_levels(ts, out, np.full(len(out), 100), max_delay_ns=DELAY, departures=seen)
@@ -288,4 +292,38 @@ def test_scan_of_a_truncated_or_corrupt_capture(tmp_path: Path) -> None:
     bad[24 + 8 : 24 + 12] = (10**9).to_bytes(4, "little")  # the first record's caplen
     path.write_bytes(bytes(bad))
     with pytest.raises(PcapError, match=r"cut\.pcap: corrupt record header at byte 24"):
+        scan(path)
+
+
+def test_scan_in_small_blocks(
+    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records cut by the end of a block (read by scan's reader thread while the one before
+    is parsed) are parsed whole from the next; a truncated end and a corrupt header deep in
+    the file are found at their file offsets."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_BLOCK", 1000)  # about ten records a block
+    cols = read_columns(pair[0], COLUMNS)
+    cap = scan(pair[0])
+    for c in ("ts_ns", "ip_len", "seq", "ack"):
+        assert np.array_equal(getattr(cap, c), cols[c]), c
+    data = pair[0].read_bytes()
+    path = tmp_path / "deep.pcap"
+    path.write_bytes(data[: len(data) // 2 + 7])
+    with pytest.warns(PcapTruncatedWarning) as w:
+        cut = scan(path)
+    with pytest.warns(PcapTruncatedWarning) as w_ref:
+        ref = read_columns(path, ["ts_ns"])
+    assert str(w[0].message) == str(w_ref[0].message)
+    assert np.array_equal(cut.ts_ns, ref["ts_ns"])
+    offsets, pos = [], 24  # record offsets: corrupt one past the middle of the file
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 16 + int.from_bytes(data[pos + 8 : pos + 12], "little")
+    at = offsets[len(offsets) // 2]
+    bad = bytearray(data)
+    bad[at + 8 : at + 12] = (10**9).to_bytes(4, "little")
+    path.write_bytes(bytes(bad))
+    with pytest.raises(PcapError, match=rf"corrupt record header at byte {at} "):
         scan(path)
