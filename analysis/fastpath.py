@@ -221,7 +221,7 @@ def _counters(
 @njit(cache=True, nogil=True)
 def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
     """ts_out of each before row (-1: none): analysis.match's greedy FIFO matching, and if
-    ``departures``, the matched before rows in the after rows' time order.
+    ``dep`` has room, the matched before rows in the after rows' time order.
 
     One pass over both sides in time order (before first at equal times): a before packet
     waits in a small hash table from its time until it is matched or its window closes;
