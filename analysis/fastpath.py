@@ -233,8 +233,7 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
     matched."""
     nb, na = len(hb), len(ha)
     departures = len(dep) > 0
-    keys = np.empty(1024, np.uint64)
-    ranks = np.full(1024, -1, np.int64)  # time rank of the before packet waiting there
+    slots = np.full((1024, 2), -1, np.int64)  # per slot: the key's bits, the time rank
     used = 0
     out[:] = -1
     matched = 0
@@ -249,22 +248,22 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
             kb += 1
             if tb[i] + delay < t:
                 continue  # its window closed before this after packet: not forwarded
-            if 2 * (used + 1) > len(ranks):  # at most half full: the closed ones go
-                keys, ranks, used = _waiting_again(keys, ranks, tb, order_b, delay, t)
-            m = np.uint64(len(ranks) - 1)
+            if 2 * (used + 1) > len(slots):  # at most half full: the closed ones go
+                slots, used = _waiting_again(slots, tb, order_b, delay, t)
+            m = np.uint64(len(slots) - 1)
             p = hb[i] & m
-            while ranks[p] >= 0:
+            while slots[p, 1] >= 0:
                 p = (p + np.uint64(1)) & m
-            keys[p], ranks[p] = hb[i], kb - 1
+            slots[p, 0], slots[p, 1] = np.int64(hb[i]), kb - 1
             used += 1
-        m = np.uint64(len(ranks) - 1)
-        h = ha[j]
-        p = h & m
+        m = np.uint64(len(slots) - 1)
+        h = np.int64(ha[j])
+        p = ha[j] & m
         best, best_rank = -1, nb
-        while ranks[p] >= 0:
-            r = ranks[p]
-            sent = tb[order_b[r] if len(order_b) else r]
-            if keys[p] == h and r < best_rank and sent + delay >= t:
+        while slots[p, 1] >= 0:
+            r = slots[p, 1]
+            i = order_b[r] if len(order_b) else r
+            if slots[p, 0] == h and r < best_rank and tb[i] + delay >= t:  # reads tb on a match
                 best, best_rank = np.int64(p), r
             p = (p + np.uint64(1)) & m
         if best < 0:
@@ -276,39 +275,38 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
         matched += 1
         hole = np.uint64(best)  # backward-shift deletion: every probe chain stays whole
         q = (hole + np.uint64(1)) & m
-        while ranks[q] >= 0:
-            if ((q - (keys[q] & m)) & m) >= ((q - hole) & m):
-                keys[hole], ranks[hole] = keys[q], ranks[q]
+        while slots[q, 1] >= 0:
+            if ((q - (np.uint64(slots[q, 0]) & m)) & m) >= ((q - hole) & m):
+                slots[hole, 0], slots[hole, 1] = slots[q, 0], slots[q, 1]
                 hole = q
             q = (q + np.uint64(1)) & m
-        ranks[hole] = -1
+        slots[hole, 1] = -1
         used -= 1
     return matched
 
 
 @njit(cache=True, nogil=True)
-def _waiting_again(keys, ranks, tb, order_b, delay, t):
+def _waiting_again(slots, tb, order_b, delay, t):
     """_match's table without the packets whose window closed before t, at most a quarter
-    full: (keys, ranks, entries)."""
+    full: (slots, entries)."""
     live = 0
-    for s in range(len(ranks)):
-        r = ranks[s]
+    for s in range(len(slots)):
+        r = slots[s, 1]
         live += r >= 0 and tb[order_b[r] if len(order_b) else r] + delay >= t
     size = 1024
     while size < 4 * (live + 1):
         size *= 2
-    new_keys = np.empty(size, np.uint64)
-    new_ranks = np.full(size, -1, np.int64)
+    new = np.full((size, 2), -1, np.int64)
     m = np.uint64(size - 1)
-    for s in range(len(ranks)):
-        r = ranks[s]
+    for s in range(len(slots)):
+        r = slots[s, 1]
         if r < 0 or tb[order_b[r] if len(order_b) else r] + delay < t:
             continue
-        p = keys[s] & m
-        while new_ranks[p] >= 0:
+        p = np.uint64(slots[s, 0]) & m
+        while new[p, 1] >= 0:
             p = (p + np.uint64(1)) & m
-        new_keys[p], new_ranks[p] = keys[s], r
-    return new_keys, new_ranks, live
+        new[p, 0], new[p, 1] = slots[s, 0], r
+    return new, live
 
 
 def match_times(
