@@ -857,7 +857,7 @@ class _Blocks:
                     self.full.put((buf, got))
                     if not got:
                         return
-        except OSError as exc:
+        except BaseException as exc:  # the caller raises it instead of waiting for a block
             self.full.put((exc, 0))
 
     def __enter__(self) -> _Blocks:
@@ -878,7 +878,7 @@ class _Blocks:
     def __iter__(self):
         while True:
             buf, got = self.full.get()
-            if isinstance(buf, OSError):
+            if isinstance(buf, BaseException):
                 raise buf
             start = self.head - len(self.tail)
             buf[start : self.head] = self.tail

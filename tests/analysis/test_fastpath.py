@@ -3,6 +3,8 @@ the numbers of the DataFrame API exactly, on a capture pair with real TCP dynami
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -327,3 +329,39 @@ def test_scan_in_small_blocks(
     path.write_bytes(bytes(bad))
     with pytest.raises(PcapError, match=rf"corrupt record header at byte {at} "):
         scan(path)
+
+
+def test_a_read_that_fails_is_raised_by_scan(
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader thread's error, whatever it is, reaches the caller: scan does not wait for a
+    block forever."""
+    from analysis import fastpath
+
+    real_open = open
+
+    class Failing:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def seek(self, offset):
+            self.f.seek(offset)
+
+        def readinto(self, _buffer):
+            raise ValueError("I/O operation on closed file")
+
+    def failing_open(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return Failing(f) if threading.current_thread().name == "pcap-blocks" else f
+
+    monkeypatch.setattr("builtins.open", failing_open)
+    pool = ThreadPoolExecutor(max_workers=1)  # a scan that waits forever fails the test
+    with pytest.raises(ValueError, match="closed file"):
+        pool.submit(fastpath.scan, pair[0]).result(timeout=30)
+    pool.shutdown(wait=False)
