@@ -239,10 +239,10 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
     matched = 0
     kb = 0
     for ka in range(na):
-        j = order_a[ka] if len(order_a) else ka
+        j = _row(order_a, ka)
         t = ta[j]
         while kb < nb:  # every before packet seen by t waits
-            i = order_b[kb] if len(order_b) else kb
+            i = _row(order_b, kb)
             if tb[i] > t:
                 break
             kb += 1
@@ -250,11 +250,7 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
                 continue  # its window closed before this after packet: not forwarded
             if 2 * (used + 1) > len(slots):  # at most half full: the closed ones go
                 slots, used = _waiting_again(slots, tb, order_b, delay, t)
-            m = np.uint64(len(slots) - 1)
-            p = hb[i] & m
-            while slots[p, 1] >= 0:
-                p = (p + np.uint64(1)) & m
-            slots[p, 0], slots[p, 1] = np.int64(hb[i]), kb - 1
+            _put(slots, np.int64(hb[i]), kb - 1)
             used += 1
         m = np.uint64(len(slots) - 1)
         h = np.int64(ha[j])
@@ -262,13 +258,13 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
         best, best_rank = -1, nb
         while slots[p, 1] >= 0:
             r = slots[p, 1]
-            i = order_b[r] if len(order_b) else r
+            i = _row(order_b, r)
             if slots[p, 0] == h and r < best_rank and tb[i] + delay >= t:  # reads tb on a match
                 best, best_rank = np.int64(p), r
             p = (p + np.uint64(1)) & m
         if best < 0:
             continue
-        i = order_b[best_rank] if len(order_b) else best_rank
+        i = _row(order_b, best_rank)
         out[i] = t
         if departures:
             dep[matched] = i
@@ -285,6 +281,23 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
     return matched
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _put(slots, key, rank):
+    """Place (key, rank) in the first free slot from the key's own (linear probing)."""
+    m = np.uint64(len(slots) - 1)
+    p = np.uint64(key) & m
+    while slots[p, 1] >= 0:
+        p = (p + np.uint64(1)) & m
+    slots[p, 0], slots[p, 1] = key, rank
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row(order, k):
+    """The row of time rank k: ``order[k]``, or k itself where the rows are in time order
+    (``order`` empty)."""
+    return order[k] if len(order) else k
+
+
 @njit(cache=True, nogil=True)
 def _waiting_again(slots, tb, order_b, delay, t):
     """_match's table without the packets whose window closed before t, at most a quarter
@@ -292,20 +305,16 @@ def _waiting_again(slots, tb, order_b, delay, t):
     live = 0
     for s in range(len(slots)):
         r = slots[s, 1]
-        live += r >= 0 and tb[order_b[r] if len(order_b) else r] + delay >= t
+        live += r >= 0 and tb[_row(order_b, r)] + delay >= t
     size = 1024
     while size < 4 * (live + 1):
         size *= 2
     new = np.full((size, 2), -1, np.int64)
-    m = np.uint64(size - 1)
     for s in range(len(slots)):
         r = slots[s, 1]
-        if r < 0 or tb[order_b[r] if len(order_b) else r] + delay < t:
+        if r < 0 or tb[_row(order_b, r)] + delay < t:
             continue
-        p = np.uint64(slots[s, 0]) & m
-        while new[p, 1] >= 0:
-            p = (p + np.uint64(1)) & m
-        new[p, 0], new[p, 1] = slots[s, 0], r
+        _put(new, slots[s, 0], r)
     return new, live
 
 
@@ -534,7 +543,7 @@ def _departure_order(rows, out_ts, n_fwd, out):
                 return none
         out[j] = r
     for k in range(1, len(out)):  # strictly increasing: no row twice
-        if out_ts[out[k]] == out_ts[out[k - 1]] and out[k] == out[k - 1]:
+        if out[k] == out[k - 1]:
             return none
     return out
 
@@ -831,14 +840,12 @@ class _Blocks:
 
     def __init__(self, path: str, offset: int, length: int) -> None:
         self.path, self.offset, self.left = path, offset, max(length, 0)
-        head = _MAX_CAPLEN + _REC_HDR  # room for the longest unparsed tail
-        self.buffers = [np.empty(head + _BLOCK, np.uint8) for _ in range(2)]
-        self.head = head
+        self.head = _MAX_CAPLEN + _REC_HDR  # room for the longest unparsed tail
         self.tail = np.empty(0, np.uint8)  # what the last block left unparsed
-        self.free: queue.Queue = queue.Queue()
+        self.free: queue.Queue = queue.Queue()  # two buffers: one read while one is parsed
         self.full: queue.Queue = queue.Queue()
-        for b in self.buffers:
-            self.free.put(b)
+        for _ in range(2):
+            self.free.put(np.empty(self.head + _BLOCK, np.uint8))
         self.stop = False
         self.reader = threading.Thread(target=self._read, name="pcap-blocks", daemon=True)
 
@@ -929,15 +936,15 @@ def scan(path: str | os.PathLike[str], *, reuse: Capture | None = None) -> Captu
             blocks.carry(buf[start:end])
             if code == 2:
                 break
-    pos, buf = 0, blocks.tail  # the record the pass stopped at, if any
-    if code == 2 or code == 1:
-        caplen = int.from_bytes(buf[pos + 8 : pos + 12].tobytes(), "little" if args[0] else "big")
+    if code == 2 or code == 1:  # blocks.tail: the record the pass stopped at, at byte base
+        header = blocks.tail[8:12].tobytes()
+        caplen = int.from_bytes(header, "little" if args[0] else "big")
         if code == 2:
             raise pcap.PcapError(
-                f"{name}: corrupt record header at byte {base + pos} "
+                f"{name}: corrupt record header at byte {base} "
                 f"(caplen {caplen} > {_MAX_CAPLEN}; file damaged or not written sequentially)"
             )
-        warnings.warn(pcap._truncated(name, base + pos, size - base - pos, caplen), stacklevel=2)
+        warnings.warn(pcap._truncated(name, base, size - base, caplen), stacklevel=2)
     k1, k2 = keys1[:m], keys2[:m]
     directions = {
         "src": (k1 >> _U(32)).astype(np.uint32),
