@@ -265,17 +265,14 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
         ("project, DataFrame API, process", *frames[:3]),
     ]
     files = f"{before} {after}"  # the files the project's analysis of the trial reads
-    both = {  # each tool over both files, one after the other, as one command
-        "cat": f"cat {files} > /dev/null",
-        "tcpdump": f"for f in {files}; do tcpdump -r $f -w /dev/null 2>/dev/null; done",
-        "tcptrace": f"for f in {files}; do tcptrace -n -l $f > /dev/null; done",
-    }
-    for name, tool in (
-        ("cat F A", "cat"),
-        ("tcpdump -r -w /dev/null, F and A", "tcpdump"),
-        ("tcptrace -n -l, F and A", "tcptrace"),
-    ):
-        rows.append((name, *best(["sh", "-c", both[tool]], repeat)[:3]))
+    each = f"for f in {files}; do"  # each tool over both files, one after the other
+    for name, both in (
+        ("cat F A", f"cat {files} > /dev/null"),
+        ("tcpdump -r -w /dev/null, F and A",
+         f"{each} tcpdump -r $f -w /dev/null 2>/dev/null; done"),
+        ("tcptrace -n -l, F and A", f"{each} tcptrace -n -l $f > /dev/null; done"),
+    ):  # fmt: skip
+        rows.append((name, *best(["sh", "-c", both], repeat)[:3]))
     one = best(["tcptrace", "-n", "-l", str(before)], repeat)
     if tshark and shutil.which("tshark"):
         fields = [x for f in TSHARK_FIELDS.split() for x in ("-e", f)]
