@@ -3,7 +3,8 @@ disk) giving the DataFrame API's numbers (tests/analysis/test_fastpath.py checks
 re-exports the array functions).
 
 ``scan`` reads a capture once and keeps, per packet, only what a trial's metrics read, with
-each packet's direction found while reading (no flow table rebuilt per metric);
+each packet's direction found while reading (no flow table rebuilt per metric), and, given
+the (src, dst) pairs through a bottleneck, the time, key and size of their packets only;
 ``flow_counters`` gives tcp_goodput's and tcp_retransmissions' numbers from it (or
 ``tcp_flow_counters`` from read_columns' columns); ``match_times`` / ``match_rows`` pair
 packets before and after a router as match_packets does; ``queue_levels`` gives
@@ -635,6 +636,8 @@ def summarize_owd(owd_df) -> dict:
 _BLOCK = 1 << 20  # bytes read at a time: the buffer stays in the CPU's cache
 _COLUMNS = ("direction", "ts_ns", "key_hash", "ip_len", "seq", "ack", "payload_len", "tcp_flags")
 _DTYPES = (np.int32, np.int64, np.uint64, np.uint16, np.uint32, np.uint32, np.uint16, np.uint8)
+_CROSSING = ("direction", "ts_ns", "key_hash", "ip_len")  # of a crossing packet
+_CROSSING_ONLY = ("key_hash", "ip_len")  # kept for crossing packets only, if they are named
 _TABLE0 = 1 << 12  # initial slots of the direction table (it doubles when half full)
 _FULL = 3  # _pass stopped before a packet of a new direction: the table must grow first
 
@@ -646,7 +649,9 @@ class Capture:
     payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags
     are 0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto,
     ``first`` (its first packet) and ``reverse`` (the opposite direction's row, -1 if none)
-    per direction, in order of appearance; ``in_order``: timestamps never go back."""
+    per direction, in order of appearance; ``in_order``: timestamps never go back.
+    ``crossing``: the rows of the packets crossing a bottleneck when the scan was given its
+    (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
 
     path: str
     direction: np.ndarray
@@ -659,64 +664,43 @@ class Capture:
     tcp_flags: np.ndarray
     directions: dict[str, np.ndarray]
     in_order: bool
+    crossing: dict[str, np.ndarray] | None = None
     buffers: list = field(default_factory=list, repr=False)  # the columns' whole allocations
 
-    def drop_tcp(self) -> None:
-        """Free the TCP columns (seq, ack, payload_len, tcp_flags) once the flow counters are
-        taken: the rest of a trial's analysis does not read them."""
-        for c in ("seq", "ack", "payload_len", "tcp_flags"):
-            setattr(self, c, np.empty(0, getattr(self, c).dtype))
-            self.buffers[_COLUMNS.index(c)] = None
 
-    def rows(self, wanted: np.ndarray, ip_len: bool = True) -> dict[str, np.ndarray]:
-        """ts_ns, key_hash (and ip_len) of the packets whose direction is ``wanted`` (a bool
-        per direction), in file order: one compiled pass."""
-        n = len(self.direction)  # room for every row: only the rows written become resident
-        out = (_alloc(n, self.ts_ns.dtype), _alloc(n, self.key_hash.dtype))
-        length = _alloc(n if ip_len else 0, self.ip_len.dtype)
-        k = _rows(wanted, self.direction, self.ts_ns, self.key_hash, self.ip_len, *out, length)
-        return {
-            "ts_ns": out[0][:k],
-            "key_hash": out[1][:k],
-            **({"ip_len": length[:k]} if ip_len else {}),
-        }
-
-
-@njit(cache=True, nogil=True)
-def _rows(wanted, direction, ts, key_hash, ip_len, o_ts, o_key, o_len):
-    k = 0
-    with_len = len(o_len) > 0
-    for i in range(len(direction)):
-        if wanted[direction[i]]:
-            o_ts[k], o_key[k] = ts[i], key_hash[i]
-            if with_len:
-                o_len[k] = ip_len[i]
-            k += 1
-    return k
+@njit(cache=True, nogil=True, inline="always")
+def _among(sorted_keys, key):
+    """Whether ``key`` is in the sorted array (a handful of pairs: a binary search)."""
+    i = np.searchsorted(sorted_keys, key)
+    return i < len(sorted_keys) and sorted_keys[i] == key
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def _pass(
     b, limit, size, little, frac_ns, l3_base, et_off, vlan, n, last_ts, in_order,
-    table, keys1, keys2, first, m,
-    o_dir, o_ts, o_hash, o_len, o_seq, o_ack, o_plen, o_flags,
+    table, keys1, keys2, first, crosses, m, pairs, k,
+    o_dir, o_ts, o_hash, o_len, o_seq, o_ack, o_plen, o_flags, c_dir, c_ts, c_hash, c_len,
 ):  # fmt: skip
     """Parse the records of b[:size] from 0 while pos < limit (as pcapscan._scan) into the
-    output columns from row n; returns (pos, n, m, last_ts, in_order, code): code 0 when
-    ``limit`` was reached, 1 when the record at pos is incomplete, 2 when its caplen is
+    output columns from row n (o_hash and o_len: if not empty), and the packets of the
+    directions from src to dst of one of ``pairs`` (sorted src << 32 | dst) into the
+    crossing columns c_* from row k; returns (pos, n, m, k, last_ts, in_order, code): code 0
+    when ``limit`` was reached, 1 when the record at pos is incomplete, 2 when its caplen is
     above libpcap's maximum, _FULL when its direction is new and the table is half full."""
     pos = 0
     cap = len(keys1)
+    w_hash, w_len = len(o_hash) > 0, len(o_len) > 0
+    wc_dir, wc_ts, wc_hash, wc_len = len(c_dir) > 0, len(c_ts) > 0, len(c_hash) > 0, len(c_len) > 0
     while pos < limit:
         if size - pos < _REC_HDR:
-            return pos, n, m, last_ts, in_order, 1
+            return pos, n, m, k, last_ts, in_order, 1
         caplen = _u32(b, pos + 8, little)
         if caplen > _MAX_CAPLEN:
-            return pos, n, m, last_ts, in_order, 2
+            return pos, n, m, k, last_ts, in_order, 2
         frame = pos + _REC_HDR
         left = frame + caplen
         if left > size:
-            return pos, n, m, last_ts, in_order, 1
+            return pos, n, m, k, last_ts, in_order, 1
         rec = pos
         l3 = l3_base
         if et_off >= 0:
@@ -772,41 +756,60 @@ def _pass(
         d = table[s]
         if d < 0:
             if 2 * (m + 1) > len(table) or m >= cap:
-                return rec, n, m, last_ts, in_order, _FULL
+                return rec, n, m, k, last_ts, in_order, _FULL
             table[s] = m
             keys1[m], keys2[m], first[m] = k1, k2, n
+            crosses[m] = _among(pairs, k1)
             d = m
             m += 1
         pos = left
         plen = ip_len - ip_hl - l4_hl
-        pl = l4 + l4_hl
-        head_len = max(min(min(left - pl, plen), 8), 0)
-        head = _U(0)
-        for i in range(head_len):
-            head |= _U(b[pl + i]) << _U(56 - 8 * i)
-        ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
         ts = _u32(b, rec, little) * 1_000_000_000 + _u32(b, rec + 4, little) * frac_ns
         if ts < last_ts:
             in_order = False
         last_ts = ts
         o_dir[n] = d
         o_ts[n] = ts
-        o_len[n] = ip_len
+        if w_len:
+            o_len[n] = ip_len
         if proto == 6:  # as read_pcap's columns (a later fragment: ports, seq, flags 0), but
             o_seq[n], o_ack[n], o_flags[n] = seq, ack, flags
             o_plen[n] = max(plen, 0)  # payload lengths below 0 (broken headers) count as 0
         else:
             o_seq[n], o_ack[n], o_plen[n], o_flags[n] = 0, 0, 0, 0
-        h = _U(0x9E3779B97F4A7C15)  # analysis.match.key_hash, as pcapscan computes it
-        h = _mix(h ^ k1)
-        h = _mix(
-            h
-            ^ (_U(proto) << _U(56) | _U(sport) << _U(40) | _U(dport) << _U(24) | _U(ip_id) << _U(8))
-        )
-        h = _mix(h ^ _U(seq))
-        o_hash[n] = _mix(h ^ head)
+        if w_hash or crosses[d]:
+            pl = l4 + l4_hl
+            head = _U(0)
+            for i in range(max(min(min(left - pl, plen), 8), 0)):
+                head |= _U(b[pl + i]) << _U(56 - 8 * i)
+            ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
+            h = _U(0x9E3779B97F4A7C15)  # analysis.match.key_hash, as pcapscan computes it
+            h = _mix(h ^ k1)
+            h = _mix(
+                h
+                ^ (
+                    _U(proto) << _U(56)
+                    | _U(sport) << _U(40)
+                    | _U(dport) << _U(24)
+                    | _U(ip_id) << _U(8)
+                )
+            )
+            h = _mix(h ^ _U(seq))
+            h = _mix(h ^ head)
+            if w_hash:
+                o_hash[n] = h
+            if crosses[d]:
+                if wc_dir:
+                    c_dir[k] = d
+                if wc_ts:
+                    c_ts[k] = ts
+                if wc_hash:
+                    c_hash[k] = h
+                if wc_len:
+                    c_len[k] = ip_len
+                k += 1
         n += 1
-    return pos, n, m, last_ts, in_order, 0
+    return pos, n, m, k, last_ts, in_order, 0
 
 
 @njit(cache=True, nogil=True)
@@ -895,13 +898,26 @@ class _Blocks:
                 return
 
 
-def scan(path: str | os.PathLike[str], *, reuse: Capture | None = None) -> Capture:
+def scan(
+    path: str | os.PathLike[str],
+    *,
+    reuse: Capture | None = None,
+    crossing: np.ndarray | None = None,
+    crossing_columns: tuple[str, ...] = _CROSSING,
+) -> Capture:
     """One compiled pass over the classic pcap file ``path`` (its size when reading began):
     see :class:`Capture`. Errors and truncation as :func:`analysis.pcap.read_columns`.
     ``reuse``: a capture no longer needed, whose column memory this scan writes over (its
-    pages are resident already: no page faults)."""
+    pages are resident already: no page faults). ``crossing``: (src, dst) pairs as
+    src << 32 | dst (the traffic crossing a bottleneck, as a trial's record names it): the
+    ``crossing_columns`` of their packets (any of direction, ts_ns, key_hash and ip_len) are
+    kept in ``crossing``, and key_hash and ip_len of every packet are not (what matching and
+    the queue read, in a third of the memory)."""
     from analysis import pcap
 
+    unknown = set(crossing_columns) - set(_CROSSING)
+    if unknown:
+        raise ValueError(f"crossing_columns: {sorted(unknown)} not among {_CROSSING}")
     name = os.fspath(path)
     with open(name, "rb") as f:
         fmt = pcap._read_global_header(f, name)
@@ -909,29 +925,41 @@ def scan(path: str | os.PathLike[str], *, reuse: Capture | None = None) -> Captu
     size = os.path.getsize(name)
     cap = max((size - _GLOBAL_HDR) // _REC_HDR, 0) + 1  # at most one packet per 16 bytes
     old = reuse.buffers if reuse is not None else [None] * len(_COLUMNS)
+    every = cap if crossing is None else 0  # rows of key_hash and ip_len for every packet
     cols = [
-        b if b is not None and len(b) >= cap else _alloc(cap, t)
-        for b, t in zip(old, _DTYPES, strict=True)
+        b if b is not None and len(b) >= rows else _alloc(rows, t)
+        for b, t, rows in zip(
+            old, _DTYPES, [every if c in _CROSSING_ONLY else cap for c in _COLUMNS], strict=True
+        )
+    ]
+    pairs = np.unique(np.asarray([] if crossing is None else crossing, np.uint64))
+    kept = [crossing is not None and c in crossing_columns for c in _CROSSING]
+    across = [
+        _alloc(cap if keep else 0, _DTYPES[_COLUMNS.index(c)])
+        for c, keep in zip(_CROSSING, kept, strict=True)
     ]
     table = np.full(_TABLE0, -1, np.int64)
-    keys1, keys2, first = (np.empty(_TABLE0 // 2, t) for t in (np.uint64, np.uint64, np.int64))
+    half = _TABLE0 // 2
+    keys1, keys2, first = (np.empty(half, t) for t in (np.uint64, np.uint64, np.int64))
+    crosses = np.empty(half, np.bool_)
     args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
     args = (*args, fmt.linktype == 1)
-    n, m, last_ts, in_order = 0, 0, np.iinfo(np.int64).min, True
+    n, m, k, last_ts, in_order = 0, 0, 0, np.iinfo(np.int64).min, True
     code, base = 0, _GLOBAL_HDR  # base: file offset of the block's first byte still unparsed
     with _Blocks(name, _GLOBAL_HDR, size - _GLOBAL_HDR) as blocks:
         for buf, start, end in blocks:  # buf[start:end]: an unparsed record tail, then a block
             while True:
-                state = (n, last_ts, in_order, table, keys1, keys2, first, m)
-                pos, n, m, last_ts, in_order, code = _pass(
-                    buf[start:end], end - start, end - start, *args, *state, *cols
+                state = (n, last_ts, in_order, table, keys1, keys2, first, crosses, m, pairs, k)
+                pos, n, m, k, last_ts, in_order, code = _pass(
+                    buf[start:end], end - start, end - start, *args, *state, *cols, *across
                 )
                 start += pos
                 base += pos
                 if code != _FULL:
                     break
                 table = np.full(2 * len(table), -1, np.int64)
-                keys1, keys2, first = (np.resize(a, len(table) // 2) for a in (keys1, keys2, first))
+                grown = (np.resize(a, len(table) // 2) for a in (keys1, keys2, first, crosses))
+                keys1, keys2, first, crosses = grown
                 _rehash(table, keys1, keys2, m)
             blocks.carry(buf[start:end])
             if code == 2:
@@ -955,7 +983,15 @@ def scan(path: str | os.PathLike[str], *, reuse: Capture | None = None) -> Captu
         "first": first[:m].copy(),
         "reverse": _reverse(table, keys1, keys2, m),
     }
-    return Capture(name, *(c[:n] for c in cols), directions, bool(in_order), cols)
+    rows = {c: a[:k] for c, a, keep in zip(_CROSSING, across, kept, strict=True) if keep}
+    return Capture(
+        name,
+        *(c[:n] for c in cols),
+        directions,
+        bool(in_order),
+        rows if crossing is not None else None,
+        cols,
+    )
 
 
 def flow_counters(

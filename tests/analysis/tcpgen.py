@@ -35,10 +35,18 @@ class Truth:
     """What the generator put in the captures, per TCP flow and for the UDP stream."""
 
     flows: list[dict] = field(default_factory=list)  # src, dst, sport, dport, bytes, retx...
+    udp: tuple[int, int] = (0, 0)  # the UDP stream's src and dst
     udp_sent: int = 0
     udp_lost: int = 0
     before_packets: int = 0
     after_packets: int = 0
+
+    @property
+    def crossing(self) -> list[int]:
+        """src << 32 | dst of every direction that sends through the bottleneck (the TCP
+        flows' data, the UDP stream), as a trial's record names its generators' ends."""
+        ends = [(f["src"], f["dst"]) for f in self.flows] + [self.udp]
+        return [src << 32 | dst for src, dst in ends]
 
 
 @dataclass
@@ -190,6 +198,7 @@ def _udp(rng, packets: int, loss: float, delay_ns: int, before, after, truth) ->
     before.add(ts=t, proto=17, **pk)
     after.add(ts=t_out[ok], proto=17, **{k: v[ok] if np.ndim(v) else v for k, v in pk.items()})
     truth.udp_sent, truth.udp_lost = packets, int((~ok).sum())
+    truth.udp = (pk["src"], pk["dst"])
 
 
 def _records(p: dict[str, np.ndarray]) -> bytes:

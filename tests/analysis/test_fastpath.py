@@ -256,7 +256,7 @@ def _shuffled(path: Path, out: Path, seed: int) -> Path:
 def test_flow_counters_of_a_scan(pair: tuple[Path, Path], tmp_path: Path, window: bool) -> None:
     """flow_counters of a scan are tcp_flow_counters of read_pcap's columns, captures in
     time order or not, with or without a window; scans into the memory of an earlier one
-    (some of its columns freed) give the same."""
+    (which kept other columns: a crossing scan) give the same."""
     prev = None
     for path in (pair[0], pair[1], _shuffled(pair[0], tmp_path / "shuffled.pcap", seed=4)):
         cols = read_columns(path, COLUMNS)
@@ -265,7 +265,7 @@ def test_flow_counters_of_a_scan(pair: tuple[Path, Path], tmp_path: Path, window
             t = np.sort(cols["ts_ns"])
             bounds = {"start_ns": int(t[len(t) // 3]), "end_ns": int(t[2 * len(t) // 3])}
         ref = tcp_flow_counters(cols, **bounds)
-        cap = scan(path, reuse=prev)
+        cap = scan(path, reuse=prev, crossing=[] if path == pair[1] else None)
         assert np.array_equal(cap.ts_ns, cols["ts_ns"]) and np.array_equal(cap.seq, cols["seq"])
         assert cap.in_order == (path.name != "shuffled.pcap")
         got = flow_counters(cap, **bounds)
@@ -274,8 +274,34 @@ def test_flow_counters_of_a_scan(pair: tuple[Path, Path], tmp_path: Path, window
             assert np.array_equal(got[c], ref[c]), (path.name, c)
         assert ref["retransmitted_packets"].sum() > 0
         prev = cap
-        if path == pair[1]:
-            cap.drop_tcp()
+
+
+@pytest.mark.parametrize("snaplen", [65535, 50], ids=["whole", "cut-in-ports"])
+def test_crossing_scan_keeps_the_packets_of_its_pairs(tmp_path: Path, snaplen: int) -> None:
+    """A scan given (src, dst) pairs keeps the chosen columns of exactly the packets from src
+    to dst of one of them, in file order, and the flow-counter columns of every packet, but
+    not key_hash and ip_len of every packet; an unknown column is refused by name."""
+    path = write_pcap(tmp_path / "r.pcap", random_capture(seed=7, n=6000), snaplen=snaplen)
+    cols = read_columns(path, [*COLUMNS, "key_hash"])
+    ends = cols["src"].astype(np.uint64) << np.uint64(32) | cols["dst"]
+    pairs = np.unique(ends)[::3]  # a third of the (src, dst) pairs seen
+    inside = np.isin(ends, pairs)
+    assert 0 < inside.sum() < len(ends)
+    full = scan(path)
+    cap = scan(path, crossing=pairs)
+    assert set(cap.crossing) == {"direction", "ts_ns", "key_hash", "ip_len"}
+    for c in ("ts_ns", "key_hash", "ip_len"):
+        assert np.array_equal(cap.crossing[c], cols[c][inside]), c
+    assert np.array_equal(cap.crossing["direction"], cap.direction[inside])
+    assert len(cap.key_hash) == len(cap.ip_len) == 0 and full.crossing is None
+    for c in ("direction", "ts_ns", "seq", "ack", "payload_len", "tcp_flags"):
+        assert np.array_equal(getattr(cap, c), getattr(full, c)), c
+    two = scan(path, reuse=cap, crossing=pairs, crossing_columns=("ts_ns", "key_hash"))
+    assert set(two.crossing) == {"ts_ns", "key_hash"}
+    assert np.array_equal(two.crossing["key_hash"], cols["key_hash"][inside])
+    assert len(scan(path, crossing=[]).crossing["ts_ns"]) == 0
+    with pytest.raises(ValueError, match=r"crossing_columns: \['size'\] not among"):
+        scan(path, crossing=pairs, crossing_columns=("ts_ns", "size"))
 
 
 def test_scan_of_a_truncated_or_corrupt_capture(tmp_path: Path) -> None:

@@ -12,17 +12,20 @@ peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes). The project's
 the trial: read both captures, goodput (after), retransmissions (before), one-way delay of
 the UDP stream, the bottleneck queue (match before/after + occupancy over time), on the
 array fast path of analysis/fastpath.py (one compiled pass per capture, then compiled passes
-over the packets kept; numpy and numba, no pandas). It is timed three ways, each labelled: a
-fresh process as a user pays it (interpreter, imports, numba's compiled code loaded from its
-disk cache: "warm"; or compiled because there is no cache yet: "cold", the first run of a
-checkout), with its time split into interpreter start/exit, imports and analysis; and in-
-process (a second analysis in the same process: what each further trial of a batch costs).
-The same analysis through the DataFrame API (read_pcap, tcp_goodput, ..., what
-analysis/trial.py calls) runs once, as a process, and must give the same numbers. Each tool
-runs over the same two files, one after the other (the issue's "on the same files"; cat of
-both is the read limit); tcptrace also runs on the capture before the router alone, against
-the project's share of that job (read it, count its flows). The project's bytes and
-retransmissions are checked against tcptrace's on the same file.
+over the packets kept; numpy and numba, no pandas). As analysis/trial.py, it is given the
+(src, dst) pairs that send through the bottleneck (a trial's record names them; here the
+generator's flows and UDP stream), so each scan keeps the crossing packets as it reads. It
+is timed three ways, each labelled: a fresh process as a user pays it (interpreter, imports,
+numba's compiled code loaded from its disk cache: "warm"; or compiled because there is no
+cache yet: "cold", the first run of a checkout), with its time split into interpreter
+start/exit, imports and analysis; and in-process (a second analysis in the same process:
+what each further trial of a batch costs). The same analysis through the DataFrame API
+(read_pcap, tcp_goodput, ..., what analysis/trial.py calls) runs once, as a process, and
+must give the same numbers. Each tool runs over the same two files, one after the other (the
+issue's "on the same files"; cat of both is the read limit); tcptrace also runs on the
+capture before the router alone, against the project's share of that job (read it, count its
+flows). The project's bytes and retransmissions are checked against tcptrace's on the same
+file.
 
 Targets (issue 6): >= 5x faster than tcptrace, >= 50x faster than tshark on 3 M packets,
 within 10x of cat, peak RSS below the file size.
@@ -52,16 +55,19 @@ MAX_DELAY_NS = 2 * 10**9
 FLOWS = ("src", "dst", "sport", "dport")
 
 
-def analyse(before: Path, after: Path) -> dict:
+def analyse(before: Path, after: Path, crossing: list[int]) -> dict:
     """The analysis of one trial, stage by stage, on the array fast path (analysis/fastpath.py:
-    one compiled pass per capture, no pandas): each capture is scanned, reduced to its flow
-    counters and the packets the queue and the OWD need, and written over by the next."""
+    one compiled pass per capture, no pandas). ``crossing``: the (src, dst) pairs through the
+    bottleneck as src << 32 | dst (a trial's record names them). Each capture is scanned once:
+    its flow counters, and the time, key and size of its packets crossing the bottleneck;
+    the second is scanned into the first one's memory. One matching of the crossing packets
+    gives the queue and the UDP stream's one-way delay (matching is per key: the UDP packets
+    pair as they would alone)."""
     import numpy as np
 
     from analysis.fastpath import (
         flow_counters,
         match_rows,
-        match_times,
         queue_levels,
         scan,
         summarize_owd,
@@ -77,50 +83,33 @@ def analyse(before: Path, after: Path) -> dict:
         stages[name] = stages.get(name, 0.0) + now - t
         t = now
 
-    def pair_key(cols: dict) -> np.ndarray:
-        return cols["src"].astype(np.uint64) << np.uint64(32) | cols["dst"]
-
-    def reduce(cap, pairs: np.ndarray) -> tuple[dict, dict]:
-        """The packets crossing the bottleneck (queue) and the UDP ones (OWD)."""
-        cross = np.isin(pair_key(cap.directions), pairs)
-        return cap.rows(cross), cap.rows(cap.directions["proto"] == 17, ip_len=False)
-
-    b = scan(before)
+    pairs = np.asarray(crossing, np.uint64)
+    b = scan(before, crossing=pairs)
     stage("read")
     sent = flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
-    b.drop_tcp()
     stage("retransmissions")
-    udp = np.flatnonzero(b.directions["proto"] == 17)
-    first_udp = udp[np.argsort(b.directions["first"][udp])[:1]]  # the first UDP packet's
-    pairs = np.union1d(pair_key(sent), pair_key({k: b.directions[k][first_udp] for k in FLOWS}))
-    cross_b, udp_b = reduce(b, pairs)
-    stage("queue")
-    a = scan(after, reuse=b)  # into b's memory: no new pages to fault in
+    arrivals, udp = b.crossing, b.directions["proto"] == 17
+    udp = np.flatnonzero(udp[arrivals.pop("direction")])  # the crossing rows of UDP
+    a = scan(after, reuse=b, crossing=pairs, crossing_columns=("ts_ns", "key_hash"))
     del b
     stage("read")
     goodput = flow_counters(a)
-    a.drop_tcp()
     stage("goodput")
-    cross_a, udp_a = reduce(a, pairs)
+    departing, end_ns = a.crossing, int(a.ts_ns.max()) if len(a.ts_ns) else 0
     del a
-    stage("queue")
-    ts_out = match_times(
-        udp_b["key_hash"], udp_b["ts_ns"], udp_a["key_hash"], udp_a["ts_ns"],
-        max_delay_ns=MAX_DELAY_NS,
-    )  # fmt: skip
-    fwd = ts_out >= 0
-    end_ns = int(udp_a["ts_ns"].max()) if len(udp_a["ts_ns"]) else 0
-    cut = undecided(udp_b["ts_ns"], fwd, max_delay_ns=MAX_DELAY_NS, end_ns=end_ns)
-    owd = np.where(fwd, ts_out - udp_b["ts_ns"], -1)[~cut]
-    owd = summarize_owd({"lost": ~fwd[~cut], "owd_ns": owd})
-    stage("owd")
     ts_out, departures = match_rows(
-        cross_b["key_hash"], cross_b["ts_ns"], cross_a["key_hash"], cross_a["ts_ns"],
+        arrivals["key_hash"], arrivals["ts_ns"], departing["key_hash"], departing["ts_ns"],
         max_delay_ns=MAX_DELAY_NS,
     )  # fmt: skip
-    del cross_a, cross_b["key_hash"]  # the queue needs arrivals, departures and sizes only
+    del departing, arrivals["key_hash"]  # the queue needs arrivals, departures and sizes only
+    stage("match")
+    sent_at, out_at = arrivals["ts_ns"][udp], ts_out[udp]
+    fwd = out_at >= 0
+    cut = undecided(sent_at, fwd, max_delay_ns=MAX_DELAY_NS, end_ns=end_ns)
+    owd = summarize_owd({"lost": ~fwd[~cut], "owd_ns": (out_at - sent_at)[~cut]})
+    stage("owd")
     queue = queue_levels(
-        cross_b["ts_ns"], ts_out, cross_b["ip_len"], max_delay_ns=MAX_DELAY_NS,
+        arrivals["ts_ns"], ts_out, arrivals["ip_len"], max_delay_ns=MAX_DELAY_NS,
         departures=departures, header_bytes=14,
     )  # fmt: skip
     stage("queue")
@@ -140,23 +129,22 @@ def analyse(before: Path, after: Path) -> dict:
     }
 
 
-def analyse_frames(before: Path, after: Path) -> dict:
+def analyse_frames(before: Path, after: Path, crossing: list[int]) -> dict:
     """The same analysis through the DataFrame API that analysis/trial.py uses (read_pcap,
     tcp_goodput, tcp_retransmissions, one_way_delay, match_packets, queue_occupancy)."""
     from analysis.match import match_packets
     from analysis.metrics import one_way_delay, summarize_owd, tcp_goodput, tcp_retransmissions
     from analysis.pcap import read_pcap
-    from analysis.queue import crossing, queue_occupancy
+    from analysis.queue import crossing as through
+    from analysis.queue import queue_occupancy
 
     b, a = read_pcap(before), read_pcap(after)
     goodput = tcp_goodput(a)
     retx = tcp_retransmissions(b)
     sent = tcp_goodput(b)
-    udp_b, udp_a = b[b.proto.to_numpy() == 17], a[a.proto.to_numpy() == 17]
-    owd = summarize_owd(one_way_delay(udp_b, udp_a, max_delay_ns=MAX_DELAY_NS))
-    pairs = {(int(s), int(d)) for s, d in zip(retx.src, retx.dst, strict=True)}
-    pairs |= {(int(s), int(d)) for s, d in zip(udp_b.src[:1], udp_b.dst[:1], strict=True)}
-    matched = match_packets(crossing(b, pairs), crossing(a, pairs), max_delay_ns=MAX_DELAY_NS)
+    owd = summarize_owd(one_way_delay(b, a, max_delay_ns=MAX_DELAY_NS))  # its UDP packets
+    pairs = {(k >> 32, k & 0xFFFFFFFF) for k in crossing}
+    matched = match_packets(through(b, pairs), through(a, pairs), max_delay_ns=MAX_DELAY_NS)
     queue = queue_occupancy(matched, max_delay_ns=MAX_DELAY_NS)
     flows = retx.merge(sent[[*FLOWS, "bytes"]])
     return {
@@ -169,15 +157,15 @@ def analyse_frames(before: Path, after: Path) -> dict:
     }
 
 
-def analyse_twice(before: Path, after: Path) -> dict:
+def analyse_twice(before: Path, after: Path, crossing: list[int]) -> dict:
     """In one process: the first call (imports; compiled code loaded from numba's cache, or
     compiled when there is none) and a second one (what a process analysing several trials
     pays for each further trial); then tcptrace's job alone (one capture's flow counters)."""
     t = time.perf_counter()
-    first = analyse(before, after)
+    first = analyse(before, after, crossing)
     first_s = time.perf_counter() - t
     t, cpu = time.perf_counter(), time.process_time()
-    second = analyse(before, after)
+    second = analyse(before, after, crossing)
     second_s, second_cpu = time.perf_counter() - t, time.process_time() - cpu
     assert {k: v for k, v in first.items() if k != "stages"} == {
         k: v for k, v in second.items() if k != "stages"
@@ -185,7 +173,7 @@ def analyse_twice(before: Path, after: Path) -> dict:
     from analysis.fastpath import flow_counters, scan
 
     t, cpu = time.perf_counter(), time.process_time()  # tcptrace's job alone: one capture
-    flow_counters(scan(before))  # read, its flows counted
+    flow_counters(scan(before, crossing=[]))  # read, its flows counted (no packet kept)
     alone, alone_cpu = time.perf_counter() - t, time.process_time() - cpu
     return {
         **second,
@@ -252,7 +240,8 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
     )
     for f in (before, after):  # page cache warm for everyone
         run(["cat", str(f)])
-    me = [sys.executable, __file__, "--analyse", str(before), str(after)]
+    crossing = ",".join(str(k) for k in truth.crossing)
+    me = [sys.executable, __file__, "--analyse", str(before), str(after), "--crossing", crossing]
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
         cold = run(me, True, env={"NUMBA_CACHE_DIR": cache})  # nothing cached: compiles
     run(me)  # fills the checkout's own cache, which a fresh clone does not have yet
@@ -365,9 +354,11 @@ def main() -> None:
     ap.add_argument("--no-tshark", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the generated captures")
     ap.add_argument("--analyse", nargs=2, type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--crossing", default="", help=argparse.SUPPRESS)
     ap.add_argument("--frames", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--twice", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    crossing = [int(k) for k in args.crossing.split(",") if k]
     if args.analyse and not (args.frames or args.twice):  # a fresh process: where its time goes
         t = time.perf_counter()
         import numpy  # noqa: F401
@@ -376,12 +367,12 @@ def main() -> None:
 
         imports = time.perf_counter() - t
         t = time.perf_counter()
-        out = analyse(*args.analyse)
+        out = analyse(*args.analyse, crossing)
         print(json.dumps({**out, "imports_s": imports, "analysis_s": time.perf_counter() - t}))
         return
     if args.analyse:
         how = analyse_frames if args.frames else analyse_twice
-        print(json.dumps(how(*args.analyse)))
+        print(json.dumps(how(*args.analyse, crossing)))
         return
     workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
     try:
