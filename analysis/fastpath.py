@@ -33,6 +33,7 @@ _U = np.uint64
 __all__ = [
     "Capture",
     "flow_counters",
+    "key_hashes",
     "match_rows",
     "match_times",
     "queue_levels",
@@ -317,6 +318,34 @@ def _waiting_again(slots, tb, order_b, delay, t):
             continue
         _put(new, slots[s, 0], r)
     return new, live
+
+
+@njit(cache=True, nogil=True)
+def _key_hashes(src, dst, proto, sport, dport, ip_id, seq, head, out):
+    for i in range(len(out)):  # the words and rounds of pcapscan's key_hash
+        h = _mix(_U(0x9E3779B97F4A7C15) ^ (_U(src[i]) << _U(32) | _U(dst[i])))
+        h = _mix(
+            h
+            ^ (
+                _U(proto[i]) << _U(56)
+                | _U(sport[i]) << _U(40)
+                | _U(dport[i]) << _U(24)
+                | _U(ip_id[i]) << _U(8)
+            )
+        )
+        h = _mix(h ^ _U(seq[i]))
+        out[i] = _mix(h ^ _U(head[i]))
+
+
+def key_hashes(packets) -> np.ndarray:
+    """``analysis.match.key_hash`` of each packet: a 64-bit hash of its src, dst, proto,
+    sport, dport, ip_id, seq and payload_head (``packets``: read_pcap's frame or a mapping of
+    those columns), in one compiled pass, as a scan computes it while reading."""
+    cols = [np.asarray(packets[c]) for c in ("src", "dst", "proto", "sport", "dport")]
+    cols += [np.asarray(packets[c]) for c in ("ip_id", "seq", "payload_head")]
+    out = np.empty(len(cols[0]), np.uint64)
+    _key_hashes(*cols, out)
+    return out
 
 
 def match_times(

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis.fastpath import _departure_order, flow_counters, match_rows, scan
-from analysis.match import _greedy_match, key_hash, match_packets
+from analysis.match import key_hash, match_packets
 from analysis.metrics import (
     match_times,
     queue_levels,
@@ -23,6 +23,7 @@ from analysis.metrics import (
 from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, read_columns, read_pcap
 from analysis.queue import EVENTS, queue_occupancy
 
+from .greedy import greedy_match
 from .pcapgen import write_pcap
 from .tcpgen import generate
 from .test_pcap import random_capture
@@ -51,16 +52,19 @@ def test_read_columns_is_read_pcap(pair: tuple[Path, Path]) -> None:
 
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["time-order", "shuffled"])
-def test_match_times_is_match_packets(pair: tuple[Path, Path], shuffle: bool) -> None:
+def test_match_times_is_the_greedy_matching(pair: tuple[Path, Path], shuffle: bool) -> None:
+    """On a whole capture pair, in time order or not: match_times (and match_packets, which
+    uses it) give the greedy matching computed another way (tests/analysis/greedy.py)."""
     b, a = read_pcap(pair[0]), read_pcap(pair[1])
     if shuffle:  # out of time order: the matching must still follow time
         b, a = b.sample(frac=0.5, random_state=1), a.sample(frac=0.7, random_state=2)
+    hb, ha, tb, ta = key_hash(b), key_hash(a), b.ts_ns.to_numpy(), a.ts_ns.to_numpy()
     for delay in (DELAY, 30_000_000):
-        ref = match_packets(b, a, max_delay_ns=delay)["ts_out_ns"].to_numpy()
-        got = match_times(
-            key_hash(b), b.ts_ns.to_numpy(), key_hash(a), a.ts_ns.to_numpy(), max_delay_ns=delay
-        )
+        ref = greedy_match(hb, ha, tb, ta, delay)
+        got = match_times(hb, tb, ha, ta, max_delay_ns=delay)
         assert np.array_equal(got, ref)
+        frame = match_packets(b, a, max_delay_ns=delay)
+        assert np.array_equal(frame["ts_out_ns"].to_numpy(), ref) and frame.index.equals(b.index)
         assert (ref >= 0).sum() > (len(b) // 3 if delay == DELAY else 100)
 
 
@@ -125,7 +129,8 @@ def test_matching_follows_the_greedy_rule_with_repeated_keys() -> None:
     """Keys that repeat (IP IDs wrap, UDP payloads repeat) within and across windows, times
     with ties, both sides in and out of time order: match_rows gives analysis.match's greedy
     matching (each before packet in time order takes the earliest unused after packet of its
-    key in [ts, ts + max_delay]) and the matched rows in departure order."""
+    key in [ts, ts + max_delay]; tests/analysis/greedy.py) and the matched rows in departure
+    order."""
     rng = np.random.default_rng(11)
     for case in range(300):
         nb, na, nkeys = rng.integers(1, 300), rng.integers(1, 300), rng.integers(1, 20)
@@ -135,7 +140,7 @@ def test_matching_follows_the_greedy_rule_with_repeated_keys() -> None:
         if case % 2:  # in time order, as a capture is written
             tb.sort()
             ta.sort()
-        want = _greedy_match(hb, ha, tb, ta, delay)
+        want = greedy_match(hb, ha, tb, ta, delay)
         got, departures = match_rows(hb, tb, ha, ta, max_delay_ns=delay)
         assert np.array_equal(got, want), case
         assert sorted(departures) == sorted(np.flatnonzero(want >= 0)), case
