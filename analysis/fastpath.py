@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from analysis.pcapscan import _GLOBAL_HDR, _MAX_CAPLEN, _REC_HDR, _alloc, _at, _mix, _u32
+from analysis.pcapscan import _GLOBAL_HDR, _MAX_CAPLEN, _REC_HDR, _alloc, _at, _key_hash, _u32
 
 _U = np.uint64
 
@@ -322,19 +322,9 @@ def _waiting_again(slots, tb, order_b, delay, t):
 
 @njit(cache=True, nogil=True)
 def _key_hashes(src, dst, proto, sport, dport, ip_id, seq, head, out):
-    for i in range(len(out)):  # the words and rounds of pcapscan's key_hash
-        h = _mix(_U(0x9E3779B97F4A7C15) ^ (_U(src[i]) << _U(32) | _U(dst[i])))
-        h = _mix(
-            h
-            ^ (
-                _U(proto[i]) << _U(56)
-                | _U(sport[i]) << _U(40)
-                | _U(dport[i]) << _U(24)
-                | _U(ip_id[i]) << _U(8)
-            )
-        )
-        h = _mix(h ^ _U(seq[i]))
-        out[i] = _mix(h ^ _U(head[i]))
+    for i in range(len(out)):
+        addrs = _U(src[i]) << _U(32) | _U(dst[i])
+        out[i] = _key_hash(addrs, proto[i], sport[i], dport[i], ip_id[i], seq[i], head[i])
 
 
 def key_hashes(packets) -> np.ndarray:
@@ -812,19 +802,7 @@ def _pass(
             for i in range(max(min(min(left - pl, plen), 8), 0)):
                 head |= _U(b[pl + i]) << _U(56 - 8 * i)
             ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
-            h = _U(0x9E3779B97F4A7C15)  # analysis.match.key_hash, as pcapscan computes it
-            h = _mix(h ^ k1)
-            h = _mix(
-                h
-                ^ (
-                    _U(proto) << _U(56)
-                    | _U(sport) << _U(40)
-                    | _U(dport) << _U(24)
-                    | _U(ip_id) << _U(8)
-                )
-            )
-            h = _mix(h ^ _U(seq))
-            h = _mix(h ^ head)
+            h = _key_hash(k1, proto, sport, dport, ip_id, seq, head)
             if w_hash:
                 o_hash[n] = h
             if crosses[d]:

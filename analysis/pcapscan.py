@@ -34,6 +34,18 @@ def _mix(x):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _key_hash(addrs, proto, sport, dport, ip_id, seq, head):
+    """analysis.match.key_hash of one packet: splitmix64 rounds over four words (``addrs``:
+    src << 32 | dst; protocol, ports and IP ID; sequence number; payload head)."""
+    h = _mix(_U(0x9E3779B97F4A7C15) ^ addrs)
+    h = _mix(
+        h ^ (_U(proto) << _U(56) | _U(sport) << _U(40) | _U(dport) << _U(24) | _U(ip_id) << _U(8))
+    )
+    h = _mix(h ^ _U(seq))
+    return _mix(h ^ _U(head))
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _u32(b, i, little):
     if little:
         return (
@@ -163,20 +175,10 @@ def _scan(  # one array per column keeps the loop free of Python objects
             o_plen[n] = plen
         if w_head:
             o_head[n] = head
-        if w_hash:  # analysis.match.key_hash, word for word
-            h = _U(0x9E3779B97F4A7C15)
-            h = _mix(h ^ (_U(src) << _U(32) | _U(dst)))
-            h = _mix(
-                h
-                ^ (
-                    _U(proto) << _U(56)
-                    | _U(sport) << _U(40)
-                    | _U(dport) << _U(24)
-                    | _U(ip_id) << _U(8)
-                )
+        if w_hash:
+            o_hash[n] = _key_hash(
+                _U(src) << _U(32) | _U(dst), proto, sport, dport, ip_id, seq, head
             )
-            h = _mix(h ^ _U(seq))
-            o_hash[n] = _mix(h ^ head)
         n += 1
     return pos, n, 0
 
