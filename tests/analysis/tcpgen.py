@@ -130,9 +130,10 @@ def _flow(
     np.add.at(mark, first, 1)
     np.add.at(mark, fill, -1)
     inside = np.cumsum(mark[:-1]) > 0
-    hole = np.where(
-        inside, lost[np.maximum(np.cumsum(np.isin(np.arange(len(a_seg)), first)) - 1, 0)], -1
-    )
+    hole = np.full(len(a_seg), -1, dtype=np.int64)  # a flow without losses has no hole
+    if len(lost):
+        which = np.maximum(np.cumsum(np.isin(np.arange(len(a_seg)), first)) - 1, 0)
+        hole = np.where(inside, lost[which], -1)
     in_order = hole < 0
     filled = a_retx  # the retransmission fills the hole: all that arrived since is acked
     ack_seg = np.where(in_order, np.maximum.accumulate(a_seg) + 1, hole)

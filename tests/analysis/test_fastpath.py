@@ -396,3 +396,15 @@ def test_a_read_that_fails_is_raised_by_scan(
     with pytest.raises(ValueError, match="closed file"):
         pool.submit(fastpath.scan, pair[0]).result(timeout=30)
     pool.shutdown(wait=False)
+
+
+def test_flows_without_losses(tmp_path: Path) -> None:
+    """The generator writes flows that lose nothing (no hole to fill), and their counters are
+    its truth: every byte once, no retransmission."""
+    truth = generate(
+        tmp_path / "b.pcap", tmp_path / "a.pcap", packets=6000, flows=2, loss=0.0,
+        duration_ns=10**9,
+    )  # fmt: skip
+    got = flow_counters(scan(tmp_path / "b.pcap"))
+    assert got["retransmitted_packets"].tolist() == [0, 0]
+    assert got["bytes"].tolist() == [f["bytes"] for f in truth.flows]
