@@ -95,3 +95,39 @@ def test_only_the_flows_asked_for() -> None:
     ports = set(both_ways.sport)  # iperf3's control and data connections
     assert data_port() in ports and len(ports) == 2
     assert for_flows(events, pd.DataFrame({"src": ["198.18.9.9"], "dst": [RECEIVER]})).empty
+
+
+def test_the_compiled_pass_reads_what_the_regular_expression_reads(tmp_path: Path) -> None:
+    """read_tcp_probe (a compiled pass over the bytes, the regular expression for the lines it
+    does not take) gives exactly the regular expression's reading of every line, in file
+    order: on the real recording with lines changed into forms the pass leaves over (IPv6,
+    bracketed or zero-padded addresses, a tab before the time, seven digits of microseconds,
+    uppercase hex, two markers, 0x on a field that takes none, a line cut short) and into
+    forms it reads (hex without 0x)."""
+    from analysis.tcp_probe import _regex_events
+
+    text = lines()
+    events = [i for i, line in enumerate(text) if ": tcp_probe: " in line]
+    changes = [
+        ("src=198.18.250.1:", "src=[2001:db8::1]:"),
+        ("src=198.18.250.1:", "src=[198.18.250.1]:"),
+        ("dest=198.18.251.2:", "dest=198.18.251.02:"),
+        ("] ..s2. ", "] ..s2.\t"),
+        (": tcp_probe:", "1: tcp_probe:"),
+        ("snd_una=0x", "snd_una=0xAB"),
+        ("sock_cookie=", "sock_cookie=0x"),
+        ("snd_nxt=0x", "snd_nxt="),
+        ("family=AF_INET", "family=AF_INET x: tcp_probe: family=AF_INET"),
+    ]
+    at = 5
+    for old, new in changes:  # each on an event line of its own, in order through the file
+        at = next(k for k in range(at + 7, len(events)) if old in text[events[k]])
+        text[events[at]] = text[events[at]].replace(old, new, 1)
+    text[-1] = text[-1][: len(text[-1]) // 2]  # the recorder stopped mid-line
+    path = tmp_path / "probe.txt"
+    path.write_text("\n".join(text))
+    header = json.loads(text[0].removeprefix("# trialbed-tcp-probe "))
+    want = _regex_events(pd.Series(text, dtype=object), header["realtime_minus_clock_ns"])
+    got = read_tcp_probe(path)
+    pd.testing.assert_frame_equal(got, want.reset_index(drop=True))
+    assert "2001:db8::1" in set(got.src) and len(got) < len(events)  # some read, some not
