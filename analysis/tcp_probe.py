@@ -76,10 +76,7 @@ def read_tcp_probe(path: str | Path) -> pd.DataFrame:
     with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
         raw = f.read()
     data = np.frombuffer(raw, np.uint8)
-    offset = 0
-    for line in data[:4096].tobytes().decode(errors="replace").splitlines()[:5]:
-        if line.startswith(_HEADER):
-            offset = int(json.loads(line[len(_HEADER) :])["realtime_minus_clock_ns"])
+    offset = _clock_offset(raw)
     rows = raw.count(b"\n") + 1
     fields = np.zeros((rows, len(_FIELDS)), np.uint64)
     line_of = np.empty(rows, np.int64)  # the line number of each event read
@@ -93,6 +90,21 @@ def read_tcp_probe(path: str | Path) -> pd.DataFrame:
     where = np.r_[line_of[:n], left[:n_left, 0][others.index.to_numpy()]]
     both = pd.concat([events, others.reset_index(drop=True)], ignore_index=True)
     return both.iloc[np.argsort(where, kind="stable")].reset_index(drop=True)
+
+
+def _clock_offset(raw: bytes) -> int:
+    """realtime_minus_clock_ns of the recorder's header line, among the first five (0 if
+    there is none)."""
+    start = 0
+    for _ in range(5):
+        end = raw.find(b"\n", start)
+        line = raw[start : end if end >= 0 else len(raw)].decode(errors="replace")
+        if line.startswith(_HEADER):
+            return int(json.loads(line[len(_HEADER) :])["realtime_minus_clock_ns"])
+        if end < 0:
+            return 0
+        start = end + 1
+    return 0
 
 
 def _regex_events(lines: pd.Series, offset: int) -> pd.DataFrame:

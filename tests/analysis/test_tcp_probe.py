@@ -131,3 +131,6 @@ def test_the_compiled_pass_reads_what_the_regular_expression_reads(tmp_path: Pat
     got = read_tcp_probe(path)
     pd.testing.assert_frame_equal(got, want.reset_index(drop=True))
     assert "2001:db8::1" in set(got.src) and len(got) < len(events)  # some read, some not
+    path.write_text("\n".join(text[1:]))  # no header: the trace clock as it is
+    bare = read_tcp_probe(path)
+    assert (got.ts_ns - bare.ts_ns == header["realtime_minus_clock_ns"]).all()
