@@ -113,9 +113,7 @@ def _directions(src, dst, sport, dport, proto):
 
 
 @njit(cache=True, nogil=True)
-def _counters(
-    sorted_, order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns
-):
+def _counters(order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns):
     """Per direction (index d < m): see tcp_flow_counters; rows visited in ``order``."""
     first_data = np.full(m, _EMPTY)  # file row of the first payload packet
     for i in range(len(ids)):
@@ -135,7 +133,7 @@ def _counters(
     retx = np.zeros(m, np.int64)
     retx_bytes = np.zeros(m, np.int64)
     for k in range(len(ids)):
-        i = k if sorted_ else order[k]
+        i = _row(order, k)
         d = ids[i]
         if d < 0 or first_data[d] < 0:
             continue
@@ -174,7 +172,7 @@ def _counters(
     seen_lo = np.zeros(m, np.bool_)
     seen_hi = np.zeros(m, np.bool_)
     for k in range(len(ids)):
-        i = k if sorted_ else order[k]
+        i = _row(order, k)
         r = ids[i]
         if r < 0 or (flags[i] & _ACK) == 0:
             continue
@@ -367,18 +365,21 @@ def match_rows(
 
 
 def _match_rows(hash_before, ts_before, hash_after, ts_after, max_delay_ns, departures):
-    def order(ts: np.ndarray) -> np.ndarray:
-        return (
-            np.empty(0, np.int64) if not (ts[1:] < ts[:-1]).any() else np.argsort(ts, kind="stable")
-        )
-
     out = _alloc(len(hash_before), np.int64)
     dep = _alloc(len(hash_after) if departures else 0, np.int32)
     matched = _match(
-        hash_before, ts_before, hash_after, ts_after, int(max_delay_ns), order(ts_before),
-        order(ts_after), out, dep,
+        hash_before, ts_before, hash_after, ts_after, int(max_delay_ns), _time_order(ts_before),
+        _time_order(ts_after), out, dep,
     )  # fmt: skip
     return out, dep[:matched]
+
+
+def _time_order(ts: np.ndarray, in_order: bool | None = None) -> np.ndarray:
+    """The rows by time (stable argsort), or none when they are in time order already
+    (``in_order``, if known; else checked): what _row reads."""
+    if in_order is None:
+        in_order = not (ts[1:] < ts[:-1]).any()
+    return np.empty(0, np.int64) if in_order else np.argsort(ts, kind="stable")
 
 
 def tcp_flow_counters(
@@ -391,10 +392,8 @@ def tcp_flow_counters(
     dport, proto, tcp_flags, seq, ack and payload_len as numpy arrays."""
     ts = np.ascontiguousarray(cols["ts_ns"], dtype=np.int64)
     ids, m, rev = _directions(cols["src"], cols["dst"], cols["sport"], cols["dport"], cols["proto"])
-    sorted_ = not (ts[1:] < ts[:-1]).any()
-    order = np.empty(0, np.int64) if sorted_ else np.argsort(ts, kind="stable")
     first_data, packets, retx, retx_bytes, nbytes, span = _counters(
-        sorted_, order, ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
+        _time_order(ts), ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
         cols["payload_len"], start_ns is not None, 0 if start_ns is None else int(start_ns),
         end_ns is not None, 0 if end_ns is None else int(end_ns),
     )  # fmt: skip
@@ -1005,13 +1004,11 @@ def flow_counters(
     cap: Capture, *, start_ns: int | None = None, end_ns: int | None = None
 ) -> dict[str, np.ndarray]:
     """:func:`tcp_flow_counters` of a scanned capture (the same numbers, in the same order)."""
-    ids = cap.direction
     ts = cap.ts_ns
-    order = np.empty(0, np.int64) if cap.in_order else np.argsort(ts, kind="stable")
     first_data, packets, retx, retx_bytes, nbytes, span = _counters(
-        cap.in_order, order, ids, len(cap.directions["src"]), cap.directions["reverse"], ts,
-        cap.tcp_flags, cap.seq, cap.ack, cap.payload_len, start_ns is not None,
-        0 if start_ns is None else int(start_ns), end_ns is not None,
+        _time_order(ts, cap.in_order), cap.direction, len(cap.directions["src"]),
+        cap.directions["reverse"], ts, cap.tcp_flags, cap.seq, cap.ack, cap.payload_len,
+        start_ns is not None, 0 if start_ns is None else int(start_ns), end_ns is not None,
         0 if end_ns is None else int(end_ns),
     )  # fmt: skip
     flows = _in_first_data_order(first_data)
