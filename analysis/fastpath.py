@@ -325,14 +325,11 @@ def _key_hashes(src, dst, proto, sport, dport, ip_id, seq, head, out):
         out[i] = _key_hash(addrs, proto[i], sport[i], dport[i], ip_id[i], seq[i], head[i])
 
 
-def key_hashes(packets) -> np.ndarray:
-    """``analysis.match.key_hash`` of each packet: a 64-bit hash of its src, dst, proto,
-    sport, dport, ip_id, seq and payload_head (``packets``: read_pcap's frame or a mapping of
-    those columns), in one compiled pass, as a scan computes it while reading."""
-    cols = [np.asarray(packets[c]) for c in ("src", "dst", "proto", "sport", "dport")]
-    cols += [np.asarray(packets[c]) for c in ("ip_id", "seq", "payload_head")]
-    out = np.empty(len(cols[0]), np.uint64)
-    _key_hashes(*cols, out)
+def key_hashes(src, dst, proto, sport, dport, ip_id, seq, payload_head) -> np.ndarray:
+    """``analysis.match.key_hash`` of each packet, from its KEY_COLUMNS (arrays, in that
+    order), in one compiled pass, as a scan computes it while reading."""
+    out = np.empty(len(src), np.uint64)
+    _key_hashes(src, dst, proto, sport, dport, ip_id, seq, payload_head, out)
     return out
 
 

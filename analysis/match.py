@@ -31,7 +31,7 @@ def key_hash(df: pd.DataFrame) -> np.ndarray:
     """64-bit hash of KEY_COLUMNS (216 bits of key do not fit in one sortable integer):
     splitmix64 rounds over four words (addresses; protocol, ports and IP ID; sequence number;
     payload head), in one compiled pass (analysis.fastpath.key_hashes)."""
-    return key_hashes(df)
+    return key_hashes(*(df[c].to_numpy() for c in KEY_COLUMNS))
 
 
 def match_packets(before: pd.DataFrame, after: pd.DataFrame, *, max_delay_ns: int) -> pd.DataFrame:
