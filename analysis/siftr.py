@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.tcp_probe import COLUMNS, INFINITE_SSTHRESH, open_text
+from analysis.tcp_probe import COLUMNS, INFINITE_SSTHRESH, open_recording
 
 __all__ = ["FREEBSD_UNSET_SSTHRESH", "SiftrError", "read_siftr"]
 
@@ -76,7 +76,7 @@ def read_siftr(path: str | Path, directions: str = "i") -> pd.DataFrame:
     A data line that is cut short (the last line of a log still being written) is skipped;
     data before any enable line, or of a SIFTR version without a known layout, is refused."""
     path = Path(path)
-    with open_text(path) as f:
+    with open_recording(path) as f:
         lines = f.read().splitlines()
     cycles: list[tuple[dict[str, str], list[str]]] = []
     for number, line in enumerate(lines, 1):

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.queue import occupancy_at
-from analysis.tcp_probe import open_text
+from analysis.tcp_probe import open_recording
 
 __all__ = [
     "LEAF_KINDS",
@@ -32,7 +32,7 @@ SAMPLE_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues", "backl
 def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
     """The sampler's records (one per sample and device) of a file, gzipped or not, without
     its closing line and a last line cut short (sampler killed mid-write)."""
-    with open_text(Path(path)) as f:
+    with open_recording(Path(path)) as f:
         for line in f:
             try:
                 rec = json.loads(line)

@@ -59,9 +59,9 @@ COLUMNS: dict[str, str] = {
 _HEX = ("snd_nxt", "snd_una", "sock_cookie")
 
 
-def open_text(path: Path):
-    """A recording as text, gzipped (.gz) or not."""
-    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
+def open_recording(path: Path, mode: str = "rt"):
+    """A recording, gzipped (.gz) or not, as text ("rt") or bytes ("rb")."""
+    return gzip.open(path, mode) if path.suffix == ".gz" else open(path, mode)
 
 
 def read_tcp_probe(path: str | Path) -> pd.DataFrame:
@@ -73,7 +73,7 @@ def read_tcp_probe(path: str | Path) -> pd.DataFrame:
     are skipped.
     """
     path = Path(path)
-    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+    with open_recording(path, "rb") as f:
         raw = f.read()
     data = np.frombuffer(raw, np.uint8)
     offset = _clock_offset(raw)
@@ -81,7 +81,7 @@ def read_tcp_probe(path: str | Path) -> pd.DataFrame:
     fields = np.zeros((rows, len(_FIELDS)), np.uint64)
     line_of = np.empty(rows, np.int64)  # the line number of each event read
     left = np.empty((rows, 3), np.int64)  # lines left over: line number, first byte, end
-    n, n_left = _parse(data, _MARKER, _KEYS, _KEY_ENDS, _HEX_DIGITS, fields, line_of, left)
+    n, n_left = _parse(data, fields, line_of, left)
     events = _events(fields[:n], offset)
     if not n_left:
         return events
@@ -223,7 +223,7 @@ def _endpoint(b, i, end):
 
 
 @njit(cache=True, nogil=True)
-def _event(b, start, m, end, marker, keys, key_ends, hex_digits, out):
+def _event(b, start, m, end, out):
     """Read the event of the line b[start:end] whose marker is at m into ``out`` (_FIELDS);
     False when the line is not in the form read here."""
     j = m  # backwards: <whitespace><sec>.<usec> right before the marker
@@ -247,9 +247,9 @@ def _event(b, start, m, end, marker, keys, key_ends, hex_digits, out):
         d = b[usec_at + k] - 48 if usec_at + k < m else 0
         usec = usec * np.uint64(10) + np.uint64(d)
     out[1] = usec
-    i = m + len(marker)  # forwards: family=<token> src=<a:p> dest=<a:p> mark=<token>
+    i = m + len(_MARKER)  # forwards: family=<token> src=<a:p> dest=<a:p> mark=<token>
     i = _token(b, i, end)
-    if i == m + len(marker) or not _has(b, i, end, _SRC):
+    if i == m + len(_MARKER) or not _has(b, i, end, _SRC):
         return False
     out[2], out[3], i = _endpoint(b, i + len(_SRC), end)
     if i < 0 or not _has(b, i, end, _DEST):
@@ -263,16 +263,16 @@ def _event(b, start, m, end, marker, keys, key_ends, hex_digits, out):
     if i == token:
         return False
     begin = 0
-    for f in range(len(key_ends)):
-        key = keys[begin : key_ends[f]]
-        begin = key_ends[f]
+    for f in range(len(_KEY_ENDS)):
+        key = _KEYS[begin : _KEY_ENDS[f]]
+        begin = _KEY_ENDS[f]
         if not _has(b, i, end, key):
             return False
         i += len(key)
-        hex_ = hex_digits[f] > 0
-        if hex_ and f < len(key_ends) - 1 and _has(b, i, end, _0X):
+        hex_ = _HEX_DIGITS[f] > 0
+        if hex_ and f < len(_KEY_ENDS) - 1 and _has(b, i, end, _0X):
             i += 2
-        value, i = _number(b, i, end, hex_, hex_digits[f] if hex_ else _DECIMAL_DIGITS)
+        value, i = _number(b, i, end, hex_, _HEX_DIGITS[f] if hex_ else _DECIMAL_DIGITS)
         if i < 0:
             return False
         out[6 + f] = value
@@ -286,7 +286,7 @@ _0X = np.frombuffer(b"0x", np.uint8)
 
 
 @njit(cache=True, nogil=True)
-def _parse(b, marker, keys, key_ends, hex_digits, fields, line_of, left):
+def _parse(b, fields, line_of, left):
     """Every line of ``b`` with one tcp_probe marker in the form _event reads: its fields in
     ``fields`` and its line number in ``line_of``; a line with the marker in another form,
     or with two, goes to ``left`` (line number, first byte, end). Returns how many of each."""
@@ -297,13 +297,13 @@ def _parse(b, marker, keys, key_ends, hex_digits, fields, line_of, left):
         while end < size and b[end] != 10:
             end += 1
         m, found = -1, 0
-        for i in range(pos, end - len(marker) + 1):
-            if b[i] == 58 and _has(b, i, end, marker):  # :
+        for i in range(pos, end - len(_MARKER) + 1):
+            if b[i] == 58 and _has(b, i, end, _MARKER):  # :
                 found += 1
                 if m < 0:
                     m = i
         if found:
-            if found == 1 and _event(b, pos, m, end, marker, keys, key_ends, hex_digits, fields[n]):
+            if found == 1 and _event(b, pos, m, end, fields[n]):
                 line_of[n] = line
                 n += 1
             else:
