@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from analysis.pcapscan import _GLOBAL_HDR, _MAX_CAPLEN, _REC_HDR, _alloc, _at, _key_hash, _u32
+from analysis.pcapscan import (
+    _GLOBAL_HDR,
+    _MAX_CAPLEN,
+    _REC_HDR,
+    _alloc,
+    _at,
+    _fit,
+    _key_hash,
+    _u32,
+)
 
 _U = np.uint64
 
@@ -986,10 +995,10 @@ def scan(
         "first": first[:m].copy(),
         "reverse": _reverse(table, keys1, keys2, m),
     }
-    rows = {c: a[:k] for c, a, keep in zip(_CROSSING, across, kept, strict=True) if keep}
+    rows = {c: _fit(a, k) for c, a, keep in zip(_CROSSING, across, kept, strict=True) if keep}
     return Capture(
         name,
-        *(c[:n] for c in cols),
+        *(_fit(c, n) for c in cols),
         directions,
         bool(in_order),
         rows if crossing is not None else None,

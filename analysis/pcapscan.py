@@ -206,6 +206,20 @@ def _alloc(n: int, dtype: str) -> np.ndarray:
     return np.frombuffer(memory, dtype=dtype)
 
 
+def _fit(column: np.ndarray, n: int) -> np.ndarray:
+    """``column[:n]``, and the pages of an :func:`_alloc` mapping past those rows given back
+    to the system: the huge page holding a column's last row is otherwise resident whole,
+    2 MB whatever the rows (measured: a 0.98 M-packet capture's 17 read_pcap columns took
+    100 MB for 55 MB of rows, a 0.13 M-packet one 35 MB for 7 MB). The kernel splits that
+    huge page; later writes past n fault in zeroed pages."""
+    memory = column.base.obj if isinstance(column.base, memoryview) else None
+    if isinstance(memory, mmap.mmap):
+        used = -(-n * column.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
+        if used < len(memory):
+            memory.madvise(mmap.MADV_DONTNEED, used, len(memory) - used)
+    return column[:n]
+
+
 def scan(
     path: str,
     columns: list[str] | tuple[str, ...],
@@ -248,4 +262,4 @@ def scan(
             buf[:carry] = buf[pos:end]
             base += pos
     caplen = int.from_bytes(buf[pos + 8 : pos + 12].tobytes(), "little" if little else "big")
-    return {c: out[c][:n] for c in columns}, base + pos, code, caplen, size
+    return {c: _fit(out[c], n) for c in columns}, base + pos, code, caplen, size
