@@ -122,5 +122,5 @@ def queue_summary(queue: pd.DataFrame, *, start_ns: int, end_ns: int) -> dict[st
         total = span.sum()
         out[f"mean_{col}"] = float((level * span).sum() / total) if total > 0 else float("nan")
         out[f"max_{col}"] = float(level.max()) if len(level) else float("nan")
-    out["drops"] = int((queue["event"].to_numpy()[inside] == "drop").sum())
+    out["drops"] = int((queue["event"] == "drop").to_numpy()[inside].sum())
     return out

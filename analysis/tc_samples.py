@@ -79,7 +79,7 @@ def compare_with_samples(queue: pd.DataFrame, leaf: pd.DataFrame) -> pd.DataFram
     t = leaf["ts_ns"].to_numpy(np.int64)
     rec = occupancy_at(queue, t)
     drops_q = np.searchsorted(
-        queue["ts_ns"].to_numpy()[queue["event"].to_numpy() == "drop"], t, side="right"
+        queue["ts_ns"].to_numpy()[(queue["event"] == "drop").to_numpy()], t, side="right"
     )
     out = pd.DataFrame(
         {
