@@ -12,29 +12,33 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.families import FAMILIES
-from analysis.trial import analyse_trial
+from analysis.workers import DATA_ERRORS, analyse_trials
 
 # Columns holding lists or dicts: kept in summary.json, left out of summary.parquet.
 _NESTED = (dict, list)
 
 
 def analyse_batch(batch_dir: Path) -> pd.DataFrame:
-    """Analyse every trial that has captures; write summary.parquet; return one row per trial."""
+    """Analyse every trial that has captures (several at a time: analysis.workers); write
+    summary.parquet; return one row per trial."""
     rows = []
-    for trial_json in sorted((batch_dir / "trials").glob("*/trial.json")):
-        record = json.loads(trial_json.read_text())
-        try:
-            rows.append(analyse_trial(trial_json.parent))
-        except (OSError, ValueError, KeyError) as exc:
+    trials = [t.parent for t in sorted((batch_dir / "trials").glob("*/trial.json"))]
+    for trial_dir, result in analyse_trials(trials):
+        record = json.loads((trial_dir / "trial.json").read_text())
+        if isinstance(result, DATA_ERRORS):
             rows.append(
                 {
                     "trial": record["trial"],
                     "status": record["status"],
                     "family": record.get("family"),
-                    "error": f"analysis: {type(exc).__name__}: {exc}",
+                    "error": f"analysis: {type(result).__name__}: {result}",
                     **{f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()},
                 }
             )
+        elif isinstance(result, Exception):  # a bug, not the trial's data: stop, with its trace
+            raise result
+        else:
+            rows.append(result)
     table = pd.DataFrame(rows)
     if len(table):
         table.attrs["batch"] = str(batch_dir)

@@ -19,7 +19,6 @@ columns.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -125,14 +124,15 @@ def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
 def load(paths: _PathLike | Iterable[_PathLike], *, analyse: bool = False) -> pd.DataFrame:
     """One row per trial of the given batches (see the module docstring). With ``analyse``,
     trials without analysis/summary.json are analysed first (their captures are read)."""
-    rows = []
-    for batch, trial_dir in trial_dirs(paths):
-        if analyse and not (trial_dir / "analysis" / "summary.json").exists():
-            from analysis.trial import analyse_trial
+    found = trial_dirs(paths)
+    if analyse:
+        from analysis.workers import DATA_ERRORS, analyse_trials
 
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                analyse_trial(trial_dir)  # on failure the row says analysed=False
-        rows.append(_row(batch, trial_dir))
+        todo = [t for _, t in found if not (t / "analysis" / "summary.json").exists()]
+        for _, result in analyse_trials(todo):  # several at a time
+            if isinstance(result, Exception) and not isinstance(result, DATA_ERRORS):
+                raise result  # (a trial whose data fails: its row says analysed=False)
+    rows = [_row(batch, trial_dir) for batch, trial_dir in found]
     table = pd.DataFrame(rows)
     if table.empty:
         return table

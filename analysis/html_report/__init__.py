@@ -119,20 +119,18 @@ def write_report(
 
 
 def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:
-    """Analyse the trials without analysis (every trial with ``every``) from their captures;
-    returns the trials whose analysis failed, with the error (the report goes on)."""
-    from analysis.trial import analyse_trial
+    """Analyse the trials without analysis (every trial with ``every``) from their captures,
+    several at a time (analysis.workers); returns the trials whose analysis failed, with the
+    error (a broken trial does not stop the report of the others)."""
+    from analysis.workers import analyse_trials
 
-    failures = {}
-    for trial_json in sorted((batch_dir / "trials").glob("*/trial.json")):
-        trial_dir = trial_json.parent
-        if not every and (trial_dir / "analysis" / "summary.json").exists():
-            continue
-        try:
-            analyse_trial(trial_dir)
-        except Exception as exc:  # a broken trial must not stop the report of the others
-            failures[trial_dir.name] = f"{type(exc).__name__}: {exc}"
-    return failures
+    trials = [t.parent for t in sorted((batch_dir / "trials").glob("*/trial.json"))]
+    todo = [t for t in trials if every or not (t / "analysis" / "summary.json").exists()]
+    return {
+        trial_dir.name: f"{type(result).__name__}: {result}"
+        for trial_dir, result in analyse_trials(todo)
+        if isinstance(result, Exception)
+    }
 
 
 def _batch_meta(batch_dir: Path) -> dict:

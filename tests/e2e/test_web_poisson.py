@@ -3,18 +3,22 @@ marker at R1 (NM, APM, WPM, MPM), run as one batch on the two-router chain: for 
 seeded schedule is what crossed the rack, every flow's RTT is its ingress's, the receivers'
 turnaround is the reverse delay, the flow completion times come from the captures (SYN at
 R1, last data byte at R2), and every packet after R1 carries the DSCP that marker's state
-machine gives it."""
+machine gives it. The batch's trials analysed again by two worker processes give the
+summaries of analysing them one after the other."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from analysis.pcap import ip_to_int, read_pcap
+from analysis.workers import analyse_trials
 from tests.e2e.conftest import PROJECT, trials_run
 from trials.markers import Marker, dscp_for
 
@@ -220,3 +224,27 @@ def test_the_edge_marker_wrote_the_state_machines_dscp(trial) -> None:
     if marker["marker"] != "NM":  # (NM keeps no per-flow state)
         assert pure.retransmissions > 0
     assert {int(k): v for k, v in stats["precedence"].items()} == pure.counts
+
+
+def test_worker_processes_analyse_the_batch_as_one_after_the_other(trials, tmp_path: Path):
+    """analysis.workers on the batch's four trials (copies without their analysis): two
+    worker processes give every trial the summary it gets when the trials are analysed one
+    after the other in this process; a trial whose captures are gone comes back as its own
+    error (naming the file, the worker's trace as its cause) while the others are analysed."""
+    copies = []
+    for name in MARKERS:
+        src = trials[name]["dir"]
+        copies.append(tmp_path / src.name)
+        shutil.copytree(src, copies[-1], ignore=shutil.ignore_patterns("analysis"))
+    one_by_one = {
+        d: json.dumps(r, sort_keys=True, default=float) for d, r in analyse_trials(copies, jobs=1)
+    }
+    for capture in copies[1].glob("*/*.pcap"):
+        capture.unlink()
+    workers = dict(analyse_trials(copies, jobs=2))
+    assert list(workers) == copies
+    for d in (copies[0], *copies[2:]):
+        assert json.dumps(workers[d], sort_keys=True, default=float) == one_by_one[d], d.name
+    failed = workers[copies[1]]
+    assert isinstance(failed, FileNotFoundError) and ".pcap" in str(failed), failed
+    assert "Traceback" in str(failed.__cause__)  # the worker's own trace came back with it

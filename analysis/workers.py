@@ -1,0 +1,105 @@
+"""Trials analysed side by side in worker processes: a batch's analysis (after the batch, for
+its report, or again with ``trials report``) uses the controller's cores. Each trial is one
+worker's job from its captures to the tables and summary.json written beside them, so the
+results are those of analysing the trials one after the other.
+
+How many workers: ``TRIALBED_ANALYSIS_JOBS`` if set (1: in this process, one trial after
+the other); else one per CPU this process may run on, as many as the available memory holds
+at ``MEMORY_PER_JOB`` each, and never more than there are trials.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DATA_ERRORS",
+    "JOBS_ENV",
+    "MEMORY_PER_JOB",
+    "WorkerLost",
+    "analyse_trials",
+    "analysis_jobs",
+]
+
+JOBS_ENV = "TRIALBED_ANALYSIS_JOBS"
+# A 60 s trial of 8 flows at 155 Mbit/s peaked at 0.76 GB in its analysis (2026-11-27); the
+# paper's 3 minutes hold three times its packets.
+MEMORY_PER_JOB = 2 << 30
+
+
+def analysis_jobs(trials: int) -> int:
+    """Worker processes for analysing ``trials`` trials (see the module docstring)."""
+    wanted = os.environ.get(JOBS_ENV, "").strip()
+    if wanted:
+        try:
+            jobs = int(wanted)
+        except ValueError:
+            raise ValueError(
+                f"{JOBS_ENV}={wanted!r}: expected a whole number of worker processes (>= 1)"
+            ) from None
+        if jobs < 1:
+            raise ValueError(f"{JOBS_ENV}={wanted!r}: expected at least 1 worker process")
+    else:
+        jobs = min(len(os.sched_getaffinity(0)), max(_available_memory() // MEMORY_PER_JOB, 1))
+    return max(min(jobs, trials), 1)
+
+
+def _available_memory() -> int:
+    """MemAvailable of /proc/meminfo in bytes (one job's worth if it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return MEMORY_PER_JOB
+
+
+class WorkerLost(RuntimeError):
+    """A worker process ended without an answer (killed: out of memory, a signal)."""
+
+
+# What a trial's own files (missing, truncated, inconsistent) or a lost worker make its
+# analysis raise: the trial is reported as not analysed and the others go on. Any other
+# exception is a bug, raised with its trace.
+DATA_ERRORS = (OSError, ValueError, KeyError, WorkerLost)
+
+
+def analyse_trials(
+    trial_dirs: Iterable[Path], *, jobs: int | None = None
+) -> Iterator[tuple[Path, dict[str, Any] | Exception]]:
+    """(trial dir, its summary) for each trial, in the order given, or (trial dir, the
+    exception its analysis raised; from a worker, its traceback is the cause): one trial's
+    failure does not stop the others, and the caller decides what it means. ``jobs``:
+    worker processes (default: analysis_jobs)."""
+    from analysis.trial import analyse_trial
+
+    dirs = list(trial_dirs)
+    jobs = analysis_jobs(len(dirs)) if jobs is None else max(min(jobs, len(dirs)), 1)
+    if jobs == 1:
+        for trial_dir in dirs:
+            try:
+                yield trial_dir, analyse_trial(trial_dir)
+            except Exception as exc:  # yielded, not raised: the caller sorts the causes
+                yield trial_dir, exc
+        return
+    # forkserver: workers start from a clean process, not a fork of this one's threads
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("forkserver"))
+    try:
+        futures = [pool.submit(analyse_trial, trial_dir) for trial_dir in dirs]
+        for trial_dir, future in zip(dirs, futures, strict=True):
+            exc = future.exception()
+            if isinstance(exc, BrokenProcessPool):
+                exc = WorkerLost(
+                    f"an analysis worker process died ({exc}); out of memory? "
+                    f"{JOBS_ENV}=1 analyses one trial at a time"
+                )
+            yield trial_dir, future.result() if exc is None else exc
+    finally:  # the caller stopped early (an error it raises, Ctrl-C): no new trial starts
+        pool.shutdown(cancel_futures=True)

@@ -1,0 +1,45 @@
+"""analysis.workers without a rack: how many workers, and failures coming back per trial
+from worker processes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from analysis.workers import DATA_ERRORS, JOBS_ENV, analyse_trials, analysis_jobs
+
+
+def test_jobs_are_the_cpus_at_most_and_never_more_than_the_trials(monkeypatch) -> None:
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    cpus = len(os.sched_getaffinity(0))
+    assert 1 <= analysis_jobs(100) <= cpus
+    assert analysis_jobs(1) == 1 and analysis_jobs(0) == 1
+    monkeypatch.setenv(JOBS_ENV, "3")
+    assert analysis_jobs(100) == 3 and analysis_jobs(2) == 2
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1", "1.5"])
+def test_a_bad_jobs_setting_is_refused_naming_it(monkeypatch, value: str) -> None:
+    monkeypatch.setenv(JOBS_ENV, value)
+    with pytest.raises(ValueError, match=rf"{JOBS_ENV}='{value}': expected .*worker process"):
+        analysis_jobs(4)
+
+
+def test_each_trial_gets_its_own_failure_back_from_the_workers(tmp_path: Path) -> None:
+    """Trials whose files are missing or broken, analysed by two workers: each one's error,
+    in the order given, with the worker's trace as its cause; the data errors are the kinds a
+    batch reports per trial."""
+    missing, garbled, empty = tmp_path / "missing", tmp_path / "garbled", tmp_path / "empty"
+    garbled.mkdir()
+    (garbled / "trial.json").write_text("{not json")
+    empty.mkdir()
+    (empty / "trial.json").write_text("{}")
+    got = list(analyse_trials([missing, garbled, empty], jobs=2))
+    assert [d for d, _ in got] == [missing, garbled, empty]
+    (_, no_file), (_, bad_json), (_, no_key) = got
+    assert isinstance(no_file, FileNotFoundError) and "missing/trial.json" in str(no_file)
+    assert isinstance(bad_json, ValueError) and isinstance(no_key, KeyError)
+    assert all(isinstance(e, DATA_ERRORS) for _, e in got)
+    assert all("Traceback" in str(e.__cause__) for _, e in got)  # they came from a worker
