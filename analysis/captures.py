@@ -9,7 +9,6 @@ points nearest to either side of hop b's queue (the bottleneck's).
 from __future__ import annotations
 
 import ipaddress
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,16 @@ class Captures:
         self.dir = trial_dir
         self.sites: dict[str, dict[str, Any]] = record["network"]["captures"]
         self.interfaces: dict[str, dict[str, str]] = record["network"]["interfaces"]
-        self._read = cache(self._load)
-
-    def _load(self, name: str) -> pd.DataFrame:
-        site = self.sites[name]
-        return read_pcap(self.dir / site["host"] / f"{name}.pcap")
+        # Read once each. A plain dict, not functools.cache on a bound method: that is a
+        # reference cycle, which kept every frame until the cyclic collector ran (a process
+        # analysing trials one after another grew by hundreds of MB per trial).
+        self._frames: dict[str, pd.DataFrame] = {}
 
     def packets(self, name: str) -> pd.DataFrame:
-        return self._read(name)
+        if name not in self._frames:
+            site = self.sites[name]
+            self._frames[name] = read_pcap(self.dir / site["host"] / f"{name}.pcap")
+        return self._frames[name]
 
     def clock(self, name: str) -> str:
         return self.sites[name]["clock"]
