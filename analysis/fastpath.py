@@ -31,9 +31,12 @@ from analysis.pcapscan import (
     _MAX_CAPLEN,
     _REC_HDR,
     _alloc,
-    _at,
     _fit,
+    _headers,
+    _ipv4_at,
     _key_hash,
+    _payload_head,
+    _record,
     _u32,
 )
 
@@ -716,62 +719,17 @@ def _pass(
     w_hash, w_len = len(o_hash) > 0, len(o_len) > 0
     wc_dir, wc_ts, wc_hash, wc_len = len(c_dir) > 0, len(c_ts) > 0, len(c_hash) > 0, len(c_len) > 0
     while pos < limit:
-        if size - pos < _REC_HDR:
-            return pos, n, m, k, last_ts, in_order, 1
-        caplen = _u32(b, pos + 8, little)
-        if caplen > _MAX_CAPLEN:
-            return pos, n, m, k, last_ts, in_order, 2
+        code, caplen = _record(b, pos, size, little)
+        if code:
+            return pos, n, m, k, last_ts, in_order, code
+        rec = pos
         frame = pos + _REC_HDR
         left = frame + caplen
-        if left > size:
-            return pos, n, m, k, last_ts, in_order, 1
-        rec = pos
-        l3 = l3_base
-        if et_off >= 0:
-            e = frame + et_off
-            et = _at(b, e, left) << 8 | _at(b, e + 1, left)
-            if vlan:
-                for tag in (16, 20):
-                    if et != 0x8100 and et != 0x88A8:
-                        break
-                    et = _at(b, frame + tag, left) << 8 | _at(b, frame + tag + 1, left)
-                    l3 += 4
-            if et != 0x0800:
-                pos = left
-                continue
-        ip = frame + l3
-        if caplen < l3 + 20 or b[ip] >> 4 != 4:
+        ip = _ipv4_at(b, frame, left, l3_base, et_off, vlan)
+        if ip < 0:
             pos = left
             continue
-        ip_hl = (np.int64(b[ip]) & 0x0F) * 4
-        ip_len = np.int64(b[ip + 2]) << 8 | np.int64(b[ip + 3])
-        proto = np.int64(b[ip + 9])
-        first_frag = ((np.int64(b[ip + 6]) << 8 | np.int64(b[ip + 7])) & 0x1FFF) == 0
-        is_tcp = proto == 6 and first_frag and ip_hl >= 20
-        is_udp = proto == 17 and first_frag and ip_hl >= 20
-        l4 = ip + ip_hl
-        sport = dport = seq = ack = flags = np.int64(0)
-        l4_hl = np.int64(0)
-        if (is_tcp or is_udp) and l4 + 20 <= left:  # the usual case: no byte is missing
-            sport = np.int64(b[l4]) << 8 | np.int64(b[l4 + 1])
-            dport = np.int64(b[l4 + 2]) << 8 | np.int64(b[l4 + 3])
-            l4_hl = 8
-            if is_tcp:
-                seq = _u32(b, l4 + 4, False)
-                ack = _u32(b, l4 + 8, False)
-                flags = np.int64(b[l4 + 13])
-                l4_hl = (np.int64(b[l4 + 12]) >> 4) * 4
-        elif is_tcp or is_udp:  # snapped inside the header: missing bytes read as 0
-            sport = _at(b, l4, left) << 8 | _at(b, l4 + 1, left)
-            dport = _at(b, l4 + 2, left) << 8 | _at(b, l4 + 3, left)
-            l4_hl = 8
-            if is_tcp:
-                seq = _at(b, l4 + 4, left) << 24 | _at(b, l4 + 5, left) << 16
-                seq |= _at(b, l4 + 6, left) << 8 | _at(b, l4 + 7, left)
-                ack = _at(b, l4 + 8, left) << 24 | _at(b, l4 + 9, left) << 16
-                ack |= _at(b, l4 + 10, left) << 8 | _at(b, l4 + 11, left)
-                flags = _at(b, l4 + 13, left)
-                l4_hl = (_at(b, l4 + 12, left) >> 4) * 4
+        ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _headers(b, ip, left)
         src = _u32(b, ip + 12, False)
         dst = _u32(b, ip + 16, False)
         k1 = _U(src) << _U(32) | _U(dst)
@@ -802,10 +760,7 @@ def _pass(
         else:
             o_seq[n], o_ack[n], o_plen[n], o_flags[n] = 0, 0, 0, 0
         if w_hash or crosses[d]:
-            pl = l4 + l4_hl
-            head = _U(0)
-            for i in range(max(min(min(left - pl, plen), 8), 0)):
-                head |= _U(b[pl + i]) << _U(56 - 8 * i)
+            head = _payload_head(b, ip + ip_hl + l4_hl, left, plen)
             ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
             h = _key_hash(k1, proto, sport, dport, ip_id, seq, head)
             if w_hash:

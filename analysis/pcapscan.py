@@ -68,62 +68,71 @@ def _at(b, i, left):
     return np.int64(b[i]) if i < left else np.int64(0)
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
-def _scan(  # one array per column keeps the loop free of Python objects
-    b, pos, limit, size, little, frac_ns, l3_base, et_off, vlan, n,
-    o_ts, o_caplen, o_wirelen, o_src, o_dst, o_proto, o_tos, o_ip_len, o_ip_id, o_ip_hl,
-    o_sport, o_dport, o_seq, o_ack, o_flags, o_plen, o_head, o_hash,
-):  # fmt: skip
-    """Parse records from ``pos`` while pos < limit; returns (pos, rows, code): code 0 when
-    ``limit`` was reached, 1 when the record at pos is incomplete (file end), 2 when its
-    caplen is above libpcap's maximum (a corrupt header)."""
-    w_ts, w_cap, w_wire = len(o_ts) > 0, len(o_caplen) > 0, len(o_wirelen) > 0
-    w_src, w_dst, w_proto, w_tos = len(o_src) > 0, len(o_dst) > 0, len(o_proto) > 0, len(o_tos) > 0
-    w_len, w_id, w_hl = len(o_ip_len) > 0, len(o_ip_id) > 0, len(o_ip_hl) > 0
-    w_sp, w_dp, w_seq, w_ack = len(o_sport) > 0, len(o_dport) > 0, len(o_seq) > 0, len(o_ack) > 0
-    w_fl, w_pl, w_head, w_hash = len(o_flags) > 0, len(o_plen) > 0, len(o_head) > 0, len(o_hash) > 0
-    while pos < limit:
-        if size - pos < _REC_HDR:
-            return pos, n, 1
-        caplen = _u32(b, pos + 8, little)
-        if caplen > _MAX_CAPLEN:
-            return pos, n, 2
-        frame = pos + _REC_HDR
-        left = frame + caplen
-        if left > size:
-            return pos, n, 1
-        rec = pos
-        pos = left
-        l3 = l3_base
-        if et_off >= 0:
-            e = frame + et_off
-            et = _at(b, e, left) << 8 | _at(b, e + 1, left)
-            if vlan:  # up to two 802.1Q / 802.1ad tags shift IP by 4 bytes each
-                for tag in (16, 20):
-                    if et != 0x8100 and et != 0x88A8:
-                        break
-                    et = _at(b, frame + tag, left) << 8 | _at(b, frame + tag + 1, left)
-                    l3 += 4
-            if et != 0x0800:
-                continue
-        if caplen < l3 + 20:
-            continue
-        ip = frame + l3
-        if b[ip] >> 4 != 4:
-            continue
-        ip_hl = (np.int64(b[ip]) & 0x0F) * 4
-        ip_len = np.int64(b[ip + 2]) << 8 | np.int64(b[ip + 3])
-        proto = np.int64(b[ip + 9])
-        first_frag = ((np.int64(b[ip + 6]) << 8 | np.int64(b[ip + 7])) & 0x1FFF) == 0
-        is_tcp = proto == 6 and first_frag and ip_hl >= 20
-        is_udp = proto == 17 and first_frag and ip_hl >= 20
-        l4 = ip + ip_hl
-        sport = dport = seq = ack = flags = np.int64(0)
-        l4_hl = np.int64(0)
-        if is_tcp or is_udp:
-            sport = _at(b, l4, left) << 8 | _at(b, l4 + 1, left)
-            dport = _at(b, l4 + 2, left) << 8 | _at(b, l4 + 3, left)
-            l4_hl = 8
+@njit(cache=True, nogil=True, inline="always")
+def _record(b, pos, size, little):
+    """The record at ``pos`` of b[:size]: (code, caplen), code 0 when it is whole, 1 when it
+    is incomplete (the file ends in it), 2 when its caplen is above libpcap's maximum (a
+    corrupt header)."""
+    if size - pos < _REC_HDR:
+        return 1, np.int64(0)
+    caplen = _u32(b, pos + 8, little)
+    if caplen > _MAX_CAPLEN:
+        return 2, caplen
+    if pos + _REC_HDR + caplen > size:
+        return 1, caplen
+    return 0, caplen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ipv4_at(b, frame, left, l3_base, et_off, vlan):
+    """Where the IPv4 header of the frame b[frame:left] starts, or -1 when the frame is not
+    IPv4 or too short to hold a 20-byte header."""
+    l3 = l3_base
+    if et_off >= 0:
+        e = frame + et_off
+        et = _at(b, e, left) << 8 | _at(b, e + 1, left)
+        if vlan:  # up to two 802.1Q / 802.1ad tags shift IP by 4 bytes each
+            for tag in (16, 20):
+                if et != 0x8100 and et != 0x88A8:
+                    break
+                et = _at(b, frame + tag, left) << 8 | _at(b, frame + tag + 1, left)
+                l3 += 4
+        if et != 0x0800:
+            return -1
+    ip = frame + l3
+    if left - frame < l3 + 20 or b[ip] >> 4 != 4:
+        return -1
+    return ip
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _headers(b, ip, left):
+    """The IPv4 packet at ``ip`` (its record ending at ``left``): (ip_hl, ip_len, proto,
+    sport, dport, seq, ack, flags, l4_hl). Ports for TCP and UDP, sequence, ACK and flags
+    for TCP, on a first fragment only (else 0, with l4_hl 0); bytes the snap length cut
+    off read as 0."""
+    ip_hl = (np.int64(b[ip]) & 0x0F) * 4
+    ip_len = np.int64(b[ip + 2]) << 8 | np.int64(b[ip + 3])
+    proto = np.int64(b[ip + 9])
+    first_frag = ((np.int64(b[ip + 6]) << 8 | np.int64(b[ip + 7])) & 0x1FFF) == 0
+    is_tcp = proto == 6 and first_frag and ip_hl >= 20
+    is_udp = proto == 17 and first_frag and ip_hl >= 20
+    l4 = ip + ip_hl
+    sport = dport = seq = ack = flags = np.int64(0)
+    l4_hl = np.int64(0)
+    if (is_tcp or is_udp) and l4 + 20 <= left:  # the usual case: no byte is missing
+        sport = np.int64(b[l4]) << 8 | np.int64(b[l4 + 1])
+        dport = np.int64(b[l4 + 2]) << 8 | np.int64(b[l4 + 3])
+        l4_hl = np.int64(8)
+        if is_tcp:
+            seq = _u32(b, l4 + 4, False)
+            ack = _u32(b, l4 + 8, False)
+            flags = np.int64(b[l4 + 13])
+            l4_hl = (np.int64(b[l4 + 12]) >> 4) * 4
+    elif is_tcp or is_udp:  # snapped inside the header
+        sport = _at(b, l4, left) << 8 | _at(b, l4 + 1, left)
+        dport = _at(b, l4 + 2, left) << 8 | _at(b, l4 + 3, left)
+        l4_hl = np.int64(8)
         if is_tcp:
             seq = _at(b, l4 + 4, left) << 24 | _at(b, l4 + 5, left) << 16
             seq |= _at(b, l4 + 6, left) << 8 | _at(b, l4 + 7, left)
@@ -131,13 +140,45 @@ def _scan(  # one array per column keeps the loop free of Python objects
             ack |= _at(b, l4 + 10, left) << 8 | _at(b, l4 + 11, left)
             flags = _at(b, l4 + 13, left)
             l4_hl = (_at(b, l4 + 12, left) >> 4) * 4
+    return ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _payload_head(b, at, left, plen):
+    """The payload's first 8 bytes (fewer if it is shorter or cut off) as a big-endian
+    integer, missing bytes 0."""
+    head = _U(0)
+    for i in range(max(min(min(left - at, plen), 8), 0)):
+        head |= _U(b[at + i]) << _U(56 - 8 * i)
+    return head
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _scan(  # one array per column keeps the loop free of Python objects
+    b, pos, limit, size, little, frac_ns, l3_base, et_off, vlan, n,
+    o_ts, o_caplen, o_wirelen, o_src, o_dst, o_proto, o_tos, o_ip_len, o_ip_id, o_ip_hl,
+    o_sport, o_dport, o_seq, o_ack, o_flags, o_plen, o_head, o_hash,
+):  # fmt: skip
+    """Parse records from ``pos`` while pos < limit; returns (pos, rows, code): code 0 when
+    ``limit`` was reached, else _record's code for the record at pos."""
+    w_ts, w_cap, w_wire = len(o_ts) > 0, len(o_caplen) > 0, len(o_wirelen) > 0
+    w_src, w_dst, w_proto, w_tos = len(o_src) > 0, len(o_dst) > 0, len(o_proto) > 0, len(o_tos) > 0
+    w_len, w_id, w_hl = len(o_ip_len) > 0, len(o_ip_id) > 0, len(o_ip_hl) > 0
+    w_sp, w_dp, w_seq, w_ack = len(o_sport) > 0, len(o_dport) > 0, len(o_seq) > 0, len(o_ack) > 0
+    w_fl, w_pl, w_head, w_hash = len(o_flags) > 0, len(o_plen) > 0, len(o_head) > 0, len(o_hash) > 0
+    while pos < limit:
+        code, caplen = _record(b, pos, size, little)
+        if code:
+            return pos, n, code
+        rec = pos
+        frame = pos + _REC_HDR
+        left = pos = frame + caplen
+        ip = _ipv4_at(b, frame, left, l3_base, et_off, vlan)
+        if ip < 0:
+            continue
+        ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _headers(b, ip, left)
         plen = ip_len - ip_hl - l4_hl
-        pl = l4 + l4_hl
-        head_len = min(left - pl, plen)
-        head_len = max(min(head_len, 8), 0)
-        head = _U(0)
-        for i in range(head_len):
-            head |= _U(b[pl + i]) << _U(56 - 8 * i)
+        head = _payload_head(b, ip + ip_hl + l4_hl, left, plen)
         src = _u32(b, ip + 12, False)
         dst = _u32(b, ip + 16, False)
         ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
