@@ -20,7 +20,7 @@ numba's compiled code loaded from its disk cache: "warm"; or compiled because th
 cache yet: "cold", the first run of a checkout), with its time split into interpreter
 start/exit, imports and analysis; and in-process (a second analysis in the same process:
 what each further trial of a batch costs). The same analysis through the DataFrame API
-(read_pcap, tcp_goodput, ..., what analysis/trial.py calls) runs once, as a process, and
+(read_pcap, tcp_goodput, ..., what analysis/trial.py calls) runs as a process too, and
 must give the same numbers. Each tool runs over the same two files, one after the other (the
 issue's "on the same files"; cat of both is the read limit); tcptrace also runs on the
 capture before the router alone, against the project's share of that job (read it, count its
@@ -247,7 +247,7 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
     run(me)  # fills the checkout's own cache, which a fresh clone does not have yet
     warm = best(me, repeat, True)
     result = json.loads(run([*me, "--twice"], True)[3])  # in-process figures
-    frames = run([*me, "--frames"], True)
+    frames = best([*me, "--frames"], repeat, True)
     rows = [
         ("project, fresh process, warm", *warm[:3]),
         ("project, fresh process, cold", *cold[:3]),
