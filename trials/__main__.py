@@ -25,6 +25,7 @@ from rich.table import Table
 
 from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
+from analysis.workers import analysis_jobs
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
 from trials import nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
@@ -212,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="analyse a results/<batch> directory again and print it")
     report.add_argument("batch", type=Path)
     args = parser.parse_args(argv)
+    try:  # the analysis at the end runs on this setting: refused before any host is touched
+        analysis_jobs(1)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        return 2
 
     try:
         if args.command == "status":

@@ -4,6 +4,8 @@ from worker processes."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,15 @@ def test_each_trial_gets_its_own_failure_back_from_the_workers(tmp_path: Path) -
     assert isinstance(bad_json, ValueError) and isinstance(no_key, KeyError)
     assert all(isinstance(e, DATA_ERRORS) for _, e in got)
     assert all("Traceback" in str(e.__cause__) for _, e in got)  # they came from a worker
+
+
+def test_a_bad_jobs_setting_stops_the_command_before_it_starts() -> None:
+    """The analysis runs after the trials: its setting is checked when the command starts."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "check", str(root / "experiments" / "smoke.yml")],
+        cwd=root, env={**os.environ, JOBS_ENV: "two"}, capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{JOBS_ENV}='two': expected a whole number" in done.stdout + done.stderr
