@@ -17,15 +17,6 @@ __all__ = ["KEY_COLUMNS", "match_packets"]
 
 KEY_COLUMNS = ("src", "dst", "proto", "sport", "dport", "ip_id", "seq", "payload_head")
 
-_U64 = np.uint64
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer (uint64 arithmetic wraps, which is what we want)."""
-    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
-    return x ^ (x >> _U64(31))
-
 
 def key_hash(df: pd.DataFrame) -> np.ndarray:
     """64-bit hash of KEY_COLUMNS (216 bits of key do not fit in one sortable integer):

@@ -19,7 +19,7 @@ from analysis.fastpath import (
     tcp_flow_counters,
     undecided,
 )
-from analysis.match import _mix, match_packets
+from analysis.match import match_packets
 
 __all__ = [
     "match_times",
@@ -95,6 +95,14 @@ def _unwrap(raw: np.ndarray, group: np.ndarray, base: np.ndarray) -> np.ndarray:
 
 
 _U64 = np.uint64
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer (uint64 arithmetic wraps, which is what we want): the array twin of
+    pcapscan's compiled _mix, for hashes of whole columns at once."""
+    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
 
 
 def _flow_hash(src, dst, sport, dport) -> np.ndarray:
