@@ -25,6 +25,7 @@ __all__ = [
     "WorkerLost",
     "analyse_trials",
     "analysis_jobs",
+    "jobs_setting",
 ]
 
 JOBS_ENV = "TRIALBED_ANALYSIS_JOBS"
@@ -33,19 +34,27 @@ JOBS_ENV = "TRIALBED_ANALYSIS_JOBS"
 MEMORY_PER_JOB = 2 << 30
 
 
+def jobs_setting() -> int | None:
+    """TRIALBED_ANALYSIS_JOBS as a number of workers, None when it is not set; ValueError
+    naming it and what it takes otherwise."""
+    wanted = os.environ.get(JOBS_ENV, "").strip()
+    if not wanted:
+        return None
+    try:
+        jobs = int(wanted)
+    except ValueError:
+        raise ValueError(
+            f"{JOBS_ENV}={wanted!r}: expected a whole number of worker processes (>= 1)"
+        ) from None
+    if jobs < 1:
+        raise ValueError(f"{JOBS_ENV}={wanted!r}: expected at least 1 worker process")
+    return jobs
+
+
 def analysis_jobs(trials: int) -> int:
     """Worker processes for analysing ``trials`` trials (see the module docstring)."""
-    wanted = os.environ.get(JOBS_ENV, "").strip()
-    if wanted:
-        try:
-            jobs = int(wanted)
-        except ValueError:
-            raise ValueError(
-                f"{JOBS_ENV}={wanted!r}: expected a whole number of worker processes (>= 1)"
-            ) from None
-        if jobs < 1:
-            raise ValueError(f"{JOBS_ENV}={wanted!r}: expected at least 1 worker process")
-    else:
+    jobs = jobs_setting()
+    if jobs is None:
         jobs = min(len(os.sched_getaffinity(0)), max(_available_memory() // MEMORY_PER_JOB, 1))
     return max(min(jobs, trials), 1)
 

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
-from analysis.workers import analysis_jobs
+from analysis.workers import jobs_setting
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
 from trials import nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("batch", type=Path)
     args = parser.parse_args(argv)
     try:  # the analysis at the end runs on this setting: refused before any host is touched
-        analysis_jobs(1)
+        jobs_setting()
     except ValueError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
