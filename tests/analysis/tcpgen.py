@@ -7,8 +7,11 @@ option, an ISN near 2**32 so that sequence numbers wrap, random losses at the bo
 for every segment after it and a fast retransmission about an RTT later, delayed ACKs
 (every second in-order segment; immediate ACKs for out-of-order segments and for the one
 that fills the hole), FIN and its ACK. A UDP constant-bit-rate stream shares the
-bottleneck. One-way delay = propagation + a queue that wanders (kept FIFO: departures in
-arrival order).
+bottleneck. One-way delay = propagation + a queue that wanders. By default each flow and
+the UDP stream has a queue of its own (each one FIFO: departures in its arrival order, but
+flows overtake one another, which tests of reordered departures need); ``shared_queue``
+gives them one FIFO queue, as at a real bottleneck router: the capture after it lists every
+crossing packet in the order the capture before it did.
 
 The generator knows the truth for every flow (``Truth``): unique bytes, retransmitted packets
 and bytes, UDP packets lost.
@@ -81,6 +84,7 @@ def _flow(
     before: _Packets,
     after: _Packets,
     truth: Truth,
+    queue_at=None,
 ) -> None:
     src, dst = _addr(f"198.18.1.{10 + f}"), _addr(f"198.18.2.{10 + f}")
     sport, dport = 40000 + f, 5201
@@ -112,11 +116,13 @@ def _flow(
     t_send += rng.integers(0, gap_ns // 4, n)
     dropped = np.zeros(n, dtype=bool)
     dropped[np.flatnonzero(~retx)[np.isin(seg[~retx], lost)]] = True
-    # Queueing delay: a slow random walk in [0, 40 ms]; departures stay in order.
-    walk = np.cumsum(rng.normal(0, 20_000, n)).astype(np.int64)
-    queue = np.abs((walk + 20_000_000) % 80_000_000 - 40_000_000)
-    t_router = np.maximum.accumulate(t_send + delay_ns + queue)
-    t_router += np.arange(n)  # strictly increasing
+    if queue_at is None:  # this flow's own queue: a slow random walk in [0, 40 ms]
+        walk = np.cumsum(rng.normal(0, 20_000, n)).astype(np.int64)
+        queue = np.abs((walk + 20_000_000) % 80_000_000 - 40_000_000)
+        t_router = np.maximum.accumulate(t_send + delay_ns + queue)
+        t_router += np.arange(n)  # strictly increasing
+    else:  # the shared queue: departures stay in arrival order across flows
+        t_router = t_send + delay_ns + queue_at(t_send)
 
     # Receiver: ACK value after each arrival (send order minus drops).
     arrived = ~dropped
@@ -188,11 +194,16 @@ def _flow(
     )
 
 
-def _udp(rng, packets: int, loss: float, delay_ns: int, before, after, truth) -> None:
+def _udp(
+    rng, packets: int, loss: float, delay_ns: int, before, after, truth, queue_at=None
+) -> None:
     t = T0_NS + 5_000_000 + np.arange(packets, dtype=np.int64) * 1_000_000
     ok = rng.random(packets) >= loss
-    queue = rng.integers(0, 5_000_000, packets)
-    t_out = np.maximum.accumulate(t + delay_ns + queue) + np.arange(packets)
+    if queue_at is None:
+        queue = rng.integers(0, 5_000_000, packets)
+        t_out = np.maximum.accumulate(t + delay_ns + queue) + np.arange(packets)
+    else:
+        t_out = t + delay_ns + queue_at(t)
     pk = {"src": _addr("198.18.1.99"), "dst": _addr("198.18.2.99"), "sport": 4000, "dport": 4001}
     pk |= {"seq": 0, "ack": 0, "flags": 0, "plen": 172, "ip_id": np.arange(packets) % 2**16}
     pk["tsv"] = np.arange(packets)  # a sequence number in the payload
@@ -200,6 +211,20 @@ def _udp(rng, packets: int, loss: float, delay_ns: int, before, after, truth) ->
     after.add(ts=t_out[ok], proto=17, **{k: v[ok] if np.ndim(v) else v for k, v in pk.items()})
     truth.udp_sent, truth.udp_lost = packets, int((~ok).sum())
     truth.udp = (pk["src"], pk["dst"])
+
+
+def _shared_queue(rng: np.random.Generator, end_ns: int):
+    """The queueing delay of one FIFO queue at each arrival time: a slow random walk in
+    [0, 40 ms] on a 1 ms grid, linear in between. Its slope stays far below 1 (steps of about
+    40 µs a ms), so arrival + delay grows with arrival: departures keep arrival order."""
+    grid = np.arange(T0_NS, end_ns + 2_000_000, 1_000_000, dtype=np.int64)
+    walk = np.cumsum(rng.normal(0, 40_000, len(grid)))
+    level = np.abs((walk + 20_000_000) % 80_000_000 - 40_000_000)
+
+    def queue_at(t: np.ndarray) -> np.ndarray:
+        return np.interp(t, grid, level).astype(np.int64)
+
+    return queue_at
 
 
 def _records(p: dict[str, np.ndarray]) -> bytes:
@@ -268,17 +293,21 @@ def generate(
     seed: int = 1,
     delay_ns: int = 25_000_000,
     duration_ns: int = 60 * 10**9,
+    shared_queue: bool = False,
 ) -> Truth:
     """Write the two captures; ``packets`` is the approximate count in the one before the
-    router (data ~ 2/3, ACKs ~ 1/3, a UDP stream at 1 kpkt/s) over about ``duration_ns``."""
+    router (data ~ 2/3, ACKs ~ 1/3, a UDP stream at 1 kpkt/s) over about ``duration_ns``;
+    ``shared_queue``: one FIFO queue for every flow (else one per flow: see above)."""
     rng = np.random.default_rng(seed)
     before, after, truth = _Packets(), _Packets(), Truth()
     per_flow = max(int(packets * 0.66 / flows), 50)
     gap = max(int(duration_ns // per_flow), 2_000)
+    ends = T0_NS + flows * 7_000_000 + 4 * delay_ns + 2 * per_flow * gap  # past every send
+    queue_at = _shared_queue(rng, ends) if shared_queue else None
     for f in range(flows):
-        _flow(rng, f, per_flow, loss, gap, delay_ns, before, after, truth)
+        _flow(rng, f, per_flow, loss, gap, delay_ns, before, after, truth, queue_at)
     duration_ms = int(per_flow * gap / 1e6) + 1
-    _udp(rng, duration_ms, loss * 5, delay_ns, before, after, truth)
+    _udp(rng, duration_ms, loss * 5, delay_ns, before, after, truth, queue_at)
     truth.before_packets = _write(before_path, before.frame())
     truth.after_packets = _write(after_path, after.frame())
     return truth
