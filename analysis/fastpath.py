@@ -236,60 +236,71 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
     ``dep`` has room, the matched before rows in the after rows' time order.
 
     One pass over both sides in time order (before first at equal times): a before packet
-    waits in a small hash table from its time until it is matched or its window closes;
-    each after packet takes the earliest waiting packet of its key whose window holds it.
-    All windows have the same length, so this gives the matching of the before-side greedy
-    rule. The table holds what is in flight (the queue, and drops until their window
-    closes), not the whole capture: it stays in the CPU's cache. Writes ``out`` (one per
-    before row) and ``dep`` (room for one per after row, or none); returns how many
-    matched."""
+    waits from its time until it is matched or its window closes; each after packet takes
+    the earliest waiting packet of its key whose window holds it. All windows have the same
+    length, so this gives the matching of the before-side greedy rule. A router's queue is
+    FIFO, so that packet is nearly always the earliest one waiting: the waiting packets from
+    ``head`` (a time rank) on are left where they are, and an after packet compares its key
+    with head's only. A packet passed over (another key: dropped, or reordered) waits in a
+    small hash table instead, whose packets are all earlier than head's: a key found there
+    is the earliest. The table holds the packets passed over until matched or their window
+    closes (drops, a few reordered), not the capture: it stays in the CPU's cache. Writes
+    ``out`` (one per before row) and ``dep`` (room for one per after row, or none); returns
+    how many matched."""
     nb, na = len(hb), len(ha)
     departures = len(dep) > 0
     slots = np.full((1024, 2), -1, np.int64)  # per slot: the key's bits, the time rank
     used = 0
     out[:] = -1
     matched = 0
-    kb = 0
+    head = 0  # time rank of the first before packet neither in the table nor passed
     for ka in range(na):
         j = _row(order_a, ka)
         t = ta[j]
-        while kb < nb:  # every before packet seen by t waits
-            i = _row(order_b, kb)
+        h = np.int64(ha[j])
+        best_rank = -1
+        if used:  # the packets passed over first: each is earlier than head
+            m = np.uint64(len(slots) - 1)
+            p = ha[j] & m
+            best, best_rank = -1, nb
+            while slots[p, 1] >= 0:
+                r = slots[p, 1]
+                if slots[p, 0] == h and r < best_rank and tb[_row(order_b, r)] + delay >= t:
+                    best, best_rank = np.int64(p), r
+                p = (p + np.uint64(1)) & m
+            if best >= 0:
+                hole = np.uint64(best)  # backward-shift deletion: probe chains stay whole
+                q = (hole + np.uint64(1)) & m
+                while slots[q, 1] >= 0:
+                    if ((q - (np.uint64(slots[q, 0]) & m)) & m) >= ((q - hole) & m):
+                        slots[hole, 0], slots[hole, 1] = slots[q, 0], slots[q, 1]
+                        hole = q
+                    q = (q + np.uint64(1)) & m
+                slots[hole, 1] = -1
+                used -= 1
+            else:
+                best_rank = -1
+        while best_rank < 0 and head < nb:  # then the waiting packets from head, in order
+            i = _row(order_b, head)
             if tb[i] > t:
                 break
-            kb += 1
+            head += 1
             if tb[i] + delay < t:
                 continue  # its window closed before this after packet: not forwarded
+            if np.int64(hb[i]) == h:
+                best_rank = head - 1
+                break
             if 2 * (used + 1) > len(slots):  # at most half full: the closed ones go
                 slots, used = _waiting_again(slots, tb, order_b, delay, t)
-            _put(slots, np.int64(hb[i]), kb - 1)
+            _put(slots, np.int64(hb[i]), head - 1)  # passed over: it waits in the table
             used += 1
-        m = np.uint64(len(slots) - 1)
-        h = np.int64(ha[j])
-        p = ha[j] & m
-        best, best_rank = -1, nb
-        while slots[p, 1] >= 0:
-            r = slots[p, 1]
-            i = _row(order_b, r)
-            if slots[p, 0] == h and r < best_rank and tb[i] + delay >= t:  # reads tb on a match
-                best, best_rank = np.int64(p), r
-            p = (p + np.uint64(1)) & m
-        if best < 0:
+        if best_rank < 0:
             continue
         i = _row(order_b, best_rank)
         out[i] = t
         if departures:
             dep[matched] = i
         matched += 1
-        hole = np.uint64(best)  # backward-shift deletion: every probe chain stays whole
-        q = (hole + np.uint64(1)) & m
-        while slots[q, 1] >= 0:
-            if ((q - (np.uint64(slots[q, 0]) & m)) & m) >= ((q - hole) & m):
-                slots[hole, 0], slots[hole, 1] = slots[q, 0], slots[q, 1]
-                hole = q
-            q = (q + np.uint64(1)) & m
-        slots[hole, 1] = -1
-        used -= 1
     return matched
 
 
