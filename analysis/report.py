@@ -19,11 +19,11 @@ _NESTED = (dict, list)
 
 
 def analyse_batch(batch_dir: Path) -> pd.DataFrame:
-    """Analyse every trial that has captures (several at a time: analysis.workers); write
-    summary.parquet; return one row per trial."""
+    """Analyse every trial that has captures (several at a time: analysis.workers; on a
+    terminal, a progress bar on stderr); write summary.parquet; return one row per trial."""
     rows = []
     trials = [t.parent for t in sorted((batch_dir / "trials").glob("*/trial.json"))]
-    for trial_dir, result in analyse_trials(trials):
+    for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True)):
         record = json.loads((trial_dir / "trial.json").read_text())
         if isinstance(result, DATA_ERRORS):
             rows.append(

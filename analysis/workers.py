@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "DATA_ERRORS",
@@ -81,16 +87,38 @@ DATA_ERRORS = (OSError, ValueError, KeyError, WorkerLost)
 
 
 def analyse_trials(
-    trial_dirs: Iterable[Path], *, jobs: int | None = None
+    trial_dirs: Iterable[Path], *, jobs: int | None = None, progress: Console | None = None
 ) -> Iterator[tuple[Path, dict[str, Any] | Exception]]:
     """(trial dir, its summary) for each trial, in the order given, or (trial dir, the
     exception its analysis raised; from a worker, its traceback is the cause): one trial's
     failure does not stop the others, and the caller decides what it means. ``jobs``:
-    worker processes (default: analysis_jobs)."""
-    from analysis.trial import analyse_trial
-
+    worker processes (default: analysis_jobs). ``progress``: a console that shows how many
+    trials are analysed, and the time left, while they are (on a terminal only)."""
     dirs = list(trial_dirs)
     jobs = analysis_jobs(len(dirs)) if jobs is None else max(min(jobs, len(dirs)), 1)
+    if progress is None or not progress.is_terminal or not dirs:
+        yield from _analysed(dirs, jobs)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+    from rich.progress import Progress as Bar
+
+    what = f"analysing trials, {jobs} at a time" if jobs > 1 else "analysing trials"
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Bar(
+        *columns, TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=progress
+    ) as bar:
+        task = bar.add_task(what, total=len(dirs), last="")
+        started = time.monotonic()
+        for trial_dir, result in _analysed(dirs, jobs):
+            failed = " (failed)" if isinstance(result, Exception) else ""
+            took = time.monotonic() - started
+            bar.update(task, advance=1, last=f"{trial_dir.name}{failed}, {took:.0f} s in all")
+            yield trial_dir, result
+
+
+def _analysed(dirs: list[Path], jobs: int) -> Iterator[tuple[Path, dict[str, Any] | Exception]]:
+    from analysis.trial import analyse_trial
+
     if jobs == 1:
         for trial_dir in dirs:
             try:
@@ -101,7 +129,8 @@ def analyse_trials(
     # forkserver: workers start from a clean process, not a fork of this one's threads
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("forkserver"))
     try:
-        futures = [pool.submit(analyse_trial, trial_dir) for trial_dir in dirs]
+        with _main_left_alone():  # the workers start here, as the jobs are submitted
+            futures = [pool.submit(analyse_trial, trial_dir) for trial_dir in dirs]
         for trial_dir, future in zip(dirs, futures, strict=True):
             exc = future.exception()
             if isinstance(exc, BrokenProcessPool):
@@ -112,3 +141,23 @@ def analyse_trials(
             yield trial_dir, future.result() if exc is None else exc
     finally:  # the caller stopped early (an error it raises, Ctrl-C): no new trial starts
         pool.shutdown(cancel_futures=True)
+
+
+@contextmanager
+def _main_left_alone() -> Iterator[None]:
+    """Workers started meanwhile do not run this process's main module again. They need
+    analysis.trial only; multiprocessing would import the main script (or ``-m`` module) in
+    each one, and a script that analyses at its top level, without ``if __name__ ==
+    "__main__"`` (a user's few lines, as results.load's docstring shows), would start its
+    own workers there and every trial would come back lost."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in vars(main or {})}
+    if main is None or not saved:
+        yield
+        return
+    main.__spec__ = None  # neither by name nor by path: spawn.get_preparation_data
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)

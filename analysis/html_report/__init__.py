@@ -121,14 +121,17 @@ def write_report(
 def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:
     """Analyse the trials without analysis (every trial with ``every``) from their captures,
     several at a time (analysis.workers); returns the trials whose analysis failed, with the
-    error (a broken trial does not stop the report of the others)."""
+    error (a broken trial does not stop the report of the others). On a terminal, a progress
+    bar on stderr."""
+    from rich.console import Console
+
     from analysis.workers import analyse_trials
 
     trials = [t.parent for t in sorted((batch_dir / "trials").glob("*/trial.json"))]
     todo = [t for t in trials if every or not (t / "analysis" / "summary.json").exists()]
     return {
         trial_dir.name: f"{type(result).__name__}: {result}"
-        for trial_dir, result in analyse_trials(todo)
+        for trial_dir, result in analyse_trials(todo, progress=Console(stderr=True))
         if isinstance(result, Exception)
     }
 

@@ -8,14 +8,18 @@ summaries of analysing them one after the other."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from analysis.pcap import ip_to_int, read_pcap
 from analysis.workers import analyse_trials
@@ -230,21 +234,61 @@ def test_worker_processes_analyse_the_batch_as_one_after_the_other(trials, tmp_p
     """analysis.workers on the batch's four trials (copies without their analysis): two
     worker processes give every trial the summary it gets when the trials are analysed one
     after the other in this process; a trial whose captures are gone comes back as its own
-    error (naming the file, the worker's trace as its cause) while the others are analysed."""
+    error (naming the file, the worker's trace as its cause) while the others are analysed.
+    On a terminal a progress bar counts the trials as they come back; elsewhere (a log, a
+    pipe) nothing is printed."""
     copies = []
     for name in MARKERS:
         src = trials[name]["dir"]
         copies.append(tmp_path / src.name)
         shutil.copytree(src, copies[-1], ignore=shutil.ignore_patterns("analysis"))
+    log = Console(file=io.StringIO())
     one_by_one = {
-        d: json.dumps(r, sort_keys=True, default=float) for d, r in analyse_trials(copies, jobs=1)
+        d: json.dumps(r, sort_keys=True, default=float)
+        for d, r in analyse_trials(copies, jobs=1, progress=log)
     }
+    assert log.file.getvalue() == ""
     for capture in copies[1].glob("*/*.pcap"):
         capture.unlink()
-    workers = dict(analyse_trials(copies, jobs=2))
+    terminal = Console(file=io.StringIO(), force_terminal=True, color_system=None, width=160)
+    workers = dict(analyse_trials(copies, jobs=2, progress=terminal))
+    shown = terminal.file.getvalue()
+    assert "analysing trials, 2 at a time" in shown and f"4/4 0:00:00 {copies[-1].name}" in shown
     assert list(workers) == copies
     for d in (copies[0], *copies[2:]):
         assert json.dumps(workers[d], sort_keys=True, default=float) == one_by_one[d], d.name
     failed = workers[copies[1]]
     assert isinstance(failed, FileNotFoundError) and ".pcap" in str(failed), failed
     assert "Traceback" in str(failed.__cause__)  # the worker's own trace came back with it
+
+
+def test_a_script_without_a_main_guard_analyses_in_workers(trials, tmp_path: Path):
+    """A user's few lines at a script's top level, with no ``if __name__ == "__main__"``:
+    ``analysis.load(batch, analyse=True)`` analyses the batch's four trials in two worker
+    processes, which do not run the script again (multiprocessing would, and each trial
+    would come back lost)."""
+    batch = tmp_path / "batch"
+    shutil.copytree(
+        trials[MARKERS[0]]["dir"].parent.parent, batch, ignore=shutil.ignore_patterns("analysis")
+    )
+    script = tmp_path / "look.py"
+    script.write_text(
+        "import analysis\n"
+        f"table = analysis.load({str(batch)!r}, analyse=True)\n"
+        "print(table[['trial', 'analysed']].to_json(orient='records'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=PROJECT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT), "TRIALBED_ANALYSIS_JOBS": "2"},
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(r["trial"] for r in rows) == sorted(t["dir"].name for t in trials.values())
+    assert all(r["analysed"] for r in rows), rows
+    assert "Error" not in done.stderr, done.stderr[-3000:]
