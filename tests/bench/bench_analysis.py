@@ -6,7 +6,7 @@ tcpdump and cat, on generated captures with real TCP dynamics, in one run.
 
 For each size, tests/analysis/tcpgen.py writes a capture before a bottleneck router and one
 after it (8 bulk TCP flows with handshake, delayed ACKs, losses, fast retransmissions and
-sequence wraparound, plus a UDP stream). Every contender runs as its own process; wall time
+sequence wraparound, plus a UDP stream, all through one FIFO queue as at a real bottleneck). Every contender runs as its own process; wall time
 is the best of --repeat runs (tshark: one run; in-process figures: the best of --repeat
 processes), with that run's CPU time and the process's peak RSS (from /usr/bin/time; MB =
 10^6 bytes, as the file sizes). The project's analysis of
@@ -233,7 +233,7 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
 
     before, after = workdir / f"before_{n}.pcap", workdir / f"after_{n}.pcap"
     t = time.perf_counter()
-    truth = generate(before, after, packets=n)
+    truth = generate(before, after, packets=n, shared_queue=True)
     size = before.stat().st_size
     print(
         f"\n== {truth.before_packets:,} packets, {size / 1e6:.0f} MB before the router "
