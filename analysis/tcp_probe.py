@@ -128,6 +128,10 @@ def _regex_events(lines: pd.Series, offset: int) -> pd.DataFrame:
 
 
 _MARKER = np.frombuffer(b": tcp_probe: family=", np.uint8)
+_SRC = np.frombuffer(b" src=", np.uint8)
+_DEST = np.frombuffer(b" dest=", np.uint8)
+_MARK = np.frombuffer(b" mark=", np.uint8)
+_0X = np.frombuffer(b"0x", np.uint8)
 # What the compiled pass reads of a line, in this order (usec: its first six digits).
 _FIELDS = (
     "sec", "usec", "src", "sport", "dst", "dport", "data_len", "snd_nxt", "snd_una",
@@ -277,12 +281,6 @@ def _event(b, start, m, end, out):
             return False
         out[6 + f] = value
     return True
-
-
-_SRC = np.frombuffer(b" src=", np.uint8)
-_DEST = np.frombuffer(b" dest=", np.uint8)
-_MARK = np.frombuffer(b" mark=", np.uint8)
-_0X = np.frombuffer(b"0x", np.uint8)
 
 
 @njit(cache=True, nogil=True)
