@@ -35,8 +35,9 @@ __all__ = [
 ]
 
 JOBS_ENV = "TRIALBED_ANALYSIS_JOBS"
-# A 60 s trial of 8 flows at 155 Mbit/s peaked at 0.76 GB in its analysis (2026-11-27); the
-# paper's 3 minutes hold three times its packets.
+# The seed-001 high-speed WAN (8 Reno pairs at 155 Mbit/s) peaked in its analysis at 0.76 GB
+# for a 60 s trial and at 1.35 GB for the paper's 3 minutes (756 MB of captures and 744 MB of
+# tcp_probe text; 2026-11-27).
 MEMORY_PER_JOB = 2 << 30
 
 
