@@ -152,8 +152,8 @@ def _main_left_alone() -> Iterator[None]:
     "__main__"`` (a user's few lines, as results.load's docstring shows), would start its
     own workers there and every trial would come back lost."""
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in vars(main or {})}
-    if main is None or not saved:
+    saved = {k: v for k, v in vars(main).items() if k in ("__file__", "__spec__")} if main else {}
+    if not saved:
         yield
         return
     main.__spec__ = None  # neither by name nor by path: spawn.get_preparation_data
