@@ -6,11 +6,11 @@ tcpdump and cat, on generated captures with real TCP dynamics, in one run.
 
 For each size, tests/analysis/tcpgen.py writes a capture before a bottleneck router and one
 after it (8 bulk TCP flows with handshake, delayed ACKs, losses, fast retransmissions and
-sequence wraparound, plus a UDP stream, all through one FIFO queue as at a real bottleneck). Every contender runs as its own process; wall time
-is the best of --repeat runs (tshark: one run; in-process figures: the best of --repeat
-processes), with that run's CPU time and the process's peak RSS (from /usr/bin/time; MB =
-10^6 bytes, as the file sizes). The project's analysis of
-the trial: read both captures, goodput (after), retransmissions (before), one-way delay of
+sequence wraparound, plus a UDP stream, all through one FIFO queue as at a real
+bottleneck). Every contender runs as its own process; wall time is the best of --repeat runs
+(tshark: one run; in-process figures: the best of --repeat processes), with that run's CPU
+time and the process's peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes).
+The project's analysis of the trial: read both captures, goodput (after), retransmissions (before), one-way delay of
 the UDP stream, the bottleneck queue (match before/after + occupancy over time), on the
 array fast path of analysis/fastpath.py (one compiled pass per capture, then compiled passes
 over the packets kept; numpy and numba, no pandas). As analysis/trial.py, it is given the
