@@ -6,27 +6,26 @@ tcpdump and cat, on generated captures with real TCP dynamics, in one run.
 
 For each size, tests/analysis/tcpgen.py writes a capture before a bottleneck router and one
 after it (8 bulk TCP flows with handshake, delayed ACKs, losses, fast retransmissions and
-sequence wraparound, plus a UDP stream, all through one FIFO queue as at a real
-bottleneck). Every contender runs as its own process; wall time is the best of --repeat runs
-(tshark: one run; in-process figures: the best of --repeat processes), with that run's CPU
-time and the process's peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes).
-The project's analysis of the trial: read both captures, goodput (after), retransmissions (before), one-way delay of
-the UDP stream, the bottleneck queue (match before/after + occupancy over time), on the
+sequence wraparound, plus a UDP stream, all through one FIFO queue as at a real bottleneck).
+Every contender runs as its own process; wall time is the best of --repeat runs (tshark: one
+run; in-process figures: the best of --repeat processes), with that run's CPU time and the
+process's peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes). The project's
+analysis of the trial: read both captures, goodput (after), retransmissions (before), one-way
+delay of the UDP stream, the bottleneck queue (match before/after + occupancy over time), on the
 array fast path of analysis/fastpath.py (one compiled pass per capture, then compiled passes
-over the packets kept; numpy and numba, no pandas). As analysis/trial.py, it is given the
-(src, dst) pairs that send through the bottleneck (a trial's record names them; here the
-generator's flows and UDP stream), so each scan keeps the crossing packets as it reads. It
-is timed three ways, each labelled: a fresh process as a user pays it (interpreter, imports,
-numba's compiled code loaded from its disk cache: "warm"; or compiled because there is no
-cache yet: "cold", the first run of a checkout), with its time split into interpreter
-start/exit, imports and analysis; and in-process (a second analysis in the same process:
-what each further trial of a batch costs). The same analysis through the DataFrame API
-(read_pcap, tcp_goodput, ..., what analysis/trial.py calls) runs as a process too, and
-must give the same numbers. Each tool runs over the same two files, one after the other (the
-issue's "on the same files"; cat of both is the read limit); tcptrace also runs on the
-capture before the router alone, against the project's share of that job (read it, count its
-flows). The project's bytes and retransmissions are checked against tcptrace's on the same
-file.
+over the packets kept; numpy and numba, no pandas). As analysis/trial.py, it is given the (src,
+dst) pairs that send through the bottleneck (a trial's record names them; here the generator's
+flows and UDP stream), so each scan keeps the crossing packets as it reads. It is timed three
+ways, each labelled: a fresh process as a user pays it (interpreter, imports, numba's compiled
+code loaded from its disk cache: "warm"; or compiled because there is no cache yet: "cold", the
+first run of a checkout), with its time split into interpreter start/exit, imports and analysis;
+and in-process (a second analysis in the same process: what each further trial of a batch
+costs). The same analysis through the DataFrame API (read_pcap, tcp_goodput, ..., what
+analysis/trial.py calls) runs as a process too, and must give the same numbers. Each tool runs
+over the same two files, one after the other (the issue's "on the same files"; cat of both is
+the read limit); tcptrace also runs on the capture before the router alone, against the
+project's share of that job (read it, count its flows). The project's bytes and retransmissions
+are checked against tcptrace's on the same file.
 
 Targets (issue 6): >= 5x faster than tcptrace, >= 50x faster than tshark on 3 M packets,
 within 10x of cat, peak RSS below the file size.
