@@ -77,7 +77,9 @@ def read_tcp_probe(path: str | Path) -> pd.DataFrame:
         raw = f.read()
     data = np.frombuffer(raw, np.uint8)
     offset = _clock_offset(raw)
-    rows = raw.count(b"\n") + 1
+    # Room for every line the pass keeps: each holds the marker and ends in a newline (but
+    # the last). Pages are touched only as rows are written: no pass to count the lines.
+    rows = len(raw) // (len(_MARKER) + 1) + 1
     fields = np.zeros((rows, len(_FIELDS)), np.uint64)
     line_of = np.empty(rows, np.int64)  # the line number of each event read
     left = np.empty((rows, 3), np.int64)  # lines left over: line number, first byte, end
@@ -291,15 +293,13 @@ def _parse(b, fields, line_of, left):
     n = n_left = line = 0
     pos, size = 0, len(b)
     while pos < size:
-        end = pos
-        while end < size and b[end] != 10:
-            end += 1
-        m, found = -1, 0
-        for i in range(pos, end - len(_MARKER) + 1):
-            if b[i] == 58 and _has(b, i, end, _MARKER):  # :
+        end, m, found = pos, -1, 0
+        while end < size and b[end] != 10:  # the line's end, and its markers on the way
+            if b[end] == 58 and _has(b, end, size, _MARKER):  # ":"; the marker has no newline
                 found += 1
                 if m < 0:
-                    m = i
+                    m = end
+            end += 1
         if found:
             if found == 1 and _event(b, pos, m, end, fields[n]):
                 line_of[n] = line
