@@ -260,26 +260,9 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
         h = np.int64(ha[j])
         best_rank = -1
         if used:  # the packets passed over first: each is earlier than head
-            m = np.uint64(len(slots) - 1)
-            p = ha[j] & m
-            best, best_rank = -1, nb
-            while slots[p, 1] >= 0:
-                r = slots[p, 1]
-                if slots[p, 0] == h and r < best_rank and tb[_row(order_b, r)] + delay >= t:
-                    best, best_rank = np.int64(p), r
-                p = (p + np.uint64(1)) & m
-            if best >= 0:
-                hole = np.uint64(best)  # backward-shift deletion: probe chains stay whole
-                q = (hole + np.uint64(1)) & m
-                while slots[q, 1] >= 0:
-                    if ((q - (np.uint64(slots[q, 0]) & m)) & m) >= ((q - hole) & m):
-                        slots[hole, 0], slots[hole, 1] = slots[q, 0], slots[q, 1]
-                        hole = q
-                    q = (q + np.uint64(1)) & m
-                slots[hole, 1] = -1
+            best_rank = _take(slots, h, t, tb, order_b, delay)
+            if best_rank >= 0:
                 used -= 1
-            else:
-                best_rank = -1
         while best_rank < 0 and head < nb:  # then the waiting packets from head, in order
             i = _row(order_b, head)
             if tb[i] > t:
@@ -302,6 +285,31 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
             dep[matched] = i
         matched += 1
     return matched
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _take(slots, key, t, tb, order_b, delay):
+    """The earliest time rank of ``key`` in _match's table whose window holds t, taken out of
+    the table (backward-shift deletion: every probe chain stays whole); -1 if none."""
+    m = np.uint64(len(slots) - 1)
+    p = np.uint64(key) & m
+    best, best_rank = -1, np.iinfo(np.int64).max
+    while slots[p, 1] >= 0:
+        r = slots[p, 1]
+        if slots[p, 0] == key and r < best_rank and tb[_row(order_b, r)] + delay >= t:
+            best, best_rank = np.int64(p), r
+        p = (p + np.uint64(1)) & m
+    if best < 0:
+        return -1
+    hole = np.uint64(best)
+    q = (hole + np.uint64(1)) & m
+    while slots[q, 1] >= 0:
+        if ((q - (np.uint64(slots[q, 0]) & m)) & m) >= ((q - hole) & m):
+            slots[hole, 0], slots[hole, 1] = slots[q, 0], slots[q, 1]
+            hole = q
+        q = (q + np.uint64(1)) & m
+    slots[hole, 1] = -1
+    return best_rank
 
 
 @njit(cache=True, nogil=True, inline="always")
