@@ -1,15 +1,16 @@
-"""Analysis package: pcap reading, packet matching and metrics; ``load`` and ``load_table``
-give batches as tidy tables (analysis/results.py, imported on first use: the array fast path
-of analysis/fastpath.py does not import pandas)."""
+"""Analysis package: pcap reading, packet matching and metrics; ``load`` and
+``load_table`` give batches as tidy tables, ``batch_trials`` one batch's trial directories
+(analysis/results.py, imported on first use: the array fast path of analysis/fastpath.py
+does not import pandas)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analysis.results import load, load_table
+    from analysis.results import NotABatch, batch_trials, load, load_table, summary_file
 
-__all__ = ["load", "load_table"]
+__all__ = ["NotABatch", "batch_trials", "load", "load_table", "summary_file"]
 
 
 def __getattr__(name: str):

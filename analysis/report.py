@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.families import FAMILIES
+from analysis.results import batch_trials
 from analysis.workers import DATA_ERRORS, analyse_trials
 
 # Columns holding lists or dicts: kept in summary.json, left out of summary.parquet.
@@ -22,7 +23,7 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
     """Analyse every trial that has captures (several at a time: analysis.workers; on a
     terminal, a progress bar on stderr); write summary.parquet; return one row per trial."""
     rows = []
-    trials = [t.parent for t in sorted((batch_dir / "trials").glob("*/trial.json"))]
+    trials = batch_trials(batch_dir)
     for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True)):
         record = json.loads((trial_dir / "trial.json").read_text())
         if isinstance(result, DATA_ERRORS):

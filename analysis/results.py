@@ -26,9 +26,48 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["load", "load_table", "trial_dir", "trial_dirs"]
+__all__ = [
+    "NotABatch",
+    "batch_trials",
+    "load",
+    "load_table",
+    "summary_file",
+    "trial_dir",
+    "trial_dirs",
+]
 
 _PathLike = str | Path
+
+
+class NotABatch(FileNotFoundError):
+    """A path given as a batch is not one: the message names it and the batches under it."""
+
+
+def _refuse(p: Path) -> NotABatch:
+    if not p.exists():
+        return NotABatch(f"{p}: no such batch directory")
+    if not p.is_dir():
+        return NotABatch(f"{p}: not a batch directory (a file)")
+    under = sorted(c.name for c in p.iterdir() if (c / "trials").is_dir())
+    if under:
+        shown = ", ".join(under[:5]) + (f" and {len(under) - 5} more" if len(under) > 5 else "")
+        return NotABatch(f"{p}: not a batch directory (no trials/ in it); batches in it: {shown}")
+    return NotABatch(f"{p}: not a batch directory (no trials/ in it, nor a batch under it)")
+
+
+def batch_trials(batch_dir: _PathLike) -> list[Path]:
+    """The trial directories of one batch (each with a trial.json), in name order; a path
+    that is not a batch (no trials/ in it) is refused with :class:`NotABatch`."""
+    p = Path(batch_dir)
+    if not (p / "trials").is_dir():
+        raise _refuse(p)
+    return [t.parent for t in sorted((p / "trials").glob("*/trial.json"))]
+
+
+def summary_file(trial_dir: Path) -> Path:
+    """The summary analysis/trial.py writes for a trial: it exists once the trial is
+    analysed."""
+    return trial_dir / "analysis" / "summary.json"
 
 
 def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
@@ -43,17 +82,13 @@ def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
         elif p.is_dir():
             out.extend(sorted(c for c in p.iterdir() if (c / "trials").is_dir()))
         else:
-            raise FileNotFoundError(f"{p}: no such batch directory")
+            raise _refuse(p)
     return out
 
 
 def trial_dirs(paths: _PathLike | Iterable[_PathLike]) -> list[tuple[Path, Path]]:
     """(batch dir, trial dir) of every trial with a trial.json."""
-    return [
-        (batch, t.parent)
-        for batch in _batches(paths)
-        for t in sorted((batch / "trials").glob("*/trial.json"))
-    ]
+    return [(batch, t) for batch in _batches(paths) for t in batch_trials(batch)]
 
 
 def trial_dir(batch_dir: Path, row: Any) -> Path:
@@ -101,9 +136,9 @@ def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
     _flatten(record.get("parameters") or {}, "", params)
     row.update({f"param:{k}": v for k, v in params.items()})
     row.update({f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()})
-    summary_file = trial_dir / "analysis" / "summary.json"
-    if summary_file.exists():
-        summary = json.loads(summary_file.read_text())
+    summary_path = summary_file(trial_dir)
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
         metrics: dict[str, Any] = {}
         for name, gen in (summary.pop("generators", None) or {}).items():
             _flatten(gen, name, metrics)
@@ -128,7 +163,7 @@ def load(paths: _PathLike | Iterable[_PathLike], *, analyse: bool = False) -> pd
     if analyse:
         from analysis.workers import DATA_ERRORS, analyse_trials
 
-        todo = [t for _, t in found if not (t / "analysis" / "summary.json").exists()]
+        todo = [t for _, t in found if not summary_file(t).exists()]
         for _, result in analyse_trials(todo):  # several at a time
             if isinstance(result, Exception) and not isinstance(result, DATA_ERRORS):
                 raise result  # (a trial whose data fails: its row says analysed=False)

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
+from analysis.results import NotABatch
 from analysis.workers import jobs_setting
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
 from trials import nightly, rack_kind
@@ -226,7 +227,12 @@ def main(argv: list[str] | None = None) -> int:
             width = None if sys.stdout.isatty() else 200
             return show(args.inventory, Console(width=width), as_json=args.json)
         if args.command == "report":
-            print_batch(analyse_batch(args.batch))
+            try:
+                table = analyse_batch(args.batch)
+            except NotABatch as exc:  # before any trial is read
+                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+                return 2
+            print_batch(table)
             return 0
         if args.command == "worker":
             run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from analysis.html_report import collateral_damage, compare, diffserv, eft, provenance, startup
 from analysis.html_report.page import Page
-from analysis.results import load
+from analysis.results import batch_trials, load, summary_file
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
@@ -53,8 +53,7 @@ def write_report(
     compared."""
     batches = [Path(batch_dir), *(Path(b) for b in more)]
     for b in batches:
-        if not (b / "trials").is_dir():
-            raise FileNotFoundError(f"{b}: not a batch directory (no trials/ in it)")
+        batch_trials(b)  # refuses a path that is not a batch before anything is written
     several = len(batches) > 1
     if several and out_dir is None:
         raise ValueError(
@@ -127,8 +126,7 @@ def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:
 
     from analysis.workers import analyse_trials
 
-    trials = [t.parent for t in sorted((batch_dir / "trials").glob("*/trial.json"))]
-    todo = [t for t in trials if every or not (t / "analysis" / "summary.json").exists()]
+    todo = [t for t in batch_trials(batch_dir) if every or not summary_file(t).exists()]
     return {
         trial_dir.name: f"{type(result).__name__}: {result}"
         for trial_dir, result in analyse_trials(todo, progress=Console(stderr=True))

@@ -16,6 +16,7 @@ import pandas as pd
 from analysis.families.common import trimmed
 from analysis.html_report import provenance
 from analysis.html_report.page import Page
+from analysis.results import batch_trials
 
 __all__ = ["compare_batches", "previous_batch", "sections"]
 
@@ -39,8 +40,10 @@ def experiment_key(batch: Path) -> str | None:
             return Path(with_exp).stem
     if _STAMP.match(batch.name):
         return _STAMP.sub("", batch.name)
-    first = next(iter(sorted((batch / "trials").glob("*/trial.json"))), None)
-    return f"family {json.loads(first.read_text()).get('family')}" if first else None
+    first = next(iter(batch_trials(batch)), None)
+    if first is None:
+        return None
+    return f"family {json.loads((first / 'trial.json').read_text()).get('family')}"
 
 
 def previous_batch(batch: Path) -> Path | None:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.html_report.page import Page
+from analysis.results import batch_trials
 
 __all__ = ["fingerprint", "named", "records", "sections"]
 
@@ -31,9 +32,9 @@ def records(batches: Path | list[Path]) -> dict[str, dict[str, Any]]:
     batches = _listed(batches)
     out = {}
     for batch_dir in batches:
-        for f in sorted((batch_dir / "trials").glob("*/trial.json")):
-            record = json.loads(f.read_text())
-            out[named(batch_dir, record.get("trial", f.parent.name), len(batches) > 1)] = record
+        for t in batch_trials(batch_dir):
+            record = json.loads((t / "trial.json").read_text())
+            out[named(batch_dir, record.get("trial", t.name), len(batches) > 1)] = record
     return out
 
 

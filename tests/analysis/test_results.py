@@ -73,3 +73,35 @@ def test_load_one_row_per_trial_across_batches(tmp_path: Path) -> None:
     ]
     with pytest.raises(FileNotFoundError, match="no such batch"):
         analysis.load(tmp_path / "missing")
+
+
+def test_a_path_that_is_not_one_batch_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`trials report` (and the report and results API) names what it was given and, for a
+    directory of batches, the batches in it; it never prints an empty table for a typo."""
+    from trials.__main__ import main
+
+    results = tmp_path / "results"
+    trial(results / "night-1", "rate-1mbit_r1", "1mbit", "complete", 100.0)
+    trial(results / "night-2", "rate-1mbit_r1", "1mbit", "complete", 110.0)
+    (tmp_path / "file").write_text("")
+    refused = {
+        results: f"{results}: not a batch directory (no trials/ in it); "
+        "batches in it: night-1, night-2",
+        tmp_path / "missing": f"{tmp_path / 'missing'}: no such batch directory",
+        tmp_path / "file": f"{tmp_path / 'file'}: not a batch directory (a file)",
+        results / "night-1" / "trials": f"{results / 'night-1' / 'trials'}: not a batch "
+        "directory (no trials/ in it, nor a batch under it)",
+    }
+    for path, message in refused.items():
+        with pytest.raises(analysis.NotABatch) as caught:
+            analysis.batch_trials(path)
+        assert str(caught.value) == message
+        capsys.readouterr()
+        assert main(["report", str(path)]) == 2
+        out = capsys.readouterr()
+        assert message in " ".join((out.out + out.err).split()), path
+    trials = analysis.batch_trials(results / "night-1")
+    assert trials == [results / "night-1" / "trials" / "rate-1mbit_r1"]
+    assert analysis.summary_file(trials[0]).exists()
