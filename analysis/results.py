@@ -65,7 +65,7 @@ def batch_trials(batch_dir: _PathLike) -> list[Path]:
 
 
 def summary_file(trial_dir: Path) -> Path:
-    """The summary analysis/trial.py writes for a trial: it exists once the trial is
+    """Where analysis/trial.py writes a trial's summary: it exists once the trial is
     analysed."""
     return trial_dir / "analysis" / "summary.json"
 

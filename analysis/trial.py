@@ -29,6 +29,7 @@ from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
 from analysis.queue import crossing, queue_occupancy, queue_summary
+from analysis.results import summary_file
 from analysis.stalls import lost_service_ns
 from analysis.tc_samples import LEAF_KINDS, compare_with_samples, leaf_samples, read_tc_samples
 from analysis.traffic import ANALYSES
@@ -310,5 +311,5 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     family = FAMILIES.get(record.get("family"))
     if family is not None:
         summary.update(family.trial_summary(record, summary))
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    summary_file(trial_dir).write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary
