@@ -146,11 +146,13 @@ def bottleneck_queue(
     arriving, departing = crossing_at(before), crossing_at(after)
     matched = match_packets(arriving, departing, max_delay_ns=transit)
     end_ns = int(max(caps.packets(n).ts_ns.max() for n in after)) if len(departing) else 0
+    del arriving, departing  # (matched holds what is needed of them; each is a copy)
     # Packets still in transit when the capture after the router stopped are not drops.
     unknown = undecided(
         matched.ts_ns.to_numpy(), matched.forwarded.to_numpy(), max_delay_ns=transit, end_ns=end_ns
     )
-    judged = matched[~unknown]
+    judged = matched[~unknown] if unknown.any() else matched
+    del matched
     host, iface = bottleneck["host"], bottleneck["iface"]
     qdisc = bottleneck.get("qdisc") or "droptail"
     queue = queue_occupancy(
@@ -166,7 +168,8 @@ def bottleneck_queue(
     full = queue_full_events(judged, start_ns=window[0], end_ns=window[1])
     host_dir = trial_dir / host
     drops_tc = queue_drops_counted(host_dir, iface)
-    tables = {"queue": queue.assign(link=link)}
+    queue["link"] = link  # in place: the queue's events are the largest table of a trial
+    tables = {"queue": queue}
     check: dict[str, Any] = {}
     samples = queue_samples(host_dir)
     if samples is not None:
@@ -289,9 +292,12 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
             for kind, frame in tables.items():
                 frames.setdefault(kind, []).append(frame)
     lost_service(record, generators, frames.get("owd", []), queue_events)
+    del caps, queue_events  # the captures' packets are read: not held while tables are written
     lockout = rio_lockout(trial_dir, record)
-    for kind, parts in frames.items():
+    while frames:  # each kind's parts go once its table is written
+        kind, parts = frames.popitem()
         table = addresses_as_strings(pd.concat(parts, ignore_index=True))
+        del parts
         table.to_parquet(out_dir / f"{kind}.parquet", index=False)
     summary = {
         "trial": record["trial"],
