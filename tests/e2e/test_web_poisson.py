@@ -262,6 +262,21 @@ def test_worker_processes_analyse_the_batch_as_one_after_the_other(trials, tmp_p
     assert "Traceback" in str(failed.__cause__)  # the worker's own trace came back with it
 
 
+def python(args: list[str], **env: str) -> subprocess.CompletedProcess:
+    """This project's Python on ``args`` in a process of its own (the project importable, no
+    stdin, output kept)."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=PROJECT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
+
+
 def test_a_script_without_a_main_guard_analyses_in_workers(trials, tmp_path: Path):
     """A user's few lines at a script's top level, with no ``if __name__ == "__main__"``:
     ``analysis.load(batch, analyse=True)`` analyses the batch's four trials in two worker
@@ -277,16 +292,7 @@ def test_a_script_without_a_main_guard_analyses_in_workers(trials, tmp_path: Pat
         f"table = analysis.load({str(batch)!r}, analyse=True)\n"
         "print(table[['trial', 'analysed']].to_json(orient='records'))\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=PROJECT,
-        env={**os.environ, "PYTHONPATH": str(PROJECT), "TRIALBED_ANALYSIS_JOBS": "2"},
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-    )
+    done = python([str(script)], TRIALBED_ANALYSIS_JOBS="2")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout.splitlines()[-1])
     assert sorted(r["trial"] for r in rows) == sorted(t["dir"].name for t in trials.values())
@@ -317,16 +323,7 @@ def test_analysing_in_this_process_gives_the_memory_back(trials, tmp_path: Path)
         "ctypes.CDLL(None).malloc_trim(0)\n"
         "print(json.dumps({'done': done, 'after': after, 'trimmed': rss()}))\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        cwd=PROJECT,
-        env={**os.environ, "PYTHONPATH": str(PROJECT)},
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-    )
+    run = python(["-c", script, str(tmp_path)])
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.splitlines()[-1])
     assert got["done"] == [True] * len(MARKERS), got
