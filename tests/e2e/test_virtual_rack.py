@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     PROJECT,
     TestRack,
     namespaces,
+    processes_mentioning,
     rack_leftovers,
     recap,
     remove_stale_test_rack,
@@ -320,3 +321,27 @@ def test_a_rack_owned_by_another_checkout_is_refused_and_a_stale_owner_taken_ove
         assert namespaces(SWITCH_PREFIX) == ["tw-X"]
     finally:
         solo.owner_file.write_text(json.dumps(mine))
+
+
+def test_a_live_rack_whose_checkout_is_gone_is_taken_down_with_a_warning(tiny):
+    """A checkout deleted (or cleaned) with its rack up leaves namespaces and sshds that only
+    its state directory could manage: another checkout's rack-down takes them down, saying
+    so, instead of sending the user to a checkout that no longer exists."""
+    solo, _ = tiny
+    up = solo.rack("present")
+    assert up.returncode == 0, up.stdout[-3000:]
+    mine = json.loads(solo.owner_file.read_text())
+    gone = "/srv/deleted-checkout"
+    orphan = {**mine, "project_dir": gone, "state_dir": f"{gone}/.state/rack"}
+    solo.owner_file.write_text(json.dumps(orphan))
+    down = rack_down(solo)
+    assert down.returncode == 0, down.stdout[-3000:]
+    said = " ".join((down.stderr + down.stdout).split())
+    assert (
+        f"Taking over the virtual rack with namespace prefix '{SWITCH_PREFIX}' of checkout {gone}"
+        in said
+    ), said[-3000:]
+    assert "its state directory is gone" in said
+    assert namespaces(SWITCH_PREFIX) == []
+    assert processes_mentioning(str(solo.state_dir)) == []  # its sshds ended with them
+    assert not solo.owner_file.exists()

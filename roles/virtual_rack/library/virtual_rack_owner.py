@@ -12,11 +12,13 @@ keys, sshd files and inventory live in one checkout. So rack-up records
 
 state=check (before a rack-up, action=up, or a rack-down, action=down) fails, naming the owner,
 when the prefix's rack belongs to another checkout whose namespaces still exist; takes over,
-with a warning, an owner file whose namespaces are gone; refuses a rack-up whose bridges or
-management addresses a live rack under another prefix holds, or whose state directory holds
-the rack of another prefix; and returns the rack that is up (`previous`) and whether a rack-up
-must take it down first (`switch`, `message`). state=present writes both records (keeping
-`since` while the same rack stays up); state=absent removes the owner file.
+with a warning, an owner file whose namespaces are gone, and a live rack whose state
+directory is gone (its checkout deleted or cleaned: nobody else could take it down); refuses
+a rack-up whose bridges or management addresses a live rack under another prefix holds, or
+whose state directory holds the rack of another prefix; and returns the rack that is up
+(`previous`) and whether a rack-up must take it down first (`switch`, `message`).
+state=present writes both records (keeping `since` while the same rack stays up);
+state=absent removes the owner file.
 """
 
 from __future__ import annotations
@@ -119,6 +121,14 @@ class Owner:
                 self.module.warn(f"Taking over {path}: it is not a readable owner record.")
             return None
         if rec.get("project_dir") == self.p["project_dir"]:
+            return rec
+        if self.live(rec, prefix) and not Path(rec.get("state_dir") or ".").is_dir():
+            self.module.warn(
+                f"Taking over the virtual rack with namespace prefix '{prefix}' of "
+                f"{describe(rec)}: its state directory is gone (the checkout was deleted or "
+                "cleaned with the rack up), so no checkout could take it down there; this one "
+                "takes it down."
+            )
             return rec
         if self.live(rec, prefix):
             self.module.fail_json(
