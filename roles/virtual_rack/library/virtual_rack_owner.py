@@ -122,7 +122,8 @@ class Owner:
             return None
         if rec.get("project_dir") == self.p["project_dir"]:
             return rec
-        if self.live(rec, prefix) and not Path(rec.get("state_dir") or ".").is_dir():
+        live = self.live(rec, prefix)
+        if live and not Path(rec.get("state_dir") or ".").is_dir():
             self.module.warn(
                 f"Taking over the virtual rack with namespace prefix '{prefix}' of "
                 f"{describe(rec)}: its state directory is gone (the checkout was deleted or "
@@ -130,7 +131,7 @@ class Owner:
                 "takes it down."
             )
             return rec
-        if self.live(rec, prefix):
+        if live:
             self.module.fail_json(
                 msg=(
                     f"The virtual rack with namespace prefix '{prefix}' is owned by another "
