@@ -43,12 +43,17 @@ class NotABatch(FileNotFoundError):
     """A path given as a batch is not one: the message names it and the batches under it."""
 
 
+def _batches_in(p: Path) -> list[Path]:
+    """The batch directories (each with a trials/ folder) directly under ``p``, by name."""
+    return sorted(c for c in p.iterdir() if (c / "trials").is_dir())
+
+
 def _refuse(p: Path) -> NotABatch:
     if not p.exists():
         return NotABatch(f"{p}: no such batch directory")
     if not p.is_dir():
         return NotABatch(f"{p}: not a batch directory (a file)")
-    under = sorted(c.name for c in p.iterdir() if (c / "trials").is_dir())
+    under = [b.name for b in _batches_in(p)]
     if under:
         shown = ", ".join(under[:5]) + (f" and {len(under) - 5} more" if len(under) > 5 else "")
         return NotABatch(f"{p}: not a batch directory (no trials/ in it); batches in it: {shown}")
@@ -80,7 +85,7 @@ def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
         if (p / "trials").is_dir():
             out.append(p)
         elif p.is_dir():
-            out.extend(sorted(c for c in p.iterdir() if (c / "trials").is_dir()))
+            out.extend(_batches_in(p))
         else:
             raise _refuse(p)
     return out
