@@ -55,6 +55,20 @@ TSHARK_FIELDS = (
 )
 MAX_DELAY_NS = 2 * 10**9
 FLOWS = ("src", "dst", "sport", "dport")
+DEPARTING = ("ts_ns", "key_hash")  # what matching reads of the capture after the router
+
+
+def _udp_rows(capture):
+    """The crossing rows of the UDP stream, its crossing packets' directions taken out."""
+    import numpy as np
+
+    udp = capture.directions["proto"] == 17
+    return np.flatnonzero(udp[capture.crossing.pop("direction")])
+
+
+def _last_ns(capture) -> int:
+    """The capture's last timestamp (0 when it holds no packet)."""
+    return int(capture.ts_ns.max()) if len(capture.ts_ns) else 0
 
 
 def analyse(before: Path, after: Path, crossing: list[int], two_threads: bool = False) -> dict:
@@ -96,14 +110,13 @@ def analyse(before: Path, after: Path, crossing: list[int], two_threads: bool = 
         stage("read")
         sent = flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
         stage("retransmissions")
-        arrivals, udp = b.crossing, b.directions["proto"] == 17
-        udp = np.flatnonzero(udp[arrivals.pop("direction")])  # the crossing rows of UDP
-        a = scan(after, reuse=b, crossing=pairs, crossing_columns=("ts_ns", "key_hash"))
+        udp, arrivals = _udp_rows(b), b.crossing
+        a = scan(after, reuse=b, crossing=pairs, crossing_columns=DEPARTING)
         del b
         stage("read")
         goodput = flow_counters(a)
         stage("goodput")
-        departing, end_ns = a.crossing, int(a.ts_ns.max()) if len(a.ts_ns) else 0
+        departing, end_ns = a.crossing, _last_ns(a)
         del a
     ts_out, departures = match_rows(
         arrivals["key_hash"], arrivals["ts_ns"], departing["key_hash"], departing["ts_ns"],
@@ -141,18 +154,15 @@ def _both_at_once(before: Path, after: Path, pairs):
     """analyse's scans and flow counters, each capture in a thread of its own."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import numpy as np
-
     from analysis.fastpath import flow_counters, scan
 
     def sender_side():
         b = scan(before, crossing=pairs)
-        udp = np.flatnonzero((b.directions["proto"] == 17)[b.crossing.pop("direction")])
-        return flow_counters(b), b.crossing, udp
+        return flow_counters(b), b.crossing, _udp_rows(b)
 
     def receiver_side():
-        a = scan(after, crossing=pairs, crossing_columns=("ts_ns", "key_hash"))
-        return flow_counters(a), a.crossing, int(a.ts_ns.max()) if len(a.ts_ns) else 0
+        a = scan(after, crossing=pairs, crossing_columns=DEPARTING)
+        return flow_counters(a), a.crossing, _last_ns(a)
 
     with ThreadPoolExecutor(2) as pool:
         b, a = pool.submit(sender_side), pool.submit(receiver_side)
