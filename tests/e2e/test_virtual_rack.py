@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -345,3 +348,50 @@ def test_a_live_rack_whose_checkout_is_gone_is_taken_down_with_a_warning(tiny):
     assert namespaces(SWITCH_PREFIX) == []
     assert processes_mentioning(str(solo.state_dir)) == []  # its sshds ended with them
     assert not solo.owner_file.exists()
+
+
+def test_a_vm_rack_whose_checkout_is_gone_has_its_qemu_ended(tiny, tmp_path):
+    """The same for a VM rack: its qemu pid file went with the state directory, so the qemu
+    is found by the pid file its command line names, and ended. (A stand-in process with
+    qemu's name and arguments plays the VM: what is checked is finding and ending it.)"""
+    solo, _ = tiny
+    gone = tmp_path / "deleted-checkout"
+    rack_state = gone / ".state/rack"
+    pidfile = rack_state / "vm/qemu.pid"
+    pidfile.parent.mkdir(parents=True)
+    qemu = subprocess.Popen(
+        ["qemu-system-x86_64", "-c", "import time; time.sleep(600)", "-pidfile", str(pidfile)],
+        executable=sys.executable,
+        start_new_session=True,
+    )
+    try:
+        pidfile.write_text(f"{qemu.pid}\n")
+        solo.owner_file.parent.mkdir(parents=True, exist_ok=True)
+        solo.owner_file.write_text(
+            json.dumps(
+                {
+                    "project_dir": str(gone), "state_dir": str(rack_state), "topology": "vm",
+                    "prefix": SWITCH_PREFIX, "inventory": str(gone / "inventory/virtual/hosts.yml"),
+                    "since": "2026-11-27T21:00:00Z", "namespaces": [], "bridges": [],
+                    "management": [], "kind": "vm", "vm_pidfile": str(pidfile),
+                }
+            )
+        )  # fmt: skip
+        # While its checkout exists, the VM rack is that checkout's: refused.
+        refused = rack_down(solo)
+        assert refused.returncode != 0
+        assert f"owned by another checkout {gone}" in " ".join(refused.stdout.split())
+        assert qemu.poll() is None
+
+        shutil.rmtree(gone)
+        down = rack_down(solo)
+        assert down.returncode == 0, down.stdout[-3000:]
+        said = " ".join((down.stderr + down.stdout).split())
+        assert f"Taking over the virtual rack with namespace prefix '{SWITCH_PREFIX}'" in said
+        assert "its state directory is gone" in said
+        assert qemu.wait(timeout=30) == -signal.SIGTERM  # ended by rack-down, by its pid
+        assert not solo.owner_file.exists()
+    finally:
+        if qemu.poll() is None:
+            qemu.kill()
+            qemu.wait()

@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.virtual_rack_qemu import qemu_pid
 
 DOCUMENTATION = r"""
 module: virtual_rack_owner
@@ -100,12 +101,8 @@ class Owner:
     def live(self, rec: dict, prefix: str) -> list[str]:
         """The record's namespaces that still exist (a VM rack's: its qemu, while it runs)."""
         if rec.get("vm_pidfile"):
-            try:
-                pid = int(Path(rec["vm_pidfile"]).read_text().strip())
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, ValueError):
-                return []
-            return [f"qemu pid {pid}"] if rec["vm_pidfile"].encode() in cmdline else []
+            pid = qemu_pid(Path(rec["vm_pidfile"]))
+            return [f"qemu pid {pid}"] if pid else []
         names = rec.get("namespaces")
         if not isinstance(names, list):
             return sorted(n for n in self.netns if n.startswith(prefix))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.virtual_rack_cpus import unpin_process
+from ansible.module_utils.virtual_rack_qemu import QEMU, qemu_pid
 
 DOCUMENTATION = r"""
 module: virtual_rack_vm
@@ -51,7 +52,6 @@ options:
           own session's) and of each of its threads.", type: int, default: -10}
 """
 
-QEMU = "qemu-system-x86_64"
 KVM_CREATE_VM = 0xAE01
 
 
@@ -104,18 +104,6 @@ def probe_kvm(module: AnsibleModule, image: Path, vmdir: Path) -> tuple[bool, st
     if booted:
         return True, why
     return False, f"a KVM guest did not start ({err[-200:] or 'no console output in 8 s'})"
-
-
-def qemu_pid(pidfile: Path) -> int | None:
-    """The pid in pidfile if that process is a qemu started with this pid file."""
-    try:
-        pid = int(pidfile.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return None
-    if cmdline and cmdline[0].decode().endswith(QEMU) and str(pidfile).encode() in cmdline:
-        return pid
-    return None
 
 
 def prioritize(pid: int, nice: int) -> dict:
@@ -171,8 +159,8 @@ def present(module: AnsibleModule) -> dict:
     ip = p["address"].split("/")[0]
     info_file = vmdir / "vm.json"
     pid = qemu_pid(pidfile)
-    if pid:
-        info = json.loads(info_file.read_text())
+    if pid:  # (a qemu found by its command line, its files gone, has no vm.json)
+        info = json.loads(info_file.read_text()) if info_file.exists() else {}
         same = info.get("image") == str(image) and info.get("address") == p["address"]
         if same and ssh_ready(ip):
             info["priority"] = prioritize(pid, p["nice"])
