@@ -69,8 +69,13 @@ TCP_RMEM = (4096, 131072, 6291456)
 TCP_WMEM = (4096, 16384, 4194304)
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived; the runner cleans up and records the trial as interrupted."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; the runner cleans up and records the trial as interrupted.
+
+    A BaseException, as KeyboardInterrupt is: the handler raises it wherever the main thread
+    is, often inside an SSH call whose ``except Exception`` would turn it into a host error
+    (a Ctrl-C during the watch's check read as "C stopped answering (SIGINT)", failing the
+    trial instead of interrupting it)."""
 
 
 @contextmanager

@@ -163,3 +163,24 @@ def test_a_problem_on_one_host_has_the_others_asked_at_once_and_names_every_caus
         w.until(start + 10, every_s=1.0)
     a, b = rack.asked_at
     assert a - start == pytest.approx(0.5, abs=0.1) and b - a < 0.1
+
+
+def test_ctrl_c_during_a_check_interrupts_and_is_no_unreachable_host(monkeypatch):
+    """The signal handler raises Interrupted inside the SSH call of a check (core.rack.Rack.run
+    wraps what the connection raises): it reaches the runner as an interrupt, not as a host
+    that stopped answering."""
+    from core.rack import Rack
+    from trials.runner import Interrupted
+
+    class CtrlC:
+        def run(self, *args, **kwargs):
+            raise Interrupted("SIGINT")
+
+    rack = Rack([], {}, {})
+    monkeypatch.setattr(rack, "connection", lambda name: CtrlC())
+    monkeypatch.setattr(rack, "host", lambda name: SimpleNamespace(workdir="/w"))
+    w = watch(rack)
+    w.expect("A", "tcp_client", "tcp (bulk_tcp)", time.time() + 60)
+    with pytest.raises(Interrupted):
+        w.check()
+    assert w.unreachable == {}
