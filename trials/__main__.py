@@ -40,6 +40,7 @@ from trials.batch import (
     spawn_workers,
 )
 from trials.collections import controller_problems
+from trials.network import virtual_topology_problems
 from trials.plan import Plan, Trial, load_plan
 from trials.preflight import available, preflight
 from trials.runner import Interrupted, new_batch_path, run_plan
@@ -64,6 +65,16 @@ def overhead_s(racks: list[list[Path]]) -> int:
     """Per-trial overhead of the slowest of the racks (by the kind its inventory says)."""
     kinds = {rack_kind.running_kind(inv) for rack in racks for inv in rack}
     return OVERHEAD_S_VM if "vm" in kinds else OVERHEAD_S
+
+
+def refuse_beyond_virtual_topology(trials: list[Trial], source: str) -> None:
+    """SpecError when a trial needs what its virtual rack's topology does not have: checked
+    from the topology file, before a rack is brought up or replaced."""
+    problems = [
+        p for t in trials if t.experiment for p in virtual_topology_problems(t.experiment, source)
+    ]
+    if problems:
+        raise SpecError("\n".join(dict.fromkeys(problems)))
 
 
 def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
@@ -243,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_nightly(args)
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
+        if args.command == "check" or not args.inventory:
+            refuse_beyond_virtual_topology(trials, str(plan.source))
         if args.command == "check":
             # Wide enough that a trial's row stays on one line when piped.
             Console(width=None if sys.stdout.isatty() else 160).print(plan_table(plan, trials))
@@ -327,6 +340,8 @@ def run_batch(args: argparse.Namespace) -> int:
     end, then the batch's tables."""
     plan = load_plan(args.experiment, args.sets)
     trials = plan.select(args.only)
+    if not args.racks:
+        refuse_beyond_virtual_topology(trials, str(plan.source))
     path = args.batch or new_batch_path(args.results, args.experiment)
     batch, resumed = Batch.create_or_resume(path, plan, trials, args.sets, args.only)
     if resumed:

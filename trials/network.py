@@ -13,7 +13,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.rack import Host, Rack, RackError
+import yaml
+
+from core.rack import PROJECT_DIR, Host, Rack, RackError
 from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
 from trials.spec import Experiment, HostSettings, Shaping
@@ -378,3 +380,38 @@ def host_settings(
                 "shape that link on the router's side"
             )
     return out
+
+
+TOPOLOGIES = PROJECT_DIR / "inventory" / "virtual" / "topologies"
+
+
+def virtual_topology_problems(exp: Experiment, source: str) -> list[str]:
+    """What the virtual rack of the experiment's ``topology`` cannot give it, read from the
+    topology file alone (before a rack is brought up or replaced): an unknown topology, nodes
+    that are not its hosts, ``hosts.<key>`` that name neither a node nor a group."""
+    path = TOPOLOGIES / f"{exp.topology}.yml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in TOPOLOGIES.glob("*.yml")))
+        return [
+            f"{source}: key 'topology': {exp.topology!r} is not a virtual rack topology; the "
+            f"topologies are: {known} (inventory/virtual/topologies/)"
+        ]
+    hosts: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}).get("hosts") or {}
+    groups = {g for h in hosts.values() for g in (h or {}).get("groups", [])}
+    problems = []
+    for where, node in exp.node_references():
+        host = exp.network.host_of(node)
+        if host not in hosts:
+            problems.append(
+                f"{source}: key '{where}': node {node!r} is not a host of the {exp.topology} "
+                f"topology; its hosts are: {', '.join(hosts)}"
+            )
+    allowed = set(IMPLICIT_GROUPS) | groups | set(hosts) | set(exp.nodes())
+    for key in exp.hosts:
+        if key not in allowed:
+            problems.append(
+                f"{source}: key 'hosts.{key}': not a node, an inventory group or one of "
+                f"{', '.join(IMPLICIT_GROUPS)}; nodes: {', '.join(hosts)}; groups: "
+                f"{', '.join(sorted(groups))}"
+            )
+    return list(dict.fromkeys(problems))

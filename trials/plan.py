@@ -182,6 +182,41 @@ def trial_id(exp: Experiment, repetition: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+# Factors may not vary what describes the matrix, nor the rack a batch runs on.
+_NOT_FACTORS = {*_NOT_PARAMETERS, "topology"}
+
+
+def _check_factors(levels: dict[str, list[Any]], path: Path) -> None:
+    """SpecError for a factor whose key is not a key, names the matrix itself or the
+    topology, or whose levels are none or repeat one another."""
+    for key, values in levels.items():
+        where = f"{path}: key 'factors.{key}'"
+        try:
+            parts = parse_key(key)
+        except ValueError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        if parts[0] in _NOT_FACTORS:
+            why = (
+                "one batch runs on one rack; write a file per topology"
+                if parts[0] == "topology"
+                else "it describes the matrix, not a trial"
+            )
+            raise SpecError(f"{where}: {parts[0]} cannot be a factor ({why})")
+        if not values:
+            raise SpecError(f"{where}: no levels; give one value or a list of them")
+        texts = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        twice = sorted({t for t in texts if texts.count(t) > 1})
+        if twice:
+            raise SpecError(f"{where}: level {', '.join(twice)} given more than once")
+
+
+def _repetitions(value: Any, path: Path) -> int:
+    """``repetitions`` of a file that is judged trial by trial: a whole number of at least 1."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise SpecError(f"{path}: key 'repetitions': {value!r} is not a whole number of at least 1")
+
+
 def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
     """Read, override, validate and expand an experiment file; raise SpecError naming the
     file and the key."""
@@ -201,16 +236,19 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
         except ValueError as exc:
             raise SpecError(f"{path}: --set {text}: {exc}") from None
     factors = dict(raw["factors"]) if isinstance(raw.get("factors"), dict) else None
+    factor_levels = {k: v if isinstance(v, list) else [v] for k, v in (factors or {}).items()}
+    _check_factors(factor_levels, path)
     try:
         base: Experiment | None = validate(raw, path)
     except SpecError as exc:
+        if sets:  # say that the file was changed before it was judged
+            exc = SpecError(f"{exc}\n  (the file as changed by --set {' '.join(sets)})")
         # The file as written may be invalid only where factors override it (e.g. a late
         # joiner's start beyond a shortened duration): then each trial is judged alone.
         if not factors:
-            raise
+            raise exc from None
         base, base_error = None, exc
-    factor_levels = {k: v if isinstance(v, list) else [v] for k, v in (factors or {}).items()}
-    repetitions = base.repetitions if base else int(raw.get("repetitions", 1))
+    repetitions = base.repetitions if base else _repetitions(raw.get("repetitions", 1), path)
     trials: list[Trial] = []
     keys = list(factor_levels)
     labels = _labels(keys)

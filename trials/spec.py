@@ -507,26 +507,31 @@ class Experiment(Strict):
                         f"not {m.at} (markers[{i}].at)"
                     )
 
+    def node_references(self) -> list[tuple[str, str]]:
+        """(key, node) of every place the file names a node: links, traffic, marking rules."""
+        used = [
+            (f"network.links[{i}]", n) for i, lk in enumerate(self.network.links) for n in lk.ends
+        ]
+        used += [
+            (f"traffic[{i}].{k}", n)
+            for i, g in enumerate(self.traffic)
+            for k, n in zip(("from", "to"), g.endpoints(), strict=True)
+        ]
+        used += [
+            (f"network.marking[{i}]", n)
+            for i, r in enumerate(self.network.marking)
+            for n in r.named_nodes()
+        ]
+        return used
+
     def _check_references(self) -> None:
         """Names that point elsewhere in the file must exist there."""
+        for i, gen in enumerate(self.traffic):
+            if gen.from_ == gen.to:
+                raise ValueError(f"traffic[{i}]: from and to are the same node ({gen.to})")
         declared = self.network.nodes
         if declared:
-            used = [
-                (f"network.links[{i}]", n)
-                for i, lk in enumerate(self.network.links)
-                for n in lk.ends
-            ]
-            used += [
-                (f"traffic[{i}].{k}", n)
-                for i, g in enumerate(self.traffic)
-                for k, n in zip(("from", "to"), g.endpoints(), strict=True)
-            ]
-            used += [
-                (f"network.marking[{i}]", n)
-                for i, r in enumerate(self.network.marking)
-                for n in r.named_nodes()
-            ]
-            for where, node in used:
+            for where, node in self.node_references():
                 if node not in declared:
                     raise ValueError(
                         f"{where}: node {node!r} is not in network.nodes ({', '.join(declared)})"
@@ -663,14 +668,41 @@ def _inner_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, but a key given twice in one mapping is an error (PyYAML keeps the last
+    one silently: a second `duration:` would win over the first without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} given twice (first on line {seen[key] + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; a syntax error names the file, line and column."""
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise SpecError(f"{path}: no such experiment file") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: a directory, not an experiment file") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read it ({exc.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

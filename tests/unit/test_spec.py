@@ -238,3 +238,100 @@ def test_only_needs_just_the_selected_trials_to_validate(tmp_path):
     assert len(plan.select(["*start-0s*"])) == 6
     with pytest.raises(SpecError, match=r"traffic\[1\].start \(15 s\) is not before the end"):
         plan.select(["*start-15s*"])
+
+
+def test_files_that_are_not_yaml_text_are_refused_by_name(tmp_path):
+    for make, said in (
+        (lambda p: p.mkdir(), "a directory, not an experiment file"),
+        (lambda p: p.write_bytes(b"\xffexperiment: startup\n"), "not a text file (byte 0"),
+    ):
+        path = tmp_path / f"case{len(list(tmp_path.iterdir()))}.yml"
+        make(path)
+        with pytest.raises(SpecError) as exc:
+            load_plan(path)
+        assert str(exc.value) == f"{path}: {said}" or str(exc.value).startswith(f"{path}: {said}")
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    lines = GOOD.splitlines()
+    first, last = lines.index("duration: 30s") + 1, len(lines) + 1
+    message = error_of(tmp_path, GOOD + "duration: 4s\n")
+    assert (
+        f"line {last}, column 1: not valid YAML: key 'duration' given twice (first on line {first})"
+    ) in message
+    message = error_of(tmp_path, GOOD.replace("cc: reno}", "cc: reno, cc: cubic}", 1))
+    flow = next(i for i, line in enumerate(lines, 1) if "name: first" in line)
+    assert (
+        f"line {flow}, column " in message
+        and f"key 'cc' given twice (first on line {flow})" in message
+    )
+
+
+def test_factors_that_cannot_make_a_matrix_are_refused(tmp_path):
+    factors = "factors:\n  hosts.senders.initcwnd: [1, 3, 10]\n"
+    for levels, said in (
+        (
+            "traffic[late.start: [0s]",
+            "key 'factors.traffic[late.start': 'traffic[late.start' is not a key",
+        ),
+        ("traffic[late].start: []", "key 'factors.traffic[late].start': no levels"),
+        ("traffic[late].start: [0s, 15s, 0s]", 'level "0s" given more than once'),
+        ("repetitions: [1, 2]", "repetitions cannot be a factor (it describes the matrix"),
+        ("topology: [chain2, dumbbell]", "topology cannot be a factor (one batch runs on one rack"),
+    ):
+        text = GOOD.replace(
+            factors + "  traffic[late].start: [0s, 15s]\n", f"{factors}  {levels}\n"
+        )
+        assert text != GOOD
+        assert said in error_of(tmp_path, text), levels
+
+
+def test_repetitions_of_a_file_judged_trial_by_trial_are_checked(tmp_path):
+    # duration 10 s: the base file (late joiner at 15 s) is judged trial by trial
+    for bad in ("three", "[1, 2]", "0", "", "true"):
+        text = GOOD.replace("repetitions: 2", f"repetitions: {bad}").replace("30s", "10s")
+        message = error_of(tmp_path, text)
+        assert "key 'repetitions'" in message and "whole number of at least 1" in message, bad
+
+
+def test_set_errors_say_the_file_was_changed_by_set(tmp_path):
+    without_factors = GOOD[: GOOD.index("factors:")]
+    message = error_of(tmp_path, without_factors, ("durtion=20s",))
+    assert "unknown key 'durtion'" in message
+    assert "(the file as changed by --set durtion=20s)" in message
+
+
+def test_traffic_to_itself_is_refused(tmp_path):
+    message = error_of(tmp_path, GOOD.replace("from: S2, to: D2, dscp", "from: D2, to: D2, dscp"))
+    assert "traffic[2]: from and to are the same node (D2)" in message
+
+
+def test_nodes_and_host_groups_beyond_the_virtual_topology_are_refused_before_a_rack(tmp_path):
+    """What `check` (and run/batch on the virtual rack, before it is brought up) finds from the
+    topology file: an unknown topology, nodes it lacks, hosts.<key> naming nothing there."""
+
+    def check(text: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "trials", "check", str(write(tmp_path, text))],
+            capture_output=True, text=True, cwd=PROJECT, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    path = tmp_path / "exp.yml"
+    for text, said in (
+        (GOOD.replace("topology: chain2", "topology: chian2"),
+         f"{path}: key 'topology': 'chian2' is not a virtual rack topology; the topologies are: "
+         "chain2, dumbbell"),
+        (GOOD.replace("to: D1", "to: D9"),
+         f"{path}: key 'traffic[0].to': node 'D9' is not a host of the chain2 topology"),
+        (GOOD.replace("topology: chain2", "topology: dumbbell"),
+         f"{path}: key 'network.links[0]': node 'R1' is not a host of the dumbbell topology; its "
+         "hosts are: A, B, C, D, R"),
+        (GOOD.replace("hosts:\n  senders:", "hosts:\n  sendres:"),
+         f"{path}: key 'hosts.sendres': not a node, an inventory group or one of all, senders, "
+         "receivers"),
+    ):  # fmt: skip
+        done = check(text)
+        assert done.returncode == 2, done.stdout[-2000:]
+        assert said in " ".join(done.stderr.split()), done.stderr
+        assert "Traceback" not in done.stderr
+    assert check(GOOD).returncode == 0

@@ -19,14 +19,15 @@ topology: dumbbell
 network:
   links: [{name: lan, from: R, to: C, rate: 10mbit, buffer: 100pkt}]
 traffic:
-  - {type: transaction, name: eft, from: A, to: C, workload: eft_short, %s}
+  - {type: transaction, name: eft, from: A, to: C, %s}
 duration: 5s
 """
 
 
 def error_of(tmp_path: Path, extra: str) -> str:
     path = tmp_path / "exp.yml"
-    path.write_text(BASE % extra)
+    fields = extra if "workload:" in extra else f"workload: eft_short, {extra}"
+    path.write_text(BASE % fields)  # a key given twice is refused as such: one of each
     with pytest.raises(SpecError) as exc:
         load_plan(path)
     return str(exc.value)
@@ -75,7 +76,9 @@ def test_bad_values_are_refused_naming_the_key(tmp_path, extra, message):
 
 def test_tcp_timestamps_is_0_or_1(tmp_path):
     path = tmp_path / "exp.yml"
-    path.write_text(BASE % "protocol: tcp" + "hosts:\n  all: {tcp_timestamps: 2}\n")
+    path.write_text(
+        BASE % "workload: eft_short, protocol: tcp" + "hosts:\n  all: {tcp_timestamps: 2}\n"
+    )
     with pytest.raises(SpecError) as exc:
         load_plan(path)
     assert "hosts.all.tcp_timestamps" in str(exc.value) and "0 or 1" in str(exc.value)
