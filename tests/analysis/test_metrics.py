@@ -286,17 +286,31 @@ def test_summarize_owd_all_lost() -> None:
 
 
 def test_flow_key_collision_falls_back_to_exact_keys(monkeypatch) -> None:
-    """Every 4-tuple hashing alike: the flow table is still exact (keyed by whole tuples)."""
+    """Every 4-tuple hashing alike: the flow table of metrics._tcp_flows and _flow_ids (what
+    analysis.startup builds on) is still exact, keyed by whole tuples."""
     from analysis import metrics
+    from analysis.startup import delivered_by, flow_starts
 
     other = packets(transfer(segments=4))  # a second connection from port 6000
     out = other["src"] == A
     other.loc[out, "sport"] = np.uint16(6000)
     other.loc[~out, "dport"] = np.uint16(6000)
     df = pd.concat([packets(transfer()), other], ignore_index=True)
-    expected_g, expected_r = tcp_goodput(df), tcp_retransmissions(df)
-    monkeypatch.setattr(metrics, "_flow_hash", lambda *cols: np.zeros(len(cols[0]), np.uint64))
-    df2 = df.copy()  # a new frame: not in the flow-table cache
-    pd.testing.assert_frame_equal(tcp_goodput(df2), expected_g)
-    pd.testing.assert_frame_equal(tcp_retransmissions(df2), expected_r)
-    assert expected_g["bytes"].tolist() == [10_000, 4_000]
+    calls = []
+
+    def same_hash(*cols):
+        calls.append(len(cols[0]))
+        return np.zeros(len(cols[0]), np.uint64)
+
+    monkeypatch.setattr(metrics, "_flow_hash", same_hash)
+    starts = flow_starts(df)
+    assert calls, "the collision never reached the flow table"
+    assert starts[["sport", "syn_ns", "syns", "first_data_ns"]].values.tolist() == [
+        [5000, 0, 1, MS],
+        [6000, 0, 1, MS],
+    ]
+    got = delivered_by(df, [round(2.6 * MS), 100 * MS])
+    # ACKs 0.5 ms after each 1000-byte segment, from 1.5 ms on; the FIN is not payload
+    assert got[["sport", "bytes"]].values.tolist() == [
+        [5000, 2000], [5000, 10_000], [6000, 2000], [6000, 4000],
+    ]  # fmt: skip

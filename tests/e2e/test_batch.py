@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -204,5 +205,10 @@ def test_two_racks_share_one_plan(test_rack, second_rack, experiment, tmp_path):
     per_rack = Counter(e["rack"] for e in finished)
     assert sorted(per_rack.values()) == [1, 1], per_rack
     assert all(s == "complete" for s in trial_status(batch).values())
+    # Both ran at once: the later of the two started before the earlier one was done.
+    started_at = {e["trial"]: e["time"] for e in events(batch) if e["event"] == "start"}
+    done_at = {e["trial"]: e["time"] for e in finished}
+    at = datetime.fromisoformat
+    assert at(max(started_at.values())) < at(min(done_at.values())), (started_at, done_at)
     busy = sum(e["seconds"] for e in finished)
     print(f"two racks: {busy:.0f} s of trials in {wall:.0f} s wall ({busy / wall:.2f}x)")

@@ -14,6 +14,7 @@ import pytest
 from analysis.trial import analyse_trial
 from collect.fetch import verify_manifest
 from core.rack import Rack
+from core.units import parse_offset_ns
 from tests.e2e.conftest import PREFIX, start_trials, wait_for_daemon
 
 pytestmark = pytest.mark.rack
@@ -73,8 +74,12 @@ def test_ctrl_c_mid_trial_restores_the_network_and_keeps_the_captures(test_rack,
     tcp = analyse_trial(trial_dir)["generators"]["tcp"]
     stopped_at = tcp["window_cut_at_s"]
     assert 4 <= stopped_at < 20, stopped_at  # stopped ~8 s after launch, T0 = launch + 2 s
-    if tcp["goodput_kBps"] is not None:
-        assert tcp["steady_window_s"][1] == stopped_at
+    gen = record["traffic"]["tcp"]
+    steady_from_s = (gen["start_ns"] + parse_offset_ns(record["parameters"]["warmup"])) / 1e9
+    if stopped_at > steady_from_s:  # its steady window began: it ends where the trial stopped
+        assert tcp["goodput_kBps"] is not None and tcp["steady_window_s"][1] == stopped_at
+    else:  # stopped in the warm-up: no steady figures at all
+        assert tcp["goodput_kBps"] is None and tcp["steady_window_s"] is None, tcp
 
     rack = Rack.load([test_rack.inventory])
     try:

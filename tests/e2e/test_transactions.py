@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis.pcap import ip_to_int, read_pcap
@@ -130,3 +131,15 @@ def test_file_transfers_fill_the_link(eft):
         mbps = t["summary"]["throughput_median_mbps"]
         # Payload below the link's rate (headers), and most of it used by one transfer.
         assert 0.8 * RATE_BPS / 1e6 <= mbps <= RATE_BPS / 1e6, (name, mbps)
+        # The same from the packets: the file's payload the client sent, as the router saw it
+        # (TCP: each sequence number once), over the transfers' times in that capture.
+        gen = t["gen"]
+        packets = read_pcap(t["dir"] / "R" / "client_side.pcap")
+        sent = packets[(packets.src == ip_to_int(gen["src"])) & (packets.payload_len > 0)]
+        if gen["protocol"] == "tcp":
+            sent = sent.drop_duplicates(["sport", "seq"])
+        check = pd.read_parquet(t["dir"] / "analysis" / "transaction_check.parquet")
+        seen = sent.payload_len.sum() * 8 / check.cap_response_ns.sum() * 1e3  # Mbit/s
+        print(f"{name}: client {mbps:.2f} Mbit/s, capture {seen:.2f} Mbit/s")
+        assert len(check) == t["summary"]["transactions"], name
+        assert 0.8 * RATE_BPS / 1e6 <= seen <= RATE_BPS / 1e6, (name, seen)

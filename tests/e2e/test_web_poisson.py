@@ -116,8 +116,10 @@ def test_each_ingress_has_its_rtt(trial) -> None:
         # SYN to SYN-ACK seen at R1: the whole path's RTT (the access link back to the sender
         # included, as its delay sits on R1's egress), plus queueing
         assert configured <= rtt.min() < configured + 3
-        rtts.append(configured)
-    assert rtts == [124, 149, 173, 198]
+        rtts.append(rtt.min())
+    # the paper's four RTTs, in ingress order: each measured minimum lies within 3 ms above
+    # its own RTT (checked above) and so below the next one's
+    assert [int(r) for r in rtts] == pytest.approx([124, 149, 173, 198], abs=3), rtts
 
 
 def test_the_receivers_turnaround_is_the_reverse_delay_and_little_more(trial) -> None:

@@ -397,3 +397,22 @@ def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, 
     )
     # A kernel with them (the VM rack's) passes.
     preflight.preflight(trials, FakeRack("vm", set(preflight.QDISC_MODULES["rio"])), "exp.yml")  # type: ignore[arg-type]
+
+
+def test_preflight_refuses_host_pacing_without_fq(tmp_path, monkeypatch):
+    """Linux host pacing needs sch_fq; a kernel without it (this machine's, a namespace rack)
+    is refused by preflight with the key and what works instead, before any host is touched."""
+    monkeypatch.setattr(preflight, "host_facts", fake_facts)
+    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    paced = (
+        EXPERIMENT.replace("qdisc: rio", "qdisc: droptail") + "hosts:\n  senders: {pacing: true}\n"
+    )
+    trials = load_plan(write(tmp_path, paced)).select(None)
+    rack = FakeRack("namespaces", set())
+    with pytest.raises(SpecError) as exc:
+        preflight.preflight(trials, rack, "exp.yml")  # type: ignore[arg-type]
+    message = " ".join(str(exc.value).split())
+    assert "exp.yml: key 'hosts.*.pacing (A)': pacing needs the fq qdisc" in message, message
+    assert "kernel of host A (6.12-cloud)" in message
+    assert "use traffic[].pacing (TCP's own pacing, per flow) instead" in message
+    assert any("fq" in probe for probe in rack.probes)  # it asked the host's kernel
