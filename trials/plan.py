@@ -129,9 +129,21 @@ class Plan:
         """Trials whose name or id matches one of the patterns (fnmatch globs); a selected
         trial whose overrides do not validate is an error (an unselected one is not)."""
         chosen = self._match(patterns)
-        broken = list(dict.fromkeys(t.error for t in chosen if t.error))
+        broken: dict[str, list[str]] = {}  # message -> the factor levels of its trials
+        for t in chosen:
+            if t.error:
+                message, _, where = t.error.partition(_IN_TRIAL)
+                broken.setdefault(message, []).append(where.removesuffix(")"))
         if broken:
-            raise SpecError("\n".join(broken))
+            lines = []
+            for message, where in broken.items():
+                where = [w for w in dict.fromkeys(where) if w]
+                if len(where) == 1:
+                    message += f"{_IN_TRIAL}{where[0]})"
+                elif where:  # one line, not one per trial
+                    message += f"{_IN_TRIAL}{where[0]}, and in {len(where) - 1} more trial(s))"
+                lines.append(message)
+            raise SpecError("\n".join(lines))
         return chosen
 
     def _match(self, patterns: list[str] | None) -> list[Trial]:
@@ -182,6 +194,7 @@ def trial_id(exp: Experiment, repetition: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+_IN_TRIAL = " (in the trial with "  # how a trial's own error names its factor levels
 # Factors may not vary what describes the matrix, nor the rack a batch runs on.
 _NOT_FACTORS = {*_NOT_PARAMETERS, "topology"}
 
@@ -228,6 +241,12 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
     for text in sets:
         try:
             key, value = parse_set(text)
+            if key.startswith("factors.") and len(key) > len("factors."):
+                # factors.<dotted key>=[levels]: one factor, whose key keeps its dots
+                if not isinstance(raw.get("factors"), dict):
+                    raw["factors"] = {}
+                raw["factors"][key.removeprefix("factors.")] = value
+                continue
             file_factors = raw.get("factors")
             if isinstance(file_factors, dict) and key in file_factors:
                 # A single value set on the command line replaces the factor.
@@ -265,7 +284,7 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
             exp = validate(trial_raw, path)
         except SpecError as exc:
             where = ", ".join(f"{k}={v}" for k, v in overrides.items())
-            error = f"{exc} (in the trial with {where})"
+            error = f"{exc}{_IN_TRIAL}{where})"
         stem = "_".join(f"{labels[k]}-{_value_text(v)}" for k, v in overrides.items())
         for rep in range(1, repetitions + 1):
             name = f"{stem}_r{rep}" if stem else f"r{rep}"

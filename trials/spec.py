@@ -13,7 +13,7 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -488,6 +488,13 @@ class Experiment(Strict):
                     f"traffic[{i}].start ({gen.start / 1e9:g} s) is not before the end of the "
                     f"trial (duration {self.duration / 1e9:g} s)"
                 )
+            own = getattr(gen, "duration", None)
+            if own is not None and gen.start + own > self.duration:
+                raise ValueError(
+                    f"traffic[{i}].duration ({own / 1e9:g} s from its start at "
+                    f"{gen.start / 1e9:g} s) runs past the end of the trial (duration "
+                    f"{self.duration / 1e9:g} s); shorten it, or leave it out to run until the end"
+                )
         return self
 
     def _check_markers(self) -> None:
@@ -602,6 +609,17 @@ def _first_message(err: ValidationError) -> str:
     return f"{key}: {msg}" if key else msg
 
 
+_LEADING_KEY = re.compile(
+    r"(?:Value error, )?([A-Za-z_]\w*(?:\[[^\]]+\])*(?:\.[A-Za-z_]\w*(?:\[[^\]]+\])*)*)(?::| \()"
+)
+
+
+def _named_key(msg: str) -> str:
+    """Where a check across keys points: the key its message begins with, else 'keys'."""
+    m = _LEADING_KEY.match(msg)
+    return f"key '{m[1]}'" if m else "keys"
+
+
 def _key(loc: tuple[Any, ...]) -> str:
     parts = []
     for p in loc:
@@ -620,13 +638,16 @@ def format_errors(source: str | Path, err: ValidationError, prefix: str = "") ->
         key = _key(e["loc"])
         if prefix:
             key = f"{prefix}.{key}" if key and not key.startswith("[") else f"{prefix}{key}"
-        where = f"key '{key}'" if key else "keys"
+        where = f"key '{key}'" if key else _named_key(e["msg"])
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{key}'; allowed here: {_allowed_at(e['loc'])}")
         elif e["type"] == "missing":
             lines.append(f"{source}: key '{key}' is required")
         elif e["type"] == "union_tag_invalid":
             lines.append(f"{source}: {where}: {e['msg']}")
+        elif e["type"] == "union_tag_not_found":  # a generator without its type
+            types = ", ".join(GENERATOR_TYPES)
+            lines.append(f"{source}: {where}: needs a type; the types are: {types}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
             lines.append(f"{source}: {where}: {msg}")
@@ -636,8 +657,10 @@ def format_errors(source: str | Path, err: ValidationError, prefix: str = "") ->
 def _allowed_at(loc: tuple[Any, ...]) -> str:
     """Field names (as written in files) of the model that holds the unknown key."""
     model: Any = Experiment
+    mapping_key = False  # the part before was a mapping of names (hosts): this is a name
     for part in loc[:-1]:
-        if isinstance(part, int):
+        if isinstance(part, int) or mapping_key:
+            mapping_key = False
             continue
         if part in GENERATOR_TYPES:
             model = GENERATOR_TYPES[part].spec_class
@@ -655,7 +678,15 @@ def _allowed_at(loc: tuple[Any, ...]) -> str:
         model = _inner_model(field.annotation)
         if model is None:
             return "see experiments/*.yml"
+        mapping_key = _is_mapping(field.annotation)
     return ", ".join(f.alias or n for n, f in model.model_fields.items())
+
+
+def _is_mapping(annotation: Any) -> bool:
+    """Whether the annotation is (or allows) a dict: its keys are names, not fields."""
+    if get_origin(annotation) is dict:
+        return True
+    return any(_is_mapping(arg) for arg in get_args(annotation))
 
 
 def _inner_model(annotation: Any) -> type[BaseModel] | None:

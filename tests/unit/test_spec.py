@@ -335,3 +335,25 @@ def test_nodes_and_host_groups_beyond_the_virtual_topology_are_refused_before_a_
         assert said in " ".join(done.stderr.split()), done.stderr
         assert "Traceback" not in done.stderr
     assert check(GOOD).returncode == 0
+
+
+def test_more_mistakes_get_the_key_and_what_is_allowed(tmp_path):
+    message = error_of(tmp_path, GOOD.replace("initcwnd: 10, rto_min", "initcwind: 10, rto_min"))
+    assert "unknown key 'hosts.senders.initcwind'; allowed here: cc, cc_params, initcwnd" in message
+    message = error_of(tmp_path, GOOD.replace("{type: cbr_udp, from: S2", "{from: S2"))
+    assert "key 'traffic[2]': needs a type; the types are: bulk_tcp, cbr_udp" in message
+    long_late = write(tmp_path, GOOD.replace("start: 15s", "start: 15s, duration: 20s"))
+    with pytest.raises(SpecError) as exc:  # the late joiner's trials only
+        load_plan(long_late).select(None)
+    assert (
+        f"{long_late}: key 'traffic[1].duration': traffic[1].duration (20 s from its start at "
+        "15 s) runs past the end of the trial (duration 30 s)"
+    ) in str(exc.value)
+    message = error_of(tmp_path, GOOD.replace("factors:", "warmup: 40s\nfactors:"))
+    assert "key 'warmup': warmup (40 s) must be shorter than duration (30 s)" in message
+
+
+def test_set_names_one_factor_by_its_dotted_key(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD), ["factors.hosts.all.cc=[reno, cubic]"])
+    assert len(plan.trials) == 24
+    assert {t.overrides["hosts.all.cc"] for t in plan.trials} == {"reno", "cubic"}
