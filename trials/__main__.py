@@ -14,6 +14,7 @@ status [-i INVENTORY]... [--json]             what every rack host is doing now 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from pathlib import Path
@@ -65,6 +66,28 @@ def overhead_s(racks: list[list[Path]]) -> int:
     """Per-trial overhead of the slowest of the racks (by the kind its inventory says)."""
     kinds = {rack_kind.running_kind(inv) for rack in racks for inv in rack}
     return OVERHEAD_S_VM if "vm" in kinds else OVERHEAD_S
+
+
+FAMILY_MODULES = PROJECT_DIR / "analysis" / "families"
+
+
+def refuse_misspelt_family(plan: Plan) -> None:
+    """SpecError when `experiment:` names no family with a report module but is close to
+    one (a typo would lose the batch's family tables without a word). Families without a
+    module of their own (dscp_marking, web_poisson) run with the generic tables."""
+    name = plan.base.experiment
+    families = sorted(
+        p.stem
+        for p in FAMILY_MODULES.glob("*.py")
+        if not p.stem.startswith("_") and p.stem != "common"
+    )
+    close = difflib.get_close_matches(name, families, n=1, cutoff=0.8)
+    if name not in families and close:
+        raise SpecError(
+            f"{plan.source}: key 'experiment': {name!r} has no report module; did you mean "
+            f"{close[0]!r}? (the families with one: {', '.join(families)}; a new family's "
+            "module goes in analysis/families/)"
+        )
 
 
 def refuse_beyond_virtual_topology(trials: list[Trial], source: str) -> None:
@@ -254,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_nightly(args)
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
+        refuse_misspelt_family(plan)
         if args.command == "check" or not args.inventory:
             refuse_beyond_virtual_topology(trials, str(plan.source))
         if args.command == "check":
@@ -340,6 +364,7 @@ def run_batch(args: argparse.Namespace) -> int:
     end, then the batch's tables."""
     plan = load_plan(args.experiment, args.sets)
     trials = plan.select(args.only)
+    refuse_misspelt_family(plan)
     if not args.racks:
         refuse_beyond_virtual_topology(trials, str(plan.source))
     path = args.batch or new_batch_path(args.results, args.experiment)

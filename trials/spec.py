@@ -219,7 +219,18 @@ class Link(Strict):
         if a == b:
             raise ValueError(f"a link joins two different nodes, not {a} to itself")
         for which in ("forward", "reverse"):
-            self.direction(which)  # validates the override
+            shaping = self.direction(which)  # validates the override
+            frame = self.mtu + 14  # a full-size Ethernet frame, as tc's bfifo counts it
+            buffer = shaping.buffer
+            if buffer is not None and not buffer.packets and buffer.amount < frame:
+                said = (
+                    f"{which}: " if (self.forward if which == "forward" else self.reverse) else ""
+                )
+                raise ValueError(
+                    f"{said}buffer {buffer} cannot hold one full-size frame ({frame} B at mtu "
+                    f"{self.mtu}): every such packet would be dropped; give at least {frame}B, "
+                    "or packets (e.g. 20pkt)"
+                )
         return self
 
     @property
@@ -242,8 +253,9 @@ class Link(Strict):
             )
         try:
             return Shaping.model_validate({**base, **override})
-        except ValidationError as exc:
-            raise ValueError(f"{which}: {_first_message(exc)}") from None
+        except ValidationError as exc:  # named by its direction where the file wrote one
+            said = f"{which}: " if override else ""
+            raise ValueError(f"{said}{_first_message(exc)}") from None
 
 
 _PORTS = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?$")

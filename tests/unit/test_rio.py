@@ -234,7 +234,7 @@ def test_experiment_file_takes_rio_with_defaults_and_records_them(tmp_path):
     [
         (
             "qdisc: rio, rio: {in: {min: 30}}",
-            "key 'network.links[0]': forward: rio.in.max: 90 packets (135000 B at mean_packet "
+            "key 'network.links[0]': rio.in.max: 90 packets (135000 B at mean_packet "
             "1500B) do not fit the link's buffer (60000 B)",
         ),
         (

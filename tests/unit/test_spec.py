@@ -357,3 +357,40 @@ def test_set_names_one_factor_by_its_dotted_key(tmp_path):
     plan = load_plan(write(tmp_path, GOOD), ["factors.hosts.all.cc=[reno, cubic]"])
     assert len(plan.trials) == 24
     assert {t.overrides["hosts.all.cc"] for t in plan.trials} == {"reno", "cubic"}
+
+
+def test_a_byte_buffer_must_hold_one_full_size_frame(tmp_path):
+    message = error_of(tmp_path, GOOD.replace("buffer: 20pkt", "buffer: 1000B"))
+    assert (
+        "key 'network.links[0]': buffer 1000B cannot hold one full-size frame (1514 B at mtu "
+        "1500): every such packet would be dropped"
+    ) in message
+    small_mtu = GOOD.replace("buffer: 20pkt, delay: 50ms", "buffer: 1000B, delay: 50ms, mtu: 576")
+    assert len(load_plan(write(tmp_path, small_mtu)).trials) == 12  # 590 B frames fit
+    message = error_of(
+        tmp_path,
+        GOOD.replace("buffer: 20pkt", "buffer: 1000B, reverse: {buffer: 10B}").replace(
+            "buffer: 1000B", "buffer: 2000B"
+        ),
+    )
+    assert "key 'network.links[0]': reverse: buffer 10B cannot hold one full-size frame" in message
+    one_way = GOOD.replace(
+        "between: [R1, R2], rate: 1.5mbit, buffer: 20pkt", "from: R1, to: R2, rate: 1.5mbit"
+    )
+    message = error_of(tmp_path, one_way)
+    assert "key 'network.links[0]': a shaped direction (rate) needs a buffer" in message
+
+
+def test_a_misspelt_family_is_refused_with_the_likely_one(tmp_path):
+    def check(text: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "trials", "check", str(write(tmp_path, text))],
+            capture_output=True, text=True, cwd=PROJECT, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    done = check(GOOD.replace("experiment: startup", "experiment: statrup"))
+    assert done.returncode == 2
+    assert "key 'experiment': 'statrup' has no report module; did you mean 'startup'?" in " ".join(
+        done.stderr.split()
+    )
+    assert check(GOOD.replace("experiment: startup", "experiment: my_new_family")).returncode == 0
