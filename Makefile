@@ -58,10 +58,10 @@ batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable
 	  $(if $(ONLY),$(foreach o,$(ONLY),--only '$(o)'))
 
 # Nightly: AT=HH:MM, KEEP_CAPTURES=days a batch keeps its captures (its tables stay);
-# NIGHTLY_VARS: the make variables the nightly run gets (default: SET and RACKS as given now).
+# NIGHTLY_VARS: the make variables the nightly run gets (default: SET, RACKS and RACK as given now).
 AT ?= 02:00
 KEEP_CAPTURES ?= 14
-NIGHTLY_VARS ?= $(if $(SET),SET="$(SET)") $(if $(RACKS),RACKS="$(RACKS)")
+NIGHTLY_VARS ?= $(if $(SET),SET="$(SET)") $(if $(RACKS),RACKS="$(RACKS)") $(if $(filter command line environment,$(origin RACK)),RACK=$(RACK))
 nightly-install: setup  ## run $(EXPERIMENT) every day at $(AT) into results/nightly/<name>/<date> (systemd timer, else cron)
 	@$(PYTHON) -m trials nightly install $(EXPERIMENT) --at $(AT) --keep-captures $(KEEP_CAPTURES) \
 	  --make-vars '$(NIGHTLY_VARS)'
@@ -74,7 +74,7 @@ nightly-status: setup  ## the installed schedules and the last nightly batches
 
 nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
 	@$(PYTHON) -m trials nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
-	  $(foreach r,$(RACKS),--rack $(r)) $(if $(SET),$(foreach s,$(SET),--set $(s)))
+	  --rack-kind $(RACK) $(foreach r,$(RACKS),--rack $(r)) $(if $(SET),$(foreach s,$(SET),--set $(s)))
 
 # By hand: VARS=an inventory overlay with the hosts' variables (playbooks/examples/), CHECK=1
 # shows what would change (--check --diff) and changes nothing.

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         help="a rack's inventory; give --rack once per rack to share the plan between them",
     )
     batch.add_argument("--retries", type=int, default=2, help="runs after a failed attempt")
-    for p in (run, batch, pre):
+    night = sub.add_parser("nightly", help="schedule, run and list nightly batches")
+    for p in (run, batch, pre, night):
         p.add_argument(
             "--rack-kind",
             choices=rack_kind.KINDS,
@@ -228,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("-i", "--inventory", type=Path, action="append", required=True)
     worker.add_argument("--label", required=True)
     worker.add_argument("--retries", type=int, default=2)
-    night = sub.add_parser("nightly", help="schedule, run and list nightly batches")
     night.add_argument("action", choices=["install", "remove", "status", "run"])
     night.add_argument("experiment", type=Path, nargs="?")
     night.add_argument("--at", default="02:00", help="time of day, HH:MM (install)")
