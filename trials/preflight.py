@@ -342,11 +342,12 @@ def preflight(
                 )
     for name, f in facts.items():
         points = needs_disk.get(name, {})
-        need = max(MIN_FREE_DISK, int(2 * max(points.values(), default=0)))
+        written = sum(points.values())  # a trial's capture points on a host write at once
+        need = max(MIN_FREE_DISK, int(2 * written))
         if f["free_disk_bytes"] < need:
             why = (
                 f"the captures at {', '.join(sorted(points))} write up to "
-                f"{max(points.values()) / 1e6:.0f} MB in one trial, and twice that is kept free"
+                f"{written / 1e6:.0f} MB in one trial, and twice that is kept free"
                 if need > MIN_FREE_DISK
                 else f"captures need at least {MIN_FREE_DISK / 1e6:.0f} MB"
             )

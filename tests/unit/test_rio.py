@@ -416,3 +416,29 @@ def test_preflight_refuses_host_pacing_without_fq(tmp_path, monkeypatch):
     assert "kernel of host A (6.12-cloud)" in message
     assert "use traffic[].pacing (TCP's own pacing, per flow) instead" in message
     assert any("fq" in probe for probe in rack.probes)  # it asked the host's kernel
+
+
+def test_preflight_keeps_free_twice_what_all_of_a_hosts_captures_write(tmp_path, monkeypatch):
+    """Two capture points on R write at once: the disk check adds them up (it took the larger
+    one alone, half of what a trial writes)."""
+    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    monkeypatch.setattr(preflight, "capture_bytes", lambda net, site, duration: 300e6)
+
+    def little_disk_on_r(rack, names, **kw):
+        facts = fake_facts(rack, names, **kw)
+        facts["R"]["free_disk_bytes"] = 1000 * 10**6  # above 2 x 300 MB, below 2 x 600 MB
+        return facts
+
+    monkeypatch.setattr(preflight, "host_facts", little_disk_on_r)
+    two_points = (
+        EXPERIMENT.replace("qdisc: rio}", "qdisc: droptail}\n    - {name: edge, from: R, to: A, "
+                           "rate: 1500kbit, buffer: 60kB}")
+        + "capture:\n  points:\n    - {name: p1, link: core, at: R}\n"
+        "    - {name: p2, link: edge, at: R}\n"
+    )  # fmt: skip
+    trials = load_plan(write(tmp_path, two_points)).select(None)
+    with pytest.raises(SpecError) as exc:
+        preflight.preflight(trials, FakeRack("namespaces", set()), "exp.yml")  # type: ignore[arg-type]
+    message = " ".join(str(exc.value).split())
+    assert "host R: only 1000 MB free" in message
+    assert "the captures at p1, p2 write up to 600 MB in one trial" in message
