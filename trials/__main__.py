@@ -33,9 +33,12 @@ from trials import nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
 from trials.batch import (
     Batch,
+    RackBusy,
     RackLock,
+    describe,
     now_iso,
     progress,
+    rack_in_use,
     rack_labels,
     run_worker,
     spawn_workers,
@@ -100,6 +103,21 @@ def refuse_beyond_virtual_topology(trials: list[Trial], source: str) -> None:
         raise SpecError("\n".join(dict.fromkeys(problems)))
 
 
+def refuse_removing_a_rack_in_use(why: str) -> None:
+    """RackBusy when the virtual rack is up and a batch or trial holds its lock: taking it
+    down deletes its hosts' work directories, with a running trial's files not yet brought
+    back."""
+    if not DEFAULT_INVENTORY.exists():
+        return
+    holder = rack_in_use(Rack.load([DEFAULT_INVENTORY]))
+    if holder is not None:
+        said = describe(holder) if holder else "a holder still writing its lock"
+        raise RackBusy(
+            f"the virtual rack is in use ({said}); {why}, with its trial's files. Wait for "
+            "it, or stop that process."
+        )
+
+
 def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
     """Bring up the virtual rack the experiment needs (namespaces on this machine, or inside
     the VM), replacing a rack of another topology or kind."""
@@ -111,6 +129,8 @@ def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
     if running == topology and running_kind == kind:
         return
     what = f"{topology} rack{' in the VM' if kind == 'vm' else ''}"
+    if running or running_kind:
+        refuse_removing_a_rack_in_use(f"bringing up the {what} would take it down")
     if running:
         console.print(f"taking down the {running} {running_kind} rack to bring up the {what}")
     else:
@@ -242,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     night.add_argument("--only", action="append", metavar="NAME")
     night.add_argument("--rack", dest="racks", action="append")
     night.add_argument("--retries", type=int, default=2)
+    guard = sub.add_parser(
+        "rack-guard", help="(make rack-up/rack-down) refuse to remove a virtual rack in use"
+    )
+    guard.add_argument("action", choices=["up", "down"])
+    guard.add_argument("--topology", default="dumbbell")
+    guard.add_argument("--kind", default="namespaces")
     status = sub.add_parser("status", help="what every rack host is doing now (changes nothing)")
     status.add_argument("-i", "--inventory", type=Path, action="append")
     status.add_argument("--json", action="store_true", help="print it as JSON")
@@ -270,6 +296,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "worker":
             run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)
+            return 0
+        if args.command == "rack-guard":
+            running = rack_kind.running_kind(DEFAULT_INVENTORY)
+            data = yaml.safe_load(DEFAULT_INVENTORY.read_text()) if running else {}
+            topology = ((data or {}).get("all", {}).get("vars") or {}).get("trialbed_topology")
+            if args.action == "down":
+                refuse_removing_a_rack_in_use("make rack-down would take it down")
+            elif running and (topology, running) != (args.topology, args.kind):
+                refuse_removing_a_rack_in_use(
+                    f"make rack-up of the {args.topology} {args.kind} rack would take it down"
+                )
             return 0
         if args.command == "batch":
             return run_batch(args)
@@ -406,7 +443,7 @@ def run_batch(args: argparse.Namespace) -> int:
         f"batch {batch.path}: {final.done} complete, {final.failed} failed after retries, "
         f"{final.todo} not run"
     )
-    if code == 0 and final.failed:
+    if code == 0 and (final.failed or final.todo):  # a trial left unrun is no success either
         code = 1
     return code
 
@@ -415,6 +452,11 @@ def run_nightly(args: argparse.Namespace) -> int:
     out = Console(width=None if sys.stdout.isatty() else 200)
     if args.action in ("install", "run") and not args.experiment:
         raise SpecError(f"nightly {args.action}: which experiment? (EXPERIMENT=...)")
+    if args.keep_captures < 1:  # 0 would prune tonight's batch right after its report
+        raise SpecError(
+            f"nightly {args.action}: KEEP_CAPTURES={args.keep_captures}: keep the captures at "
+            "least 1 day (their tables are kept whatever it is)"
+        )
     if args.action == "install":
         load_plan(args.experiment)  # a broken file is refused now, not at 02:00
         schedule = nightly.Schedule(args.experiment, args.at, args.keep_captures, args.make_vars)

@@ -22,6 +22,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -55,6 +56,44 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+BLANK_CLAIM_S = 60  # a claim or lock file still empty after this was never written: stale
+
+
+@contextlib.contextmanager
+def taking_over(path: Path) -> Iterator[None]:
+    """Serialize taking over ``path`` (a claim or a rack lock of a process that is gone):
+    reading the old holder, removing it and creating ours happen under one flock, so two
+    workers that both found it stale cannot both take it (one would unlink the claim the
+    other had just made). Creating a free one (O_EXCL) needs no lock."""
+    import fcntl
+
+    with open(path.with_name(f".{path.name}.takeover"), "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(guard, fcntl.LOCK_UN)
+
+
+def stale_holder(path: Path) -> tuple[bool, dict[str, Any]]:
+    """(whether the claim or lock at ``path`` may be taken over, its holder). A file still
+    blank after BLANK_CLAIM_S was never written (its writer died or found the disk full)."""
+    try:
+        text = path.read_text()
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return True, {}
+    except OSError:
+        return False, {}
+    try:
+        other = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        other = {}
+    if not other:
+        return age > BLANK_CLAIM_S, {}
+    return not holder_alive(other), other
+
+
 def holder_alive(holder: dict[str, Any]) -> bool:
     """Whether the process a lock or claim names still runs. A holder on another machine
     (a controller sharing the results directory) counts as alive."""
@@ -82,6 +121,15 @@ def rack_key(rack: Rack) -> str:
 
 class RackBusy(RackError):
     pass
+
+
+def rack_in_use(rack: Rack) -> dict[str, Any] | None:
+    """The live holder of the rack's lock (a batch or `make trial` running on it), or None."""
+    path = RackLock.for_rack(rack, "", "").path
+    if not path.exists():
+        return None
+    stale, other = stale_holder(path)
+    return None if stale else other
 
 
 @dataclass
@@ -113,25 +161,38 @@ class RackLock:
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                try:
-                    other = json.loads(self.path.read_text() or "{}")
-                except (OSError, json.JSONDecodeError):
-                    other = {}
-                if other and holder_alive(other):
-                    raise RackBusy(
-                        f"the rack ({self.holder['hosts']}) is in use: {describe(other)} "
-                        f"(lock {self.path}). Wait for it, or stop that process."
-                    ) from None
-                self.warn(
-                    f"taking over the rack lock of a process that is gone ({describe(other)})"
-                )
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.holder, f)
+                with taking_over(self.path):
+                    stale, other = stale_holder(self.path)
+                    if not stale:
+                        said = describe(other) if other else "its holder is writing it"
+                        raise RackBusy(
+                            f"the rack ({self.holder['hosts']}) is in use: {said} "
+                            f"(lock {self.path}). Wait for it, or stop that process."
+                        ) from None
+                    self.warn(
+                        "taking over the rack lock of a process that is gone "
+                        f"({describe(other) if other else 'a lock never written'})"
+                    )
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+                    fd = self._create()
+                    if fd is None:
+                        continue
+                    self._write(fd)
+                    return
+            self._write(fd)
             return
         raise RackBusy(f"could not take the rack lock {self.path}")
+
+    def _create(self) -> int | None:
+        try:
+            return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return None
+
+    def _write(self, fd: int) -> None:
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.holder, f)
 
     def release(self) -> None:
         with contextlib.suppress(OSError, json.JSONDecodeError):
@@ -223,7 +284,13 @@ class Batch:
         return "partial" if status == "running" else status
 
     def done(self, name: str) -> bool:
-        return self.status(name) == "complete" and (self.trial_dir(name) / MANIFEST).exists()
+        """Complete, with a manifest that lists its record (an empty or cut-short manifest,
+        a disk that filled while it was written, is not done)."""
+        manifest = self.trial_dir(name) / MANIFEST
+        if self.status(name) != "complete" or not manifest.exists():
+            return False
+        listed = {line.split(maxsplit=1)[-1] for line in manifest.read_text().splitlines() if line}
+        return "trial.json" in listed
 
     def failed_attempts(self, name: str) -> int:
         old = self.path / "attempts" / name
@@ -238,7 +305,7 @@ class Batch:
         status = self.status(name)
         old = self.path / "attempts" / name
         old.mkdir(parents=True, exist_ok=True)
-        n = 1 + sum(1 for _ in old.iterdir())
+        n = 1 + max((attempt_number(d) for d in old.iterdir()), default=0)
         target = old / f"{n}-{status}"
         current.rename(target)
         label = {"status": status, "set_aside": now_iso(), "trial": name}
@@ -248,9 +315,16 @@ class Batch:
     def verify(self) -> dict[str, list[str]]:
         """Complete trials whose files no longer match their manifest: they run again."""
         broken = {}
+        pruned_note = self.path / "PRUNED.json"  # trials.nightly's retention: files it removed
+        pruned = (
+            set(json.loads(pruned_note.read_text()).get("removed", []))
+            if pruned_note.exists()
+            else set()
+        )
         for t in self.meta["trials"]:
             if self.done(t["name"]):
                 bad = verify_manifest(self.trial_dir(t["name"]))
+                bad = [n for n in bad if f"trials/{t['name']}/{n}" not in pruned]
                 if bad:
                     broken[t["name"]] = bad
         return broken
@@ -268,6 +342,13 @@ class Batch:
                     yield json.loads(line)
 
 
+def attempt_number(attempt_dir: Path) -> int:
+    """The n of attempts/<trial>/<n>-<status> (0 for anything else): numbers go on from the
+    highest, so that a removed attempt cannot make the next one collide with a kept one."""
+    head = attempt_dir.name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 class Claims:
     """A trial is run by whoever creates claims/<name>.json first."""
 
@@ -281,19 +362,28 @@ class Claims:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            try:
-                other = json.loads(path.read_text() or "{}")
-            except (OSError, json.JSONDecodeError):
-                return False  # being written right now
-            if not other or holder_alive(other):
-                return False
-            self.warn(f"{name}: taking over from a worker that is gone ({describe(other)})")
-            self.batch.event(event="takeover", trial=name, rack=self.holder["rack"], previous=other)
-            path.unlink(missing_ok=True)
-            return self.claim(name)
+            with taking_over(path):
+                stale, other = stale_holder(path)
+                if not stale:
+                    return False  # held by a live worker, or being written right now
+                said = describe(other) if other else "a claim never written"
+                self.warn(f"{name}: taking over from a worker that is gone ({said})")
+                self.batch.event(
+                    event="takeover", trial=name, rack=self.holder["rack"], previous=other
+                )
+                path.unlink(missing_ok=True)
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    return False  # a worker claimed it afresh meanwhile
+                self._write(fd)
+                return True
+        self._write(fd)
+        return True
+
+    def _write(self, fd: int) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump({**self.holder, "since": now_iso()}, f)
-        return True
 
     def release(self, name: str) -> None:
         (self.dir / f"{name}.json").unlink(missing_ok=True)
@@ -316,8 +406,8 @@ def stop_leftovers(rack: Rack, batch: str, trial: str) -> None:
     """Stop daemons an earlier, killed attempt of this trial left on the rack's hosts."""
     commands = {}
     for name, host in rack.hosts.items():
-        d = f"{host.workdir}/trials/{batch}/{trial}"
-        helper = f"{host.workdir}/bin/trialbed-daemon"
+        d = shlex.quote(f"{host.workdir}/trials/{batch}/{trial}")
+        helper = shlex.quote(f"{host.workdir}/bin/trialbed-daemon")
         commands[name] = (
             f'for p in {d}/*.pid; do [ -e "$p" ] || continue; '
             f'n=$(basename "$p" .pid); {helper} stop "$n" --dir {d} --signal INT; done; '
@@ -403,7 +493,8 @@ def run_one(
         log(f"[{trial.name}] earlier attempt ({earlier}) kept in {kept}")
         if earlier == "partial":
             stop_leftovers(rack, batch.name, trial.name)
-    attempt = 1 + sum(1 for _ in (batch.path / "attempts" / trial.name).glob("*"))
+    earlier_attempts = (batch.path / "attempts" / trial.name).glob("*")
+    attempt = 1 + max((attempt_number(d) for d in earlier_attempts), default=0)
     batch.event(event="start", trial=trial.name, id=trial.id, rack=label, attempt=attempt)
     started = time.monotonic()
     try:
@@ -449,7 +540,13 @@ def record_failure(batch: Batch, name: str, cause: str) -> None:
     record["status"] = "failed"
     if cause not in record.setdefault("errors", []):
         record["errors"].append(cause)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    # Written beside it, then renamed: a full disk leaves the old record whole, not cut short.
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(json.dumps(record, indent=2) + "\n")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def install_parent_death_signal() -> None:

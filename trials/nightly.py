@@ -131,30 +131,51 @@ def dated_batch(experiment: Path, day: datetime | None = None) -> Path:
     return NIGHTLY_DIR / experiment.stem / day.strftime("%Y-%m-%d")
 
 
+PRUNED_FILE = "PRUNED.json"
+
+
 def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> list[Path]:
-    """Remove the captures of this experiment's nightly batches older than keep_days; their
-    tables, records and reports stay. Each pruned batch says so in PRUNED.json."""
+    """Remove the captures of this experiment's nightly batches older than keep_days (at
+    least 1), their tables, records and reports kept. Only the captures of trials whose
+    analysis was written go (a trial never analysed keeps them: they are all there is of
+    it), and never in the newest batch. Each pruned batch lists what went in PRUNED.json,
+    which Batch.verify reads: a resumed batch does not run its pruned trials again."""
+    if keep_days < 1:
+        raise ValueError(f"keep the captures at least 1 day, not {keep_days}")
     today = today or datetime.now(UTC)
     pruned = []
-    for batch in sorted((NIGHTLY_DIR / experiment.stem).glob("????-??-??")):
+    batches = sorted((NIGHTLY_DIR / experiment.stem).glob("????-??-??"))
+    for batch in batches[:-1]:
         day = datetime.strptime(batch.name, "%Y-%m-%d").replace(tzinfo=UTC)
         if today - day <= timedelta(days=keep_days):
             continue
-        files = [p for p in batch.rglob("*") if p.is_file() and p.suffix in CAPTURE_SUFFIXES]
+        files, kept = [], 0
+        for trial in sorted((batch / "trials").glob("*")):
+            captures = [p for p in trial.rglob("*") if p.is_file() and p.suffix in CAPTURE_SUFFIXES]
+            if (trial / "analysis" / "summary.json").exists():
+                files += captures
+            else:
+                kept += len(captures)
         if not files:
             continue
         freed = sum(p.stat().st_size for p in files)
         for p in files:
             p.unlink()
+        note_path = batch / PRUNED_FILE
+        earlier = json.loads(note_path.read_text()) if note_path.exists() else {}
+        removed = sorted({*earlier.get("removed", []), *(str(p.relative_to(batch)) for p in files)})
         note = {
             "pruned": today.isoformat(timespec="seconds"),
             "keep_captures_days": keep_days,
-            "removed_files": len(files),
-            "freed_bytes": freed,
-            "note": "captures removed by the retention rule; manifests list them no longer "
-            "present; tables (summary.parquet, analysis/) are intact",
+            "removed_files": len(removed),
+            "freed_bytes": freed + earlier.get("freed_bytes", 0),
+            "kept_not_analysed": kept,
+            "note": "captures removed by the retention rule (listed in removed; the manifests "
+            "still name them); tables (summary.parquet, analysis/) are intact; captures of "
+            "trials never analysed are kept",
+            "removed": removed,
         }
-        (batch / "PRUNED.json").write_text(json.dumps(note, indent=2) + "\n")
+        note_path.write_text(json.dumps(note, indent=2) + "\n")
         pruned.append(batch)
     return pruned
 
