@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collect.fetch import MANIFEST, verify_manifest
+from collect.fetch import MANIFEST, CollectError, pull_host, verify_manifest
 from core.rack import Rack, RackError
 from trials.plan import Plan, Trial, load_plan
 from trials.spec import SpecError
@@ -402,19 +402,34 @@ def matches(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def stop_leftovers(rack: Rack, batch: str, trial: str) -> None:
-    """Stop daemons an earlier, killed attempt of this trial left on the rack's hosts."""
+def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = None) -> list[str]:
+    """Stop daemons an earlier, killed attempt of this trial left on the rack's hosts; with
+    ``keep_into`` (that attempt's kept directory), bring the files it left on each host into
+    keep_into/leftovers/<host>/ (sha256-verified, as a trial's own) before they are removed
+    there. A host that does not answer keeps its files; what went wrong is returned."""
     commands = {}
     for name, host in rack.hosts.items():
         d = shlex.quote(f"{host.workdir}/trials/{batch}/{trial}")
         helper = shlex.quote(f"{host.workdir}/bin/trialbed-daemon")
         commands[name] = (
             f'for p in {d}/*.pid; do [ -e "$p" ] || continue; '
-            f'n=$(basename "$p" .pid); {helper} stop "$n" --dir {d} --signal INT; done; '
-            f"rm -rf {d}; true"
+            f'n=$(basename "$p" .pid); {helper} stop "$n" --dir {d} --signal INT; done; true'
         )
     with contextlib.suppress(RackError):
         rack.run_parallel(commands, check=False)
+    problems = []
+    for name, host in rack.hosts.items():
+        remote = f"{host.workdir}/trials/{batch}/{trial}"
+        try:
+            if keep_into is not None:
+                local = keep_into / "leftovers" / name
+                local.mkdir(parents=True, exist_ok=True)
+                if not pull_host(rack, name, remote, local) and not any(local.iterdir()):
+                    local.rmdir()  # the attempt left nothing there
+            rack.run(name, f"rm -rf {shlex.quote(remote)}", check=False)
+        except (RackError, CollectError, OSError) as exc:
+            problems.append(f"{name}: {exc}")
+    return problems
 
 
 # -- one worker per rack ----------------------------------------------------------------------
@@ -491,8 +506,9 @@ def run_one(
     if earlier != "todo":
         kept = batch.set_aside(trial.name)
         log(f"[{trial.name}] earlier attempt ({earlier}) kept in {kept}")
-        if earlier == "partial":
-            stop_leftovers(rack, batch.name, trial.name)
+        if earlier == "partial":  # its files on the hosts join it before they are removed
+            for problem in stop_leftovers(rack, batch.name, trial.name, keep_into=kept):
+                log(f"[{trial.name}] the earlier attempt's files on {problem}")
     earlier_attempts = (batch.path / "attempts" / trial.name).glob("*")
     attempt = 1 + max((attempt_number(d) for d in earlier_attempts), default=0)
     batch.event(event="start", trial=trial.name, id=trial.id, rack=label, attempt=attempt)

@@ -157,6 +157,13 @@ def test_a_failed_and_a_sigkilled_trial_each_run_again_once(test_rack, experimen
     (partial,) = (batch / "attempts" / killed).iterdir()
     assert partial.name == "1-partial"
     assert json.loads((partial / "ATTEMPT.json").read_text())["status"] == "partial"
+    # What it wrote on the hosts before the kill came back with it (its captures), and is
+    # gone from the hosts.
+    leftovers = sorted(f"{p.parent.name}/{p.name}" for p in (partial / "leftovers").glob("*/*"))
+    print(f"killed attempt's files brought back: {leftovers}")
+    assert "R/bottleneck_in.pcap" in leftovers, leftovers
+    rack_files = {h: rack.run(h, f"ls {d} 2>/dev/null", check=False) for h, d in remote.items()}
+    assert not any(rack_files.values()), rack_files
     for pid in (p for ps in pids.values() for p in ps):
         assert not Path(f"/proc/{pid}").exists(), f"daemon {pid} of the killed trial still runs"
     rack.close()

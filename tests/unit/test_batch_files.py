@@ -135,27 +135,42 @@ def test_a_manifest_that_does_not_list_the_record_is_not_done(tmp_path):
     assert batch.done("t1")
 
 
-def test_leftovers_of_a_batch_with_a_space_are_removed_and_nothing_else(tmp_path):
+class LocalRack:
+    """One host, "A", that is this machine: commands run in sh, files copied (what
+    stop_leftovers and pull_host ask of a rack)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.hosts = {"A": SimpleNamespace(workdir=str(workdir))}
+        self.codes: list[int] = []
+
+    def run(self, host, command, check=True, timeout=None):
+        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+        self.codes.append(done.returncode)
+        return done.stdout
+
+    def run_parallel(self, commands, check=True):
+        return {h: self.run(h, c) for h, c in commands.items()}
+
+    def get(self, host, remote, local):
+        shutil.copyfile(remote, local)
+
+
+def test_leftovers_of_a_killed_attempt_are_kept_then_removed_and_nothing_else(tmp_path):
     work = tmp_path / "work dir"
     leftover = work / "trials" / "my batch" / "t1"
     leftover.mkdir(parents=True)
-    (leftover / "p.pcap").write_text("x")
+    (leftover / "p.pcap").write_bytes(b"captured before the controller died")
     bystander = tmp_path / "work"  # what an unquoted path would have cut it to
     bystander.mkdir()
     (bystander / "keep").write_text("x")
-    ran = []
-
-    class Rack:
-        def __init__(self) -> None:
-            self.hosts = {"A": SimpleNamespace(workdir=str(work))}
-
-        def run_parallel(self, commands, check=True):
-            for command in commands.values():
-                ran.append(subprocess.run(["sh", "-c", command], check=False).returncode)
-
-    stop_leftovers(Rack(), "my batch", "t1")  # type: ignore[arg-type]
-    assert ran == [0]
+    kept = tmp_path / "attempts" / "t1" / "1-partial"
+    kept.mkdir(parents=True)
+    rack = LocalRack(work)
+    assert stop_leftovers(rack, "my batch", "t1", keep_into=kept) == []  # type: ignore[arg-type]
     assert not leftover.exists() and (bystander / "keep").exists()
+    assert (kept / "leftovers/A/p.pcap").read_bytes() == b"captured before the controller died"
+    assert stop_leftovers(rack, "my batch", "t1", keep_into=kept) == []  # type: ignore[arg-type]
+    assert [p.name for p in (kept / "leftovers/A").iterdir()] == ["p.pcap"]  # nothing more
 
 
 def nightly_batch(root: Path, day: str, analysed: bool) -> Path:
