@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -267,10 +268,31 @@ def lost_service(
 
 
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:
+    """Analyse the trial into ``analysis/`` (its tables and summary.json). The tables are
+    written into a directory beside it that replaces it only once the summary is written: a
+    run that fails keeps the earlier analysis whole (tables and summary of one run), and
+    tables the current code no longer writes do not stay beside new ones."""
     record = json.loads((trial_dir / "trial.json").read_text())
+    final = trial_dir / "analysis"
+    out_dir = trial_dir / ".analysis.new"
+    shutil.rmtree(out_dir, ignore_errors=True)  # a run that died half-way
+    out_dir.mkdir()
+    try:
+        summary = _analyse_into(trial_dir, record, out_dir)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    old = trial_dir / ".analysis.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    out_dir.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return summary
+
+
+def _analyse_into(trial_dir: Path, record: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     caps = Captures(trial_dir, record)
-    out_dir = trial_dir / "analysis"
-    out_dir.mkdir(exist_ok=True)
     generators: dict[str, Any] = {}
     frames: dict[str, list[pd.DataFrame]] = {}
     queues: dict[str, Any] = {}
@@ -317,5 +339,7 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     family = FAMILIES.get(record.get("family"))
     if family is not None:
         summary.update(family.trial_summary(record, summary))
-    summary_file(trial_dir).write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    (out_dir / summary_file(trial_dir).name).write_text(
+        json.dumps(summary, indent=2, default=float) + "\n"
+    )
     return summary

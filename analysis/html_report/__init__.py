@@ -11,6 +11,8 @@ provenance (commit, kernels, tools, delay backend and its measured error).
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,10 +64,32 @@ def write_report(
     batch_dir = batches[0]
     out = Path(out_dir) if out_dir else batch_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
+    # Drawn beside it, moved in once whole: a report that fails leaves the last one as it was.
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out.parent))
+    try:
+        index = _write_report(batches, batch_dir, staging, previous, reanalyse, several)
+        _move_in(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out / index.name
+
+
+def _move_in(staging: Path, out: Path) -> None:
+    """The new report's files into ``out``: what the last report wrote there and this one did
+    not (a figure no longer drawn) goes; files it did not write (the user's) stay."""
     listed = out / FILE_LIST
-    if listed.exists():  # what the last report wrote here: a figure no longer drawn must go
-        for name in listed.read_text().split():
+    new = set(staging.joinpath(FILE_LIST).read_text().split())
+    if listed.exists():
+        for name in set(listed.read_text().split()) - new:
             (out / Path(name).name).unlink(missing_ok=True)
+    for path in staging.iterdir():
+        path.replace(out / path.name)
+
+
+def _write_report(
+    batches: list[Path], batch_dir: Path, out: Path, previous, reanalyse: bool, several: bool
+) -> Path:
+    listed = out / FILE_LIST
     failures = {}
     for b in batches:
         for trial, error in analyse(b, every=reanalyse).items():

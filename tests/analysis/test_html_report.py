@@ -345,3 +345,27 @@ def test_fig4_says_what_it_counts_under_an_aqm():
     assert aqm_note(pd.DataFrame({"trial": ["a"]})) == ""
     note = aqm_note(pd.DataFrame({"queue_qdisc": ["droptail", "fq_codel", "codel", None]}))
     assert "codel, fq_codel" in note and "runs of drops" in note
+
+
+def test_a_report_that_fails_leaves_the_last_one_and_the_users_files(tmp_path, monkeypatch):
+    from analysis import html_report
+
+    batch = copy(STARTUP, tmp_path / "startup")
+    out = batch / "report"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")  # a file the report did not write
+    write_report(batch, previous=None)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert "index.html" in before and len(before) > 3
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a figure failed")
+
+    monkeypatch.setattr(html_report.provenance, "sections", broken)
+    with pytest.raises(RuntimeError, match="a figure failed"):
+        write_report(batch, previous=None)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not list(batch.glob(".report-*"))  # its half-drawn files went
+    monkeypatch.undo()
+    write_report(batch, previous=None)
+    assert (out / "notes.txt").read_text() == "mine"

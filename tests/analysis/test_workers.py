@@ -57,3 +57,38 @@ def test_a_bad_jobs_setting_stops_the_command_before_it_starts() -> None:
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{JOBS_ENV}='two': expected a whole number" in done.stdout + done.stderr
+
+
+def test_an_analysis_replaces_the_earlier_one_only_whole(tmp_path, monkeypatch) -> None:
+    """analysis/ of a trial analysed before stays as it was when a new analysis fails half-way
+    (summary and tables of one run), and is replaced whole when it succeeds (no table of
+    older code left beside the new ones)."""
+    from analysis import trial as trial_mod
+
+    trial = tmp_path / "t1"
+    earlier = trial / "analysis"
+    earlier.mkdir(parents=True)
+    (earlier / "summary.json").write_text('{"run": 1}\n')
+    (earlier / "old_kind.parquet").write_bytes(b"PAR1 1")
+    (trial / "trial.json").write_text("{}")
+
+    def half_way(trial_dir, record, out_dir):
+        (out_dir / "flows.parquet").write_bytes(b"PAR1 2")
+        raise RuntimeError("the disk filled")
+
+    monkeypatch.setattr(trial_mod, "_analyse_into", half_way)
+    with pytest.raises(RuntimeError):
+        trial_mod.analyse_trial(trial)
+    assert sorted(p.name for p in trial.iterdir()) == ["analysis", "trial.json"]
+    assert sorted(p.name for p in earlier.iterdir()) == ["old_kind.parquet", "summary.json"]
+    assert (earlier / "summary.json").read_text() == '{"run": 1}\n'
+
+    def whole(trial_dir, record, out_dir):
+        (out_dir / "flows.parquet").write_bytes(b"PAR1 2")
+        (out_dir / "summary.json").write_text('{"run": 2}\n')
+        return {"run": 2}
+
+    monkeypatch.setattr(trial_mod, "_analyse_into", whole)
+    assert trial_mod.analyse_trial(trial) == {"run": 2}
+    assert sorted(p.name for p in trial.iterdir()) == ["analysis", "trial.json"]
+    assert sorted(p.name for p in earlier.iterdir()) == ["flows.parquet", "summary.json"]

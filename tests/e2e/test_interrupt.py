@@ -71,7 +71,12 @@ def test_ctrl_c_mid_trial_restores_the_network_and_keeps_the_captures(test_rack,
     assert (trial_dir / "R" / "bottleneck_in.pcap").stat().st_size > 100_000
     assert verify_manifest(trial_dir) == []
     # Its metrics cover only the time it ran, and say so.
+    stale = trial_dir / "analysis" / "table_of_older_code.parquet"
+    stale.parent.mkdir(exist_ok=True)
+    stale.write_bytes(b"PAR1")
     tcp = analyse_trial(trial_dir)["generators"]["tcp"]
+    assert not stale.exists()  # the analysis directory is the new run's whole
+    assert (trial_dir / "analysis" / "summary.json").exists()
     stopped_at = tcp["window_cut_at_s"]
     assert 4 <= stopped_at < 20, stopped_at  # stopped ~8 s after launch, T0 = launch + 2 s
     gen = record["traffic"]["tcp"]
