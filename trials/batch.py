@@ -158,9 +158,8 @@ class RackLock:
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
+            fd = self._create()
+            if fd is None:
                 with taking_over(self.path):
                     stale, other = stale_holder(self.path)
                     if not stale:
@@ -176,10 +175,8 @@ class RackLock:
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
                     fd = self._create()
-                    if fd is None:
-                        continue
-                    self._write(fd)
-                    return
+                if fd is None:
+                    continue  # made afresh by another process meanwhile: look again
             self._write(fd)
             return
         raise RackBusy(f"could not take the rack lock {self.path}")
