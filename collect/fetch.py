@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shlex
 from pathlib import Path
 
@@ -86,12 +87,31 @@ def write_manifest(trial_dir: Path) -> Path:
     return manifest
 
 
+def manifest_entries(trial_dir: Path) -> dict[str, str]:
+    """The trial's manifest as {file name: sha256}."""
+    entries = {}
+    for line in (trial_dir / MANIFEST).read_text().splitlines():
+        if line:
+            digest, name = line.split(maxsplit=1)
+            entries[name] = digest
+    return entries
+
+
 def verify_manifest(trial_dir: Path) -> list[str]:
     """Names of files whose sum no longer matches the manifest (empty when intact)."""
-    bad = []
-    for line in (trial_dir / MANIFEST).read_text().splitlines():
-        digest, name = line.split(maxsplit=1)
-        path = trial_dir / name
-        if not path.is_file() or sha256_file(path) != digest:
-            bad.append(name)
-    return bad
+    return [
+        name
+        for name, digest in manifest_entries(trial_dir).items()
+        if not (trial_dir / name).is_file() or sha256_file(trial_dir / name) != digest
+    ]
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``path`` beside it, then rename it into place: a full disk leaves the old file
+    whole (or none), never one cut short."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(text)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -33,7 +33,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collect.fetch import MANIFEST, CollectError, pull_host, verify_manifest
+from collect.fetch import (
+    MANIFEST,
+    CollectError,
+    manifest_entries,
+    pull_host,
+    verify_manifest,
+    write_whole,
+)
 from core.rack import Rack, RackError
 from trials.plan import Plan, Trial, load_plan
 from trials.spec import SpecError
@@ -54,6 +61,15 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def create_new(path: Path) -> int | None:
+    """A file descriptor of ``path`` created by this call, None when it exists already: who
+    creates a claim or a lock file holds it."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return None
 
 
 BLANK_CLAIM_S = 60  # a claim or lock file still empty after this was never written: stale
@@ -182,10 +198,7 @@ class RackLock:
         raise RackBusy(f"could not take the rack lock {self.path}")
 
     def _create(self) -> int | None:
-        try:
-            return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return None
+        return create_new(self.path)
 
     def _write(self, fd: int) -> None:
         with os.fdopen(fd, "w") as f:
@@ -246,9 +259,7 @@ class Batch:
             "created": now_iso(),
             "trials": wanted,
         }
-        tmp = meta_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta, indent=2) + "\n")
-        tmp.replace(meta_file)
+        write_whole(meta_file, json.dumps(meta, indent=2) + "\n")
         return cls(path), False
 
     def plan(self) -> tuple[Plan, list[Trial]]:
@@ -283,16 +294,20 @@ class Batch:
     def done(self, name: str) -> bool:
         """Complete, with a manifest that lists its record (an empty or cut-short manifest,
         a disk that filled while it was written, is not done)."""
-        manifest = self.trial_dir(name) / MANIFEST
-        if self.status(name) != "complete" or not manifest.exists():
+        if self.status(name) != "complete" or not (self.trial_dir(name) / MANIFEST).exists():
             return False
-        listed = {line.split(maxsplit=1)[-1] for line in manifest.read_text().splitlines() if line}
-        return "trial.json" in listed
+        return "trial.json" in manifest_entries(self.trial_dir(name))
 
     def failed_attempts(self, name: str) -> int:
         old = self.path / "attempts" / name
         earlier = sum(1 for d in old.iterdir() if d.name.endswith("-failed")) if old.exists() else 0
         return earlier + (self.status(name) == "failed")
+
+    def next_attempt(self, name: str) -> int:
+        """The number the trial's next attempt gets: on from the highest kept, so that a
+        removed attempt cannot make the next one collide with a kept one."""
+        kept = (self.path / "attempts" / name).glob("*")
+        return 1 + max((attempt_number(d) for d in kept), default=0)
 
     def set_aside(self, name: str) -> Path | None:
         """Move the trial's last attempt to attempts/<name>/<n>-<status>/ (kept, labelled)."""
@@ -300,10 +315,8 @@ class Batch:
         if not current.exists():
             return None
         status = self.status(name)
-        old = self.path / "attempts" / name
-        old.mkdir(parents=True, exist_ok=True)
-        n = 1 + max((attempt_number(d) for d in old.iterdir()), default=0)
-        target = old / f"{n}-{status}"
+        target = self.path / "attempts" / name / f"{self.next_attempt(name)}-{status}"
+        target.parent.mkdir(parents=True, exist_ok=True)
         current.rename(target)
         label = {"status": status, "set_aside": now_iso(), "trial": name}
         (target / "ATTEMPT.json").write_text(json.dumps(label, indent=2) + "\n")
@@ -311,13 +324,10 @@ class Batch:
 
     def verify(self) -> dict[str, list[str]]:
         """Complete trials whose files no longer match their manifest: they run again."""
+        from trials.nightly import pruned_files
+
         broken = {}
-        pruned_note = self.path / "PRUNED.json"  # trials.nightly's retention: files it removed
-        pruned = (
-            set(json.loads(pruned_note.read_text()).get("removed", []))
-            if pruned_note.exists()
-            else set()
-        )
+        pruned = pruned_files(self.path)  # retention removed them: not "changed"
         for t in self.meta["trials"]:
             if self.done(t["name"]):
                 bad = verify_manifest(self.trial_dir(t["name"]))
@@ -340,8 +350,7 @@ class Batch:
 
 
 def attempt_number(attempt_dir: Path) -> int:
-    """The n of attempts/<trial>/<n>-<status> (0 for anything else): numbers go on from the
-    highest, so that a removed attempt cannot make the next one collide with a kept one."""
+    """The n of attempts/<trial>/<n>-<status> (0 for anything else)."""
     head = attempt_dir.name.split("-", 1)[0]
     return int(head) if head.isdigit() else 0
 
@@ -356,9 +365,8 @@ class Claims:
 
     def claim(self, name: str) -> bool:
         path = self.dir / f"{name}.json"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+        fd = create_new(path)
+        if fd is None:
             with taking_over(path):
                 stale, other = stale_holder(path)
                 if not stale:
@@ -369,12 +377,9 @@ class Claims:
                     event="takeover", trial=name, rack=self.holder["rack"], previous=other
                 )
                 path.unlink(missing_ok=True)
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                except FileExistsError:
+                fd = create_new(path)
+                if fd is None:
                     return False  # a worker claimed it afresh meanwhile
-                self._write(fd)
-                return True
         self._write(fd)
         return True
 
@@ -404,10 +409,11 @@ def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = 
     ``keep_into`` (that attempt's kept directory), bring the files it left on each host into
     keep_into/leftovers/<host>/ (sha256-verified, as a trial's own) before they are removed
     there. A host that does not answer keeps its files; what went wrong is returned."""
+    remotes = {name: f"{host.workdir}/trials/{batch}/{trial}" for name, host in rack.hosts.items()}
     commands = {}
-    for name, host in rack.hosts.items():
-        d = shlex.quote(f"{host.workdir}/trials/{batch}/{trial}")
-        helper = shlex.quote(f"{host.workdir}/bin/trialbed-daemon")
+    for name, remote in remotes.items():
+        d = shlex.quote(remote)
+        helper = shlex.quote(f"{rack.hosts[name].workdir}/bin/trialbed-daemon")
         commands[name] = (
             f'for p in {d}/*.pid; do [ -e "$p" ] || continue; '
             f'n=$(basename "$p" .pid); {helper} stop "$n" --dir {d} --signal INT; done; true'
@@ -415,8 +421,7 @@ def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = 
     with contextlib.suppress(RackError):
         rack.run_parallel(commands, check=False)
     problems = []
-    for name, host in rack.hosts.items():
-        remote = f"{host.workdir}/trials/{batch}/{trial}"
+    for name, remote in remotes.items():
         try:
             if keep_into is not None:
                 local = keep_into / "leftovers" / name
@@ -506,8 +511,7 @@ def run_one(
         if earlier == "partial":  # its files on the hosts join it before they are removed
             for problem in stop_leftovers(rack, batch.name, trial.name, keep_into=kept):
                 log(f"[{trial.name}] the earlier attempt's files on {problem}")
-    earlier_attempts = (batch.path / "attempts" / trial.name).glob("*")
-    attempt = 1 + max((attempt_number(d) for d in earlier_attempts), default=0)
+    attempt = batch.next_attempt(trial.name)
     batch.event(event="start", trial=trial.name, id=trial.id, rack=label, attempt=attempt)
     started = time.monotonic()
     try:
@@ -553,13 +557,7 @@ def record_failure(batch: Batch, name: str, cause: str) -> None:
     record["status"] = "failed"
     if cause not in record.setdefault("errors", []):
         record["errors"].append(cause)
-    # Written beside it, then renamed: a full disk leaves the old record whole, not cut short.
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        partial.write_text(json.dumps(record, indent=2) + "\n")
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)
+    write_whole(path, json.dumps(record, indent=2) + "\n")  # a full disk: the old one whole
 
 
 def install_parent_death_signal() -> None:

@@ -134,6 +134,12 @@ def dated_batch(experiment: Path, day: datetime | None = None) -> Path:
 PRUNED_FILE = "PRUNED.json"
 
 
+def pruned_files(batch: Path) -> set[str]:
+    """The files retention removed from the batch (paths relative to it)."""
+    note = batch / PRUNED_FILE
+    return set(json.loads(note.read_text()).get("removed", [])) if note.exists() else set()
+
+
 def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> list[Path]:
     """Remove the captures of this experiment's nightly batches older than keep_days (at
     least 1), their tables, records and reports kept. Only the captures of trials whose
@@ -163,7 +169,7 @@ def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> li
             p.unlink()
         note_path = batch / PRUNED_FILE
         earlier = json.loads(note_path.read_text()) if note_path.exists() else {}
-        removed = sorted({*earlier.get("removed", []), *(str(p.relative_to(batch)) for p in files)})
+        removed = sorted(pruned_files(batch) | {str(p.relative_to(batch)) for p in files})
         note = {
             "pruned": today.isoformat(timespec="seconds"),
             "keep_captures_days": keep_days,

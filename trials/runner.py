@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.ipfw_samples import rio_queue_deltas
-from collect.fetch import CollectError, pull_host, write_manifest
+from collect.fetch import CollectError, pull_host, write_manifest, write_whole
 from collect.pcap_count import pcap_packets
 from collect.remote import (
     ipfw_sampler_command,
@@ -1100,14 +1100,11 @@ class TrialRunner:
             record["times"]["collected"] = now_iso()
             record["overhead_s"] = overhead_s(record["times"])
             record["overhead_phases_s"] = overhead_phases(record["times"])
-            tmp = trial_dir / "trial.json.tmp"
             try:
                 # Whole or not at all: a full disk must not leave half a record behind.
-                tmp.write_text(dump_json(record))
-                tmp.replace(trial_dir / "trial.json")
+                write_whole(trial_dir / "trial.json", dump_json(record))
                 write_manifest(trial_dir)
             except OSError as exc:
-                tmp.unlink(missing_ok=True)
                 raise CollectError(
                     "; ".join([f"cannot write {trial_dir}/trial.json ({exc})", *record["errors"]])
                 ) from None
