@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from analysis.families import FAMILIES
 from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
 from analysis.results import NotABatch
@@ -71,19 +72,12 @@ def overhead_s(racks: list[list[Path]]) -> int:
     return OVERHEAD_S_VM if "vm" in kinds else OVERHEAD_S
 
 
-FAMILY_MODULES = PROJECT_DIR / "analysis" / "families"
-
-
 def refuse_misspelt_family(plan: Plan) -> None:
     """SpecError when `experiment:` names no family with a report module but is close to
     one (a typo would lose the batch's family tables without a word). Families without a
     module of their own (dscp_marking, web_poisson) run with the generic tables."""
     name = plan.base.experiment
-    families = sorted(
-        p.stem
-        for p in FAMILY_MODULES.glob("*.py")
-        if not p.stem.startswith("_") and p.stem != "common"
-    )
+    families = sorted(FAMILIES)
     close = difflib.get_close_matches(name, families, n=1, cutoff=0.8)
     if name not in families and close:
         raise SpecError(
@@ -118,15 +112,20 @@ def refuse_removing_a_rack_in_use(why: str) -> None:
         )
 
 
-def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
-    """Bring up the virtual rack the experiment needs (namespaces on this machine, or inside
-    the VM), replacing a rack of another topology or kind."""
+def running_rack() -> tuple[str | None, str | None]:
+    """The topology and kind of the virtual rack that is up ((None, None) when none is)."""
     running = None
     if DEFAULT_INVENTORY.exists():
         data = yaml.safe_load(DEFAULT_INVENTORY.read_text()) or {}
         running = (data.get("all", {}).get("vars") or {}).get("trialbed_topology")
-    running_kind = rack_kind.running_kind(DEFAULT_INVENTORY)
-    if running == topology and running_kind == kind:
+    return running, rack_kind.running_kind(DEFAULT_INVENTORY)
+
+
+def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
+    """Bring up the virtual rack the experiment needs (namespaces on this machine, or inside
+    the VM), replacing a rack of another topology or kind."""
+    running, running_kind = running_rack()
+    if (running, running_kind) == (topology, kind):
         return
     what = f"{topology} rack{' in the VM' if kind == 'vm' else ''}"
     if running or running_kind:
@@ -298,12 +297,9 @@ def main(argv: list[str] | None = None) -> int:
             run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)
             return 0
         if args.command == "rack-guard":
-            running = rack_kind.running_kind(DEFAULT_INVENTORY)
-            data = yaml.safe_load(DEFAULT_INVENTORY.read_text()) if running else {}
-            topology = ((data or {}).get("all", {}).get("vars") or {}).get("trialbed_topology")
             if args.action == "down":
                 refuse_removing_a_rack_in_use("make rack-down would take it down")
-            elif running and (topology, running) != (args.topology, args.kind):
+            elif running_rack() not in ((None, None), (args.topology, args.kind)):
                 refuse_removing_a_rack_in_use(
                     f"make rack-up of the {args.topology} {args.kind} rack would take it down"
                 )
