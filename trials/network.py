@@ -345,19 +345,27 @@ def resolve_marking(
     return out
 
 
+def unknown_host_keys(exp: Experiment, nodes: set[str], groups: set[str], source: str) -> list[str]:
+    """One line per ``hosts.<key>`` that names neither a node, an inventory group nor one of
+    IMPLICIT_GROUPS."""
+    allowed = set(IMPLICIT_GROUPS) | groups | nodes
+    return [
+        f"{source}: key 'hosts.{key}': not a node, an inventory group or one of "
+        f"{', '.join(IMPLICIT_GROUPS)}; nodes: {', '.join(sorted(nodes))}; "
+        f"groups: {', '.join(sorted(groups))}"
+        for key in exp.hosts
+        if key not in allowed
+    ]
+
+
 def host_settings(
     exp: Experiment, resolved: ResolvedNetwork, source: str
 ) -> dict[str, HostSettings]:
     """Each node's merged settings: all, inventory groups, senders/receivers, the node."""
     known_groups = {g for h in resolved.hosts.values() for g in h.groups}
-    allowed = set(IMPLICIT_GROUPS) | known_groups | set(resolved.nodes)
-    for key in exp.hosts:
-        if key not in allowed:
-            raise RackError(
-                f"{source}: key 'hosts.{key}': not a node, an inventory group or one of "
-                f"{', '.join(IMPLICIT_GROUPS)}; nodes: {', '.join(sorted(resolved.nodes))}; "
-                f"groups: {', '.join(sorted(known_groups))}"
-            )
+    unknown = unknown_host_keys(exp, set(resolved.nodes), known_groups, source)
+    if unknown:
+        raise RackError(unknown[0])
     senders, receivers = set(exp.senders()), set(exp.receivers())
     out = {}
     for node, host in resolved.nodes.items():
@@ -406,12 +414,5 @@ def virtual_topology_problems(exp: Experiment, source: str) -> list[str]:
                 f"{source}: key '{where}': node {node!r} is not a host of the {exp.topology} "
                 f"topology; its hosts are: {', '.join(hosts)}"
             )
-    allowed = set(IMPLICIT_GROUPS) | groups | set(hosts) | set(exp.nodes())
-    for key in exp.hosts:
-        if key not in allowed:
-            problems.append(
-                f"{source}: key 'hosts.{key}': not a node, an inventory group or one of "
-                f"{', '.join(IMPLICIT_GROUPS)}; nodes: {', '.join(hosts)}; groups: "
-                f"{', '.join(sorted(groups))}"
-            )
+    problems += unknown_host_keys(exp, {*hosts, *exp.nodes()}, groups, source)
     return list(dict.fromkeys(problems))
