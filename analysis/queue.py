@@ -21,10 +21,10 @@ import pandas as pd
 from analysis.match import KEY_COLUMNS
 from analysis.metrics import undecided
 from analysis.pcap import ip_strings
+from core.units import ETHERNET_HEADER
 
 __all__ = ["ETHERNET_HEADER", "EVENTS", "occupancy_at", "queue_occupancy", "queue_summary"]
 
-ETHERNET_HEADER = 14
 EVENTS = pd.CategoricalDtype(["departure", "arrival", "drop"])  # order at equal timestamps
 
 

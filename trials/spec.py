@@ -28,7 +28,7 @@ from pydantic import (
 from core.dscp import parse_dscp
 from core.rio import DEFAULTS as RIO_DEFAULTS
 from core.rio import HIGH_DSCP, IN_DSCP, MAX_OVER_MIN, MEAN_PACKET, RioError, virtual_queues
-from core.units import parse_bytes, parse_duration_ns
+from core.units import ETHERNET_HEADER, parse_bytes, parse_duration_ns
 from trials.fields import (
     BufferSize,
     Bytes,
@@ -219,18 +219,7 @@ class Link(Strict):
         if a == b:
             raise ValueError(f"a link joins two different nodes, not {a} to itself")
         for which in ("forward", "reverse"):
-            shaping = self.direction(which)  # validates the override
-            frame = self.mtu + 14  # a full-size Ethernet frame, as tc's bfifo counts it
-            buffer = shaping.buffer
-            if buffer is not None and not buffer.packets and buffer.amount < frame:
-                said = (
-                    f"{which}: " if (self.forward if which == "forward" else self.reverse) else ""
-                )
-                raise ValueError(
-                    f"{said}buffer {buffer} cannot hold one full-size frame ({frame} B at mtu "
-                    f"{self.mtu}): every such packet would be dropped; give at least {frame}B, "
-                    "or packets (e.g. 20pkt)"
-                )
+            self.direction(which)  # validates the override
         return self
 
     @property
@@ -251,11 +240,23 @@ class Link(Strict):
             raise ValueError(
                 f"{which}: unknown key {', '.join(sorted(unknown))}; allowed: {', '.join(base)}"
             )
+        said = f"{which}: " if override else ""  # named by its direction where one was written
         try:
-            return Shaping.model_validate({**base, **override})
-        except ValidationError as exc:  # named by its direction where the file wrote one
-            said = f"{which}: " if override else ""
+            shaping = Shaping.model_validate({**base, **override})
+        except ValidationError as exc:
             raise ValueError(f"{said}{_first_message(exc)}") from None
+        frame = self.mtu + ETHERNET_HEADER  # a full-size frame
+        if (
+            shaping.buffer is not None
+            and not shaping.buffer.packets
+            and shaping.buffer.amount < frame
+        ):
+            raise ValueError(
+                f"{said}buffer {shaping.buffer} cannot hold one full-size frame ({frame} B at mtu "
+                f"{self.mtu}): every such packet would be dropped; give at least {frame}B, "
+                "or packets (e.g. 20pkt)"
+            )
+        return shaping
 
 
 _PORTS = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?$")

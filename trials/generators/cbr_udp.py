@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from core.dscp import parse_dscp
+from core.units import ETHERNET_HEADER
 from trials.fields import DurationNs
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 from trials.udp_stream import rewrite_for_rack, write_stream_template
@@ -39,7 +40,7 @@ class CbrUdpSpec(GeneratorSpec):
 
     def bitrate(self) -> float:
         """Ethernet-frame bits per second (what a shaper counts)."""
-        return (self.packet_bytes + 14) * 8 * 1e9 / self.interval
+        return (self.packet_bytes + ETHERNET_HEADER) * 8 * 1e9 / self.interval
 
 
 class CbrUdp(TrafficGenerator):
