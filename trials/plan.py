@@ -112,7 +112,7 @@ class Trial:
     repetition: int
     name: str
     id: str
-    error: str | None = None
+    error: str | None = None  # why these overrides do not validate (select() adds which)
 
     def parameters(self) -> dict[str, Any]:
         """The resolved parameters as recorded in trial.json."""
@@ -132,16 +132,18 @@ class Plan:
         broken: dict[str, list[str]] = {}  # message -> the factor levels of its trials
         for t in chosen:
             if t.error:
-                message, _, where = t.error.partition(_IN_TRIAL)
-                broken.setdefault(message, []).append(where.removesuffix(")"))
+                levels = ", ".join(f"{k}={v}" for k, v in t.overrides.items())
+                broken.setdefault(t.error, []).append(levels)
         if broken:
             lines = []
             for message, where in broken.items():
                 where = [w for w in dict.fromkeys(where) if w]
                 if len(where) == 1:
-                    message += f"{_IN_TRIAL}{where[0]})"
+                    message += f" (in the trial with {where[0]})"
                 elif where:  # one line, not one per trial
-                    message += f"{_IN_TRIAL}{where[0]}, and in {len(where) - 1} more trial(s))"
+                    message += (
+                        f" (in the trial with {where[0]}, and in {len(where) - 1} more trial(s))"
+                    )
                 lines.append(message)
             raise SpecError("\n".join(lines))
         return chosen
@@ -194,7 +196,6 @@ def trial_id(exp: Experiment, repetition: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-_IN_TRIAL = " (in the trial with "  # how a trial's own error names its factor levels
 # Factors may not vary what describes the matrix, nor the rack a batch runs on.
 _NOT_FACTORS = {*_NOT_PARAMETERS, "topology"}
 
@@ -283,8 +284,7 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
         try:
             exp = validate(trial_raw, path)
         except SpecError as exc:
-            where = ", ".join(f"{k}={v}" for k, v in overrides.items())
-            error = f"{exc}{_IN_TRIAL}{where})"
+            error = str(exc)  # select() says which factor levels it comes with
         stem = "_".join(f"{labels[k]}-{_value_text(v)}" for k, v in overrides.items())
         for rep in range(1, repetitions + 1):
             name = f"{stem}_r{rep}" if stem else f"r{rep}"
