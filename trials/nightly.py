@@ -169,7 +169,7 @@ def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> li
             p.unlink()
         note_path = batch / PRUNED_FILE
         earlier = json.loads(note_path.read_text()) if note_path.exists() else {}
-        removed = sorted(pruned_files(batch) | {str(p.relative_to(batch)) for p in files})
+        removed = sorted({*earlier.get("removed", []), *(str(p.relative_to(batch)) for p in files)})
         note = {
             "pruned": today.isoformat(timespec="seconds"),
             "keep_captures_days": keep_days,

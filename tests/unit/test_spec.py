@@ -217,15 +217,16 @@ def test_units_are_exact():
         parse_rate("2mbps")
 
 
+def check(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m trials check` of ``text`` written as tmp_path/exp.yml (touches no host)."""
+    return subprocess.run(
+        [sys.executable, "-m", "trials", "check", str(write(tmp_path, text)), *args],
+        capture_output=True, text=True, cwd=PROJECT, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def test_check_prints_the_plan(tmp_path):
-    path = write(tmp_path, GOOD)
-    done = subprocess.run(
-        [sys.executable, "-m", "trials", "check", str(path), "--only", "initcwnd-10_*"],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-        check=False,
-    )
+    done = check(tmp_path, GOOD, "--only", "initcwnd-10_*")
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
     assert "4 of 12 trial(s)" in out
@@ -310,12 +311,6 @@ def test_nodes_and_host_groups_beyond_the_virtual_topology_are_refused_before_a_
     """What `check` (and run/batch on the virtual rack, before it is brought up) finds from the
     topology file: an unknown topology, nodes it lacks, hosts.<key> naming nothing there."""
 
-    def check(text: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "trials", "check", str(write(tmp_path, text))],
-            capture_output=True, text=True, cwd=PROJECT, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-
     path = tmp_path / "exp.yml"
     for text, said in (
         (GOOD.replace("topology: chain2", "topology: chian2"),
@@ -330,11 +325,11 @@ def test_nodes_and_host_groups_beyond_the_virtual_topology_are_refused_before_a_
          f"{path}: key 'hosts.sendres': not a node, an inventory group or one of all, senders, "
          "receivers"),
     ):  # fmt: skip
-        done = check(text)
+        done = check(tmp_path, text)
         assert done.returncode == 2, done.stdout[-2000:]
         assert said in " ".join(done.stderr.split()), done.stderr
         assert "Traceback" not in done.stderr
-    assert check(GOOD).returncode == 0
+    assert check(tmp_path, GOOD).returncode == 0
 
 
 def test_more_mistakes_get_the_key_and_what_is_allowed(tmp_path):
@@ -382,15 +377,12 @@ def test_a_byte_buffer_must_hold_one_full_size_frame(tmp_path):
 
 
 def test_a_misspelt_family_is_refused_with_the_likely_one(tmp_path):
-    def check(text: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "trials", "check", str(write(tmp_path, text))],
-            capture_output=True, text=True, cwd=PROJECT, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-
-    done = check(GOOD.replace("experiment: startup", "experiment: statrup"))
+    done = check(tmp_path, GOOD.replace("experiment: startup", "experiment: statrup"))
     assert done.returncode == 2
     assert "key 'experiment': 'statrup' has no report module; did you mean 'startup'?" in " ".join(
         done.stderr.split()
     )
-    assert check(GOOD.replace("experiment: startup", "experiment: my_new_family")).returncode == 0
+    assert (
+        check(tmp_path, GOOD.replace("experiment: startup", "experiment: my_new_family")).returncode
+        == 0
+    )
