@@ -97,6 +97,14 @@ def refuse_beyond_virtual_topology(trials: list[Trial], source: str) -> None:
         raise SpecError("\n".join(dict.fromkeys(problems)))
 
 
+def refuse_before_a_rack(plan: Plan, trials: list[Trial], *, virtual: bool) -> None:
+    """The checks of a plan that need no host, before any rack is touched: a misspelt family,
+    and on the virtual rack (``virtual``) what its topology file lacks."""
+    refuse_misspelt_family(plan)
+    if virtual:
+        refuse_beyond_virtual_topology(trials, str(plan.source))
+
+
 def refuse_removing_a_rack_in_use(why: str) -> None:
     """RackBusy when the virtual rack is up and a batch or trial holds its lock: taking it
     down deletes its hosts' work directories, with a running trial's files not yet brought
@@ -310,9 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_nightly(args)
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
-        refuse_misspelt_family(plan)
-        if args.command == "check" or not args.inventory:
-            refuse_beyond_virtual_topology(trials, str(plan.source))
+        refuse_before_a_rack(plan, trials, virtual=args.command == "check" or not args.inventory)
         if args.command == "check":
             # Wide enough that a trial's row stays on one line when piped.
             Console(width=None if sys.stdout.isatty() else 160).print(plan_table(plan, trials))
@@ -397,9 +403,7 @@ def run_batch(args: argparse.Namespace) -> int:
     end, then the batch's tables."""
     plan = load_plan(args.experiment, args.sets)
     trials = plan.select(args.only)
-    refuse_misspelt_family(plan)
-    if not args.racks:
-        refuse_beyond_virtual_topology(trials, str(plan.source))
+    refuse_before_a_rack(plan, trials, virtual=not args.racks)
     path = args.batch or new_batch_path(args.results, args.experiment)
     batch, resumed = Batch.create_or_resume(path, plan, trials, args.sets, args.only)
     if resumed:
