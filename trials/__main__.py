@@ -36,6 +36,7 @@ from trials.batch import (
     Batch,
     RackBusy,
     RackLock,
+    batch_name_problem,
     describe,
     now_iso,
     progress,
@@ -97,9 +98,21 @@ def refuse_beyond_virtual_topology(trials: list[Trial], source: str) -> None:
         raise SpecError("\n".join(dict.fromkeys(problems)))
 
 
-def refuse_before_a_rack(plan: Plan, trials: list[Trial], *, virtual: bool) -> None:
-    """The checks of a plan that need no host, before any rack is touched: a misspelt family,
-    and on the virtual rack (``virtual``) what its topology file lacks."""
+def refuse_before_a_rack(
+    plan: Plan, trials: list[Trial], *, virtual: bool, batch: Path | None = None
+) -> None:
+    """The checks of a plan that need no host, before any rack is touched: the batch's name
+    (``batch``, else the one made from the experiment file's), a misspelt family, and on the
+    virtual rack (``virtual``) what its topology file lacks."""
+    if batch is not None:
+        problem = batch_name_problem(batch.name, f"BATCH={batch}")
+    else:
+        made = new_batch_path(Path("results"), plan.source).name
+        problem = batch_name_problem(made, f"{plan.source} (its name makes the batch's)")
+        if problem:
+            problem += "; rename the file, or give the batch a name (BATCH=results/NAME)"
+    if problem:
+        raise SpecError(problem)
     refuse_misspelt_family(plan)
     if virtual:
         refuse_beyond_virtual_topology(trials, str(plan.source))
@@ -403,7 +416,7 @@ def run_batch(args: argparse.Namespace) -> int:
     end, then the batch's tables."""
     plan = load_plan(args.experiment, args.sets)
     trials = plan.select(args.only)
-    refuse_before_a_rack(plan, trials, virtual=not args.racks)
+    refuse_before_a_rack(plan, trials, virtual=not args.racks, batch=args.batch)
     path = args.batch or new_batch_path(args.results, args.experiment)
     batch, resumed = Batch.create_or_resume(path, plan, trials, args.sets, args.only)
     if resumed:
@@ -443,6 +456,12 @@ def run_batch(args: argparse.Namespace) -> int:
         f"batch {batch.path}: {final.done} complete, {final.failed} failed after retries, "
         f"{final.todo} not run"
     )
+    if final.failed:  # they are never run again with the same RETRIES: say how
+        most = max(batch.failed_attempts(t.name) for t in trials if not batch.done(t.name))
+        out.print(
+            f"the failed trials run again when the batch is run again with RETRIES={most} or "
+            f"more (same EXPERIMENT, SET, ONLY; BATCH={batch.path})"
+        )
     if code == 0 and (final.failed or final.todo):  # a trial left unrun is no success either
         code = 1
     return code

@@ -22,10 +22,12 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,6 +48,20 @@ from trials.plan import Plan, Trial, load_plan
 from trials.spec import SpecError
 
 BATCH_FILE = "batch.json"
+# A batch's name names a directory on every host (and in shell commands there).
+BATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def batch_name_problem(name: str, given_as: str) -> str | None:
+    """Why ``name`` cannot name a batch (``given_as`` says where it came from), or None."""
+    if BATCH_NAME.fullmatch(name):
+        return None
+    return (
+        f"{given_as}: the batch's name {name!r} may hold only letters, digits and . _ + - "
+        "(not first: . + -), because it names a directory on every host"
+    )
+
+
 LOCK_DIR = Path("/run/trialbed/locks")
 
 
@@ -54,6 +70,8 @@ def now_iso() -> str:
 
 
 def pid_alive(pid: int) -> bool:
+    if pid <= 0:  # kill(0) would ask about our own process group
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -73,6 +91,69 @@ def create_new(path: Path) -> int | None:
 
 
 BLANK_CLAIM_S = 60  # a claim or lock file still empty after this was never written: stale
+HEARTBEAT_S = 30  # a live holder touches its claim and lock files this often
+SILENT_HOLDER_S = 600  # a holder on another machine whose file was not touched for this long
+
+
+def boot_id() -> str:
+    with contextlib.suppress(OSError):
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return ""
+
+
+def process_started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (/proc/<pid>/stat field 22):
+    a pid reused by another process has another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at 3
+
+
+def this_process() -> dict[str, Any]:
+    """Who holds a claim or lock: enough to tell later whether that process still runs, even
+    after a reboot or once its pid is reused."""
+    pid = os.getpid()
+    return {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "boot": boot_id(),
+        "started": process_started(pid),
+    }
+
+
+class Heartbeat:
+    """Touches the claim and lock files this process holds every HEARTBEAT_S: a controller
+    on another machine sharing them cannot see our pid, only that the file stays fresh."""
+
+    def __init__(self) -> None:
+        self.paths: set[Path] = set()
+        self.guard = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def hold(self, path: Path) -> None:
+        with self.guard:
+            self.paths.add(path)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+                self.thread.start()
+
+    def drop(self, path: Path) -> None:
+        with self.guard:
+            self.paths.discard(path)
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            with self.guard:
+                paths = list(self.paths)
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    os.utime(path)
+
+
+HEARTBEAT = Heartbeat()
 
 
 @contextlib.contextmanager
@@ -107,15 +188,23 @@ def stale_holder(path: Path) -> tuple[bool, dict[str, Any]]:
         other = {}
     if not other:
         return age > BLANK_CLAIM_S, {}
-    return not holder_alive(other), other
+    return not holder_alive(other, age), other
 
 
-def holder_alive(holder: dict[str, Any]) -> bool:
-    """Whether the process a lock or claim names still runs. A holder on another machine
-    (a controller sharing the results directory) counts as alive."""
+def holder_alive(holder: dict[str, Any], silent_s: float = 0.0) -> bool:
+    """Whether the process a lock or claim names still runs. On this machine: its pid runs,
+    since the same boot, and is the same process (not a reuse of the pid). On another (a
+    controller sharing the results directory): its file was touched within SILENT_HOLDER_S
+    (``silent_s`` is how long ago)."""
     if holder.get("host") != socket.gethostname():
-        return True
-    return pid_alive(int(holder.get("pid", 0)))
+        return silent_s < SILENT_HOLDER_S
+    if holder.get("boot") and holder["boot"] != boot_id():
+        return False  # the machine rebooted since: a pid of before means nothing now
+    pid = int(holder.get("pid", 0))
+    if not pid_alive(pid):
+        return False
+    started = holder.get("started")
+    return started is None or process_started(pid) in (None, started)
 
 
 def describe(holder: dict[str, Any]) -> str:
@@ -161,8 +250,7 @@ class RackLock:
     def for_rack(cls, rack: Rack, batch: str, label: str, warn: Callable[[str], None] = print):
         hosts = ", ".join(sorted(rack.hosts))
         holder = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
+            **this_process(),
             "batch": batch,
             "rack": label,
             "hosts": hosts,
@@ -194,6 +282,7 @@ class RackLock:
                 if fd is None:
                     continue  # made afresh by another process meanwhile: look again
             self._write(fd)
+            HEARTBEAT.hold(self.path)
             return
         raise RackBusy(f"could not take the rack lock {self.path}")
 
@@ -205,6 +294,7 @@ class RackLock:
             json.dump(self.holder, f)
 
     def release(self) -> None:
+        HEARTBEAT.drop(self.path)
         with contextlib.suppress(OSError, json.JSONDecodeError):
             if json.loads(self.path.read_text()).get("pid") == self.holder["pid"]:
                 self.path.unlink()
@@ -299,9 +389,19 @@ class Batch:
         return "trial.json" in manifest_entries(self.trial_dir(name))
 
     def failed_attempts(self, name: str) -> int:
+        """Attempts that count against --retries: kept ones that failed or whose worker died
+        (partial: a trial that kills its worker must not be run for ever), and the current
+        one if it failed. Interrupted ones (the user stopped the batch) do not count."""
         old = self.path / "attempts" / name
-        earlier = sum(1 for d in old.iterdir() if d.name.endswith("-failed")) if old.exists() else 0
+        ended = ("-failed", "-partial")
+        earlier = sum(1 for d in old.iterdir() if d.name.endswith(ended)) if old.exists() else 0
         return earlier + (self.status(name) == "failed")
+
+    def ran_on(self, name: str) -> list[str]:
+        """The inventory of the rack the trial's current attempt ran on (its record says)."""
+        with contextlib.suppress(OSError, json.JSONDecodeError, AttributeError):
+            return list(json.loads((self.trial_dir(name) / "trial.json").read_text())["inventory"])
+        return []
 
     def next_attempt(self, name: str) -> int:
         """The number the trial's next attempt gets: on from the highest kept, so that a
@@ -381,6 +481,7 @@ class Claims:
                 if fd is None:
                     return False  # a worker claimed it afresh meanwhile
         self._write(fd)
+        HEARTBEAT.hold(path)
         return True
 
     def _write(self, fd: int) -> None:
@@ -388,6 +489,7 @@ class Claims:
             json.dump({**self.holder, "since": now_iso()}, f)
 
     def release(self, name: str) -> None:
+        HEARTBEAT.drop(self.dir / f"{name}.json")
         (self.dir / f"{name}.json").unlink(missing_ok=True)
 
 
@@ -434,6 +536,31 @@ def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = 
     return problems
 
 
+def collect_leftovers(
+    rack: Rack, ran_on: list[str], batch: str, trial: str, kept: Path, log: Callable[[str], None]
+) -> None:
+    """stop_leftovers on the rack the attempt ran on: this one, or another rack sharing the
+    batch (whose worker died there and whose trial this rack now takes over)."""
+    other = None
+    mine = [str(Path(p).resolve()) for p in rack.inventory]
+    if ran_on and [str(Path(p).resolve()) for p in ran_on] != mine:
+        try:
+            other = Rack.load([Path(p) for p in ran_on])
+        except RackError as exc:
+            where = ", ".join(ran_on)
+            log(f"[{trial}] the earlier attempt's files stay on its rack ({where}): {exc}")
+            return
+        if rack_key(other) == rack_key(rack):
+            other.close()
+            other = None
+    try:
+        for problem in stop_leftovers(other or rack, batch, trial, keep_into=kept):
+            log(f"[{trial}] the earlier attempt's files on {problem}")
+    finally:
+        if other is not None:
+            other.close()
+
+
 # -- one worker per rack ----------------------------------------------------------------------
 
 
@@ -456,7 +583,7 @@ def run_worker(
     batch = Batch(batch_dir)
     plan, trials = batch.plan()
     rack = Rack.load(inventory)
-    holder = {"pid": os.getpid(), "host": socket.gethostname(), "rack": label, "batch": batch.name}
+    holder = {**this_process(), "rack": label, "batch": batch.name}
     completed = 0
     try:
         with RackLock.for_rack(rack, batch.name, label, warn=log):
@@ -468,7 +595,9 @@ def run_worker(
                         trial = next_trial(batch, claims, trials, retries)
                         if trial is None:
                             break
-                        completed += run_one(batch, claims, runner, rack, trial, label, log)
+                        completed += run_one(
+                            batch, claims, runner, rack, trial, label, retries, log
+                        )
             finally:
                 with ignore_signals():
                     restore(runner, rack, batch_dir / "ansible" / f"teardown-{label}", log)
@@ -500,17 +629,29 @@ def run_one(
     rack: Rack,
     trial: Trial,
     label: str,
+    retries: int,
     log: Callable[[str], None],
 ) -> int:
     from trials.runner import Interrupted, failed_record
 
     earlier = batch.status(trial.name)
     if earlier != "todo":
+        ran_on = batch.ran_on(trial.name)
         kept = batch.set_aside(trial.name)
         log(f"[{trial.name}] earlier attempt ({earlier}) kept in {kept}")
-        if earlier == "partial":  # its files on the hosts join it before they are removed
-            for problem in stop_leftovers(rack, batch.name, trial.name, keep_into=kept):
-                log(f"[{trial.name}] the earlier attempt's files on {problem}")
+        if kept is not None:
+            # Files it left on the hosts (its worker died, a host stopped answering) join it
+            # before they are removed there: the next attempt must not find them.
+            collect_leftovers(rack, ran_on, batch.name, trial.name, kept, log)
+        if batch.failed_attempts(trial.name) > retries:  # its worker died once too often
+            cause = (
+                f"given up after {batch.failed_attempts(trial.name)} attempts (retries "
+                f"{retries}); the last one's worker died mid-trial: kept in {kept}"
+            )
+            log(f"[{trial.name}] failed: {cause}")
+            batch.event(event="failed", trial=trial.name, rack=label, error=cause)
+            claims.release(trial.name)
+            return 0
     attempt = batch.next_attempt(trial.name)
     batch.event(event="start", trial=trial.name, id=trial.id, rack=label, attempt=attempt)
     started = time.monotonic()

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from trials import batch as batch_mod
-from trials.batch import Batch, Claims, record_failure, stop_leftovers
+from trials.batch import Batch, Claims, record_failure, stale_holder, stop_leftovers
 
 
 def dead_pid() -> int:
@@ -49,14 +49,14 @@ def test_two_workers_taking_over_one_stale_claim_get_it_once(tmp_path, monkeypat
     real = batch_mod.holder_alive
     hooked = []
 
-    def alive(h):
+    def alive(h, *rest):
         if threading.current_thread().name == "A" and not hooked:
             hooked.append(1)
             worker_b = threading.Thread(target=lambda: (got.update(B=b.claim("t1")), b_done.set()))
             worker_b.name = "B"
             worker_b.start()
             b_done.wait(0.5)  # B runs in A's gap, or waits for A's takeover to end
-        return real(h)
+        return real(h, *rest)
 
     monkeypatch.setattr(batch_mod, "holder_alive", alive)
     worker_a = threading.Thread(target=lambda: got.update(A=a.claim("t1")), name="A")
@@ -140,8 +140,13 @@ class LocalRack:
     stop_leftovers and pull_host ask of a rack)."""
 
     def __init__(self, workdir: Path) -> None:
-        self.hosts = {"A": SimpleNamespace(workdir=str(workdir))}
+        self.hosts = {"A": SimpleNamespace(workdir=str(workdir), address=str(workdir))}
+        self.inventory = [workdir / "hosts.yml"]
         self.codes: list[int] = []
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def run(self, host, command, check=True, timeout=None):
         done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
@@ -243,3 +248,161 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
     finally:
         lock.release()
     assert cli.main(["rack-guard", "down"]) == 0
+
+
+def test_a_holder_on_another_machine_is_alive_while_its_heartbeat_lasts(tmp_path, monkeypatch):
+    """A controller sharing the results directory from another machine: its pid means nothing
+    here, so its claim is alive while touched, stale once silent for SILENT_HOLDER_S."""
+    path = tmp_path / "claims" / "t1.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**holder("far"), "host": "another-controller"}))
+    assert stale_holder(path)[0] is False
+    silent = time.time() - batch_mod.SILENT_HOLDER_S - 1
+    os.utime(path, (silent, silent))
+    assert stale_holder(path)[0] is True
+    # What keeps a live holder's file fresh: the heartbeat touches what it holds, only that.
+    monkeypatch.setattr(batch_mod, "HEARTBEAT_S", 0.05)
+    beat = batch_mod.Heartbeat()
+    other = tmp_path / "claims" / "t2.json"
+    other.write_text("{}")
+    os.utime(other, (silent, silent))
+    beat.hold(path)
+    deadline = time.time() + 5
+    while stale_holder(path)[0] and time.time() < deadline:
+        time.sleep(0.05)
+    assert stale_holder(path)[0] is False
+    assert other.stat().st_mtime == pytest.approx(silent)
+    beat.drop(path)
+    os.utime(path, (silent, silent))
+    time.sleep(0.3)
+    assert stale_holder(path)[0] is True
+
+
+def test_a_holder_from_before_a_reboot_or_a_reused_pid_is_gone(tmp_path):
+    """The controller rebooted (another boot id) or its pid now belongs to another process
+    (another start time): the claim is stale, although a process with that pid runs."""
+    me = batch_mod.this_process()
+    assert me["boot"] and me["started"] is not None
+    assert batch_mod.holder_alive(me)
+    assert not batch_mod.holder_alive({**me, "boot": "0" * 32})
+    assert not batch_mod.holder_alive({**me, "started": me["started"] - 1})
+    assert not batch_mod.holder_alive({**me, "pid": 0})  # kill(0) asks about a group
+    assert not batch_mod.holder_alive({**me, "pid": dead_pid()})
+
+
+class FakeRunner:
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def run(self, trial):
+        self.ran.append(trial.name)
+        return {"status": "complete", "errors": []}
+
+
+def attempt_left(batch: Batch, status: str, rack: LocalRack) -> None:
+    """trials/t1 as an attempt with ``status`` left it, run on ``rack``."""
+    batch.trial_dir("t1").mkdir()
+    record = {"trial": "t1", "status": status, "inventory": [str(p) for p in rack.inventory]}
+    (batch.trial_dir("t1") / "trial.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("retries, runs", [(2, False), (3, True)])
+def test_a_trial_whose_worker_keeps_dying_counts_against_retries(tmp_path, retries, runs):
+    """Each attempt of t1 killed its worker (left partial); it was run for ever before."""
+    batch = make_batch(tmp_path)
+    rack = LocalRack(tmp_path / "work")
+    claims = Claims(batch, holder("A"), warn=print)
+    for _ in range(2):
+        attempt_left(batch, "running", rack)
+        batch.set_aside("t1")
+    attempt_left(batch, "running", rack)  # the third, found when its worker was gone
+    assert claims.claim("t1")
+    runner = FakeRunner()
+    trial = SimpleNamespace(name="t1", id="x")
+    got = batch_mod.run_one(batch, claims, runner, rack, trial, "A", retries, print)
+    assert runner.ran == (["t1"] if runs else [])
+    assert got == int(runs)
+    assert not (batch.path / "claims/t1.json").exists()
+    assert batch.failed_attempts("t1") == 3
+    if not runs:
+        last = list(batch.events())[-1]
+        assert last["event"] == "failed" and "given up after 3 attempts" in last["error"]
+        assert batch_mod.progress(batch, retries).failed == 1
+        assert batch_mod.next_trial(batch, claims, [trial], retries) is None
+
+
+def test_a_failed_attempts_files_left_on_a_host_do_not_reach_the_next_attempt(tmp_path):
+    """A host stopped answering during t1, so its files stayed there; once it answers again,
+    they join that failed attempt's kept directory and are gone from the host before the
+    retry writes into the same directory there."""
+    batch = make_batch(tmp_path)
+    rack = LocalRack(tmp_path / "work")
+    left = tmp_path / "work" / "trials" / batch.name / "t1"
+    left.mkdir(parents=True)
+    (left / "R.pcap").write_bytes(b"from the failed attempt")
+    attempt_left(batch, "failed", rack)
+    claims = Claims(batch, holder("A"), warn=print)
+    assert claims.claim("t1")
+    runner = FakeRunner()
+    trial = SimpleNamespace(name="t1", id="x")
+    assert batch_mod.run_one(batch, claims, runner, rack, trial, "A", 2, print) == 1
+    kept = batch.path / "attempts" / "t1" / "1-failed"
+    assert (kept / "leftovers/A/R.pcap").read_bytes() == b"from the failed attempt"
+    assert not left.exists() and runner.ran == ["t1"]
+
+
+@pytest.mark.parametrize("name", ["my batch", "-x", ".hidden", "a;b", "ünï"])
+def test_a_batch_name_a_host_shell_could_misread_is_refused_before_any_rack(tmp_path, name):
+    project = Path(__file__).resolve().parents[2]
+    args = [
+        "batch",
+        "experiments/smoke.yml",
+        "--batch",
+        str(tmp_path / name),
+        "--rack",
+        str(tmp_path / "no-such-inventory"),
+    ]
+    done = subprocess.run(
+        [str(project / ".venv/bin/python"), "-m", "trials", *args],
+        capture_output=True, text=True, cwd=project, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    assert f"BATCH={tmp_path / name}: the batch's name {name!r} may hold only letters" in said
+    assert not (tmp_path / name).exists()
+
+
+def test_a_partial_attempt_of_another_rack_brings_its_files_from_that_rack(tmp_path, monkeypatch):
+    """Rack B's worker died in t1; rack A takes t1 over. B's files for t1 are on B's hosts:
+    they are fetched from there (B's inventory, from the attempt's record), not looked for on A."""
+    batch = make_batch(tmp_path)
+    rack_a, rack_b = LocalRack(tmp_path / "a"), LocalRack(tmp_path / "b")
+    left = tmp_path / "b" / "trials" / batch.name / "t1"
+    left.mkdir(parents=True)
+    (left / "tcp_probe.txt").write_bytes(b"B's recording")
+    attempt_left(batch, "running", rack_b)
+    loaded = []
+    monkeypatch.setattr(batch_mod.Rack, "load", lambda inv: loaded.append(inv) or rack_b)
+    claims = Claims(batch, holder("A"), warn=print)
+    assert claims.claim("t1")
+    runner = FakeRunner()
+    trial = SimpleNamespace(name="t1", id="x")
+    assert batch_mod.run_one(batch, claims, runner, rack_a, trial, "A", 2, print) == 1
+    assert loaded == [rack_b.inventory] and rack_b.closed
+    kept = batch.path / "attempts" / "t1" / "1-partial"
+    assert (kept / "leftovers/A/tcp_probe.txt").read_bytes() == b"B's recording"
+    assert not left.exists() and runner.ran == ["t1"]
+
+
+def test_an_experiment_file_whose_name_makes_a_bad_batch_name_is_refused(tmp_path):
+    project = Path(__file__).resolve().parents[2]
+    odd = tmp_path / "my smoke.yml"
+    shutil.copyfile(project / "experiments/smoke.yml", odd)
+    done = subprocess.run(
+        [str(project / ".venv/bin/python"), "-m", "trials", "check", str(odd)],
+        capture_output=True, text=True, cwd=project, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr
+    assert f"{odd} (its name makes the batch's): the batch's name" in said
+    assert "rename the file, or give the batch a name (BATCH=results/NAME)" in said
