@@ -26,13 +26,10 @@ setup:  ## install Debian packages, the pinned Python environment and Ansible co
 	@scripts/setup.sh
 
 rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPOLOGY).yml (RACK=vm: inside the VM; a rack of another topology or kind goes first) and write inventory/virtual/hosts.yml
-	@$(if $(RACK_PREFIX),true,$(PYTHON) -m trials rack-guard up --topology $(TOPOLOGY) \
-	  --kind $(if $(filter vm,$(RACK)),vm,namespaces))
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_topology_name=$(TOPOLOGY) \
 	  -e virtual_rack_kind=$(if $(filter vm,$(RACK)),vm,namespaces) $(RACK_VARS)
 
 rack-down: setup  ## remove the virtual rack that is up, whatever its topology or kind: every namespace, link, bridge and process (the VM: qemu, its tap and files)
-	@$(if $(RACK_PREFIX),true,$(PYTHON) -m trials rack-guard down)
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_state=absent $(RACK_VARS)
 
 # A lab rack instead of the virtual one: INVENTORY=inventory/lab/hosts.yml (see inventory/lab.example).

@@ -118,13 +118,14 @@ def refuse_before_a_rack(
         refuse_beyond_virtual_topology(trials, str(plan.source))
 
 
-def refuse_removing_a_rack_in_use(why: str) -> None:
-    """RackBusy when the virtual rack is up and a batch or trial holds its lock: taking it
-    down deletes its hosts' work directories, with a running trial's files not yet brought
-    back."""
-    if not DEFAULT_INVENTORY.exists():
+def refuse_removing_a_rack_in_use(why: str, inventory: Path | None = None) -> None:
+    """RackBusy when the virtual rack (of ``inventory``, default the one `make rack-up`
+    wrote) is up and a batch or trial holds its lock: taking it down deletes its hosts' work
+    directories, with a running trial's files not yet brought back."""
+    inventory = inventory or DEFAULT_INVENTORY
+    if not inventory.exists():
         return
-    holder = rack_in_use(Rack.load([DEFAULT_INVENTORY]))
+    holder = rack_in_use(Rack.load([inventory]))
     if holder is not None:
         said = describe(holder) if holder else "a holder still writing its lock"
         raise RackBusy(
@@ -283,11 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     night.add_argument("--rack", dest="racks", action="append")
     night.add_argument("--retries", type=int, default=2)
     guard = sub.add_parser(
-        "rack-guard", help="(make rack-up/rack-down) refuse to remove a virtual rack in use"
+        "rack-guard",
+        help="(the virtual_rack role, before it takes a rack down) refuse to remove a rack in use",
     )
-    guard.add_argument("action", choices=["up", "down"])
-    guard.add_argument("--topology", default="dumbbell")
-    guard.add_argument("--kind", default="namespaces")
+    guard.add_argument("action", choices=["down"])
+    guard.add_argument("--inventory", type=Path, help="the rack's (default: make rack-up's)")
+    guard.add_argument("--why", help="what would take it down (for the message)")
     status = sub.add_parser("status", help="what every rack host is doing now (changes nothing)")
     status.add_argument("-i", "--inventory", type=Path, action="append")
     status.add_argument("--json", action="store_true", help="print it as JSON")
@@ -318,12 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)
             return 0
         if args.command == "rack-guard":
-            if args.action == "down":
-                refuse_removing_a_rack_in_use("make rack-down would take it down")
-            elif running_rack() not in ((None, None), (args.topology, args.kind)):
-                refuse_removing_a_rack_in_use(
-                    f"make rack-up of the {args.topology} {args.kind} rack would take it down"
-                )
+            why = args.why or "make rack-down would take it down"
+            refuse_removing_a_rack_in_use(why, args.inventory)
             return 0
         if args.command == "batch":
             return run_batch(args)

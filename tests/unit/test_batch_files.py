@@ -242,7 +242,28 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
         said = " ".join(capsys.readouterr().err.split())
         assert f"the virtual rack is in use (pid {os.getpid()}" in said and "batch night-1" in said
         assert "make rack-down would take it down" in said
-        assert cli.main(["rack-guard", "up", "--topology", "chain2"]) == 2
+        # the role itself, as a user runs it by hand: stopped before it takes anything down
+        # (a prefix and state of its own: had it gone on, it had nothing real to remove)
+        project = Path(__file__).resolve().parents[2]
+        copy = tmp_path / "hosts.yml"
+        copy.write_text(inventory.read_text())
+        variables = {
+            "virtual_rack_state": "absent",
+            "virtual_rack_namespace_prefix": "tbg-",
+            "virtual_rack_inventory_file": str(copy),
+            "virtual_rack_state_dir": str(tmp_path / "state"),
+            "virtual_rack_owner_dir": str(tmp_path / "owners"),
+        }
+        done = subprocess.run(
+            [str(project / ".venv/bin/ansible-playbook"), "playbooks/rack.yml"]
+            + [a for k, v in variables.items() for a in ("-e", f"{k}={v}")],
+            cwd=project, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        said = " ".join(done.stdout.split())
+        assert done.returncode == 2, said[-2000:]
+        assert f"the virtual rack is in use (pid {os.getpid()}" in said
+        assert "taking it down (virtual_rack_state=absent) would delete them" in said
+        assert "changed=0" in said and copy.exists()
         with pytest.raises(cli.RackBusy, match="bringing up the chain2 rack would take it down"):
             cli.ensure_virtual_rack("chain2")
     finally:
