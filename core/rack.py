@@ -76,7 +76,9 @@ class Rack:
                     "inventory/lab.example/)"
                 )
                 raise RackError(f"{path}: inventory not found{hint}")
-        cmd = [str(PROJECT_DIR / ".venv/bin/ansible-inventory"), "--list", "--export"]
+        # Not --export: hostvars then hold what Ansible merges for the host (group_vars, vars
+        # of every group it is in), not only its own and all.vars.
+        cmd = [str(PROJECT_DIR / ".venv/bin/ansible-inventory"), "--list"]
         for path in inventory:
             cmd += ["-i", str(path)]
         done = subprocess.run(

@@ -321,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "rack-guard":
             why = args.why or "make rack-down would take it down"
-            refuse_removing_a_rack_in_use(why, args.inventory)
+            try:
+                refuse_removing_a_rack_in_use(why, args.inventory)
+            except RackBusy as exc:  # its own code: the role tells "in use" from "cannot tell"
+                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+                return 3
             return 0
         if args.command == "batch":
             return run_batch(args)
@@ -457,8 +461,8 @@ def run_batch(args: argparse.Namespace) -> int:
     if final.failed:  # they are never run again with the same RETRIES: say how
         most = max(batch.failed_attempts(t.name) for t in trials if not batch.done(t.name))
         out.print(
-            f"the failed trials run again when the batch is run again with RETRIES={most} or "
-            f"more (same EXPERIMENT, SET, ONLY; BATCH={batch.path})"
+            f"the failed trials run again when the batch is run again with RETRIES={most} "
+            f"(--retries {most}) or more: same EXPERIMENT, SET, ONLY and BATCH={batch.path}"
         )
     if code == 0 and (final.failed or final.todo):  # a trial left unrun is no success either
         code = 1

@@ -197,7 +197,9 @@ def holder_alive(holder: dict[str, Any], silent_s: float = 0.0) -> bool:
     controller sharing the results directory): its file was touched within SILENT_HOLDER_S
     (``silent_s`` is how long ago)."""
     if holder.get("host") != socket.gethostname():
-        return silent_s < SILENT_HOLDER_S
+        # Only a holder that beats (it records its boot) is judged by its silence; the file
+        # server stamps the touch, so clocks apart by more than minutes would mislead.
+        return "boot" not in holder or silent_s < SILENT_HOLDER_S
     if holder.get("boot") and holder["boot"] != boot_id():
         return False  # the machine rebooted since: a pid of before means nothing now
     pid = int(holder.get("pid", 0))
@@ -399,7 +401,7 @@ class Batch:
 
     def ran_on(self, name: str) -> list[str]:
         """The inventory of the rack the trial's current attempt ran on (its record says)."""
-        with contextlib.suppress(OSError, json.JSONDecodeError, AttributeError):
+        with contextlib.suppress(OSError, ValueError, LookupError, TypeError, AttributeError):
             return list(json.loads((self.trial_dir(name) / "trial.json").read_text())["inventory"])
         return []
 
@@ -414,13 +416,32 @@ class Batch:
         current = self.trial_dir(name)
         if not current.exists():
             return None
-        status = self.status(name)
+        status, ran_on = self.status(name), self.ran_on(name)
         target = self.path / "attempts" / name / f"{self.next_attempt(name)}-{status}"
         target.parent.mkdir(parents=True, exist_ok=True)
         current.rename(target)
+        # "pending" until the files it left on the hosts have joined it (collect_leftovers):
+        # a worker stopped or killed meanwhile leaves the label, and the next one finishes it.
         label = {"status": status, "set_aside": now_iso(), "trial": name}
-        (target / "ATTEMPT.json").write_text(json.dumps(label, indent=2) + "\n")
+        label |= {"ran_on": ran_on, "leftovers": "pending"}
+        write_whole(target / "ATTEMPT.json", json.dumps(label, indent=2) + "\n")
         return target
+
+    def pending_leftovers(self, name: str) -> list[tuple[Path, list[str]]]:
+        """Kept attempts of the trial whose files on the hosts were not brought back yet, with
+        the inventory of the rack each ran on."""
+        out = []
+        for kept in sorted((self.path / "attempts" / name).glob("*"), key=attempt_number):
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                label = json.loads((kept / "ATTEMPT.json").read_text())
+                if label.get("leftovers") == "pending":
+                    out.append((kept, list(label.get("ran_on") or [])))
+        return out
+
+    def leftovers_collected(self, kept: Path) -> None:
+        label = json.loads((kept / "ATTEMPT.json").read_text())
+        label["leftovers"] = "collected"
+        write_whole(kept / "ATTEMPT.json", json.dumps(label, indent=2) + "\n")
 
     def verify(self) -> dict[str, list[str]]:
         """Complete trials whose files no longer match their manifest: they run again."""
@@ -538,27 +559,28 @@ def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = 
 
 def collect_leftovers(
     rack: Rack, ran_on: list[str], batch: str, trial: str, kept: Path, log: Callable[[str], None]
-) -> None:
+) -> tuple[list[str], bool]:
     """stop_leftovers on the rack the attempt ran on: this one, or another rack sharing the
-    batch (whose worker died there and whose trial this rack now takes over)."""
+    batch (whose worker died there and whose trial this rack now takes over). Returns what
+    went wrong, and whether that was on this rack (where the next attempt would find it)."""
     other = None
     mine = [str(Path(p).resolve()) for p in rack.inventory]
     if ran_on and [str(Path(p).resolve()) for p in ran_on] != mine:
         try:
             other = Rack.load([Path(p) for p in ran_on])
         except RackError as exc:
-            where = ", ".join(ran_on)
-            log(f"[{trial}] the earlier attempt's files stay on its rack ({where}): {exc}")
-            return
+            return [f"its rack ({', '.join(ran_on)}): {exc}"], False
         if rack_key(other) == rack_key(rack):
             other.close()
             other = None
     try:
-        for problem in stop_leftovers(other or rack, batch, trial, keep_into=kept):
-            log(f"[{trial}] the earlier attempt's files on {problem}")
+        problems = stop_leftovers(other or rack, batch, trial, keep_into=kept)
     finally:
         if other is not None:
             other.close()
+    for problem in problems:
+        log(f"[{trial}] the earlier attempt's files on {problem}")
+    return problems, other is None
 
 
 # -- one worker per rack ----------------------------------------------------------------------
@@ -634,24 +656,17 @@ def run_one(
 ) -> int:
     from trials.runner import Interrupted, failed_record
 
-    earlier = batch.status(trial.name)
-    if earlier != "todo":
-        ran_on = batch.ran_on(trial.name)
-        kept = batch.set_aside(trial.name)
-        log(f"[{trial.name}] earlier attempt ({earlier}) kept in {kept}")
-        if kept is not None:
-            # Files it left on the hosts (its worker died, a host stopped answering) join it
-            # before they are removed there: the next attempt must not find them.
-            collect_leftovers(rack, ran_on, batch.name, trial.name, kept, log)
-        if batch.failed_attempts(trial.name) > retries:  # its worker died once too often
-            cause = (
-                f"given up after {batch.failed_attempts(trial.name)} attempts (retries "
-                f"{retries}); the last one's worker died mid-trial: kept in {kept}"
-            )
-            log(f"[{trial.name}] failed: {cause}")
-            batch.event(event="failed", trial=trial.name, rack=label, error=cause)
-            claims.release(trial.name)
-            return 0
+    try:
+        refused = earlier_attempts(batch, rack, trial.name, retries, log)
+    except Interrupted:
+        batch.event(event="interrupted", trial=trial.name, rack=label)
+        claims.release(trial.name)
+        raise
+    if refused:
+        log(f"[{trial.name}] failed: {refused}")
+        batch.event(event="failed", trial=trial.name, rack=label, error=refused)
+        claims.release(trial.name)
+        return 0
     attempt = batch.next_attempt(trial.name)
     batch.event(event="start", trial=trial.name, id=trial.id, rack=label, attempt=attempt)
     started = time.monotonic()
@@ -686,6 +701,32 @@ def run_one(
     )
     claims.release(trial.name)
     return 1
+
+
+def earlier_attempts(
+    batch: Batch, rack: Rack, name: str, retries: int, log: Callable[[str], None]
+) -> str | None:
+    """Before a trial runs again: its last attempt kept (labelled), and the files every kept
+    attempt left on the hosts (its worker died, a host stopped answering) brought into it and
+    removed there, so that the next attempt does not collect them as its own. Returns why the
+    trial must not run now, or None."""
+    earlier = batch.status(name)
+    if earlier != "todo":
+        log(f"[{name}] earlier attempt ({earlier}) kept in {batch.set_aside(name)}")
+    for kept, ran_on in batch.pending_leftovers(name):
+        problems, here = collect_leftovers(rack, ran_on, batch.name, name, kept, log)
+        if not problems:
+            batch.leftovers_collected(kept)
+        elif here:  # still on this rack's hosts, where the next attempt would write
+            cause = f"the files of its attempt {kept.name} are still on {'; '.join(problems)}"
+            record_failure(batch, name, cause)
+            return cause
+    if batch.failed_attempts(name) > retries:  # its worker died once too often
+        return (
+            f"given up after {batch.failed_attempts(name)} attempts (retries {retries}); the "
+            f"last one's worker died mid-trial ({earlier}; kept in attempts/{name}/)"
+        )
+    return None
 
 
 def record_failure(batch: Batch, name: str, cause: str) -> None:

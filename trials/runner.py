@@ -741,7 +741,9 @@ class TrialRunner:
             "repetition": trial.repetition,
             "parameters": trial.parameters(),
             "git": git_state(),
-            "inventory": [str(p) for p in self.rack.inventory],
+            "inventory": [
+                str(Path(p).resolve()) for p in self.rack.inventory
+            ],  # resumable anywhere
             "network": net.record(),
             "host_settings": {
                 n: s.model_dump(mode="json", exclude_none=True) for n, s in settings.items()

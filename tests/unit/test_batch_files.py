@@ -238,7 +238,7 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
     lock = RackLock.for_rack(Rack.load([inventory]), "night-1", "rack")
     lock.acquire()
     try:
-        assert cli.main(["rack-guard", "down"]) == 2
+        assert cli.main(["rack-guard", "down"]) == 3  # in use (2: could not tell)
         said = " ".join(capsys.readouterr().err.split())
         assert f"the virtual rack is in use (pid {os.getpid()}" in said and "batch night-1" in said
         assert "make rack-down would take it down" in said
@@ -260,9 +260,9 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
             cwd=project, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         said = " ".join(done.stdout.split())
-        assert done.returncode == 2, said[-2000:]
+        assert done.returncode == 2, said[-2000:]  # ansible-playbook's: a task failed
         assert f"the virtual rack is in use (pid {os.getpid()}" in said
-        assert "taking it down (virtual_rack_state=absent) would delete them" in said
+        assert "rack.yml with virtual_rack_state=absent would take it down, with its" in said
         assert "changed=0" in said and copy.exists()
         with pytest.raises(cli.RackBusy, match="bringing up the chain2 rack would take it down"):
             cli.ensure_virtual_rack("chain2")
@@ -276,9 +276,13 @@ def test_a_holder_on_another_machine_is_alive_while_its_heartbeat_lasts(tmp_path
     here, so its claim is alive while touched, stale once silent for SILENT_HOLDER_S."""
     path = tmp_path / "claims" / "t1.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({**holder("far"), "host": "another-controller"}))
-    assert stale_holder(path)[0] is False
+    far = {**holder("far"), "host": "another-controller"}
+    path.write_text(json.dumps(far))  # written by a version without the heartbeat
     silent = time.time() - batch_mod.SILENT_HOLDER_S - 1
+    os.utime(path, (silent, silent))
+    assert stale_holder(path)[0] is False  # it cannot be judged by a silence it never broke
+    path.write_text(json.dumps({**far, "boot": "f" * 32}))
+    assert stale_holder(path)[0] is False
     os.utime(path, (silent, silent))
     assert stale_holder(path)[0] is True
     # What keeps a live holder's file fresh: the heartbeat touches what it holds, only that.
@@ -427,3 +431,50 @@ def test_an_experiment_file_whose_name_makes_a_bad_batch_name_is_refused(tmp_pat
     assert done.returncode == 2, done.stderr
     assert f"{odd} (its name makes the batch's): the batch's name" in said
     assert "rename the file, or give the batch a name (BATCH=results/NAME)" in said
+
+
+def test_a_collection_cut_short_is_finished_before_the_trial_runs_again(tmp_path):
+    """The worker was stopped while it brought an earlier attempt's files back (the attempt
+    was already set aside, so t1 reads as "todo"): the next one finishes that first; before,
+    the retry's own collection took those files as its own."""
+    batch = make_batch(tmp_path)
+    rack = LocalRack(tmp_path / "work")
+    attempt_left(batch, "running", rack)
+    kept = batch.set_aside("t1")
+    assert batch.status("t1") == "todo" and batch.pending_leftovers("t1") == [
+        (kept, [str(p) for p in rack.inventory])
+    ]
+    left = tmp_path / "work" / "trials" / batch.name / "t1"
+    left.mkdir(parents=True)
+    (left / "R.pcap").write_bytes(b"not yet brought back")
+    claims = Claims(batch, holder("A"), warn=print)
+    assert claims.claim("t1")
+    runner = FakeRunner()
+    trial = SimpleNamespace(name="t1", id="x")
+    assert batch_mod.run_one(batch, claims, runner, rack, trial, "A", 2, print) == 1
+    assert (kept / "leftovers/A/R.pcap").read_bytes() == b"not yet brought back"
+    assert not left.exists() and runner.ran == ["t1"] and batch.pending_leftovers("t1") == []
+    assert json.loads((kept / "ATTEMPT.json").read_text())["leftovers"] == "collected"
+
+
+class SilentHostRack(LocalRack):
+    def run(self, host, command, check=True, timeout=None):
+        raise batch_mod.RackError(f"{host} does not answer")
+
+
+def test_files_that_cannot_be_brought_back_keep_the_trial_from_running(tmp_path):
+    """The host that kept the failed attempt's files does not answer: running again would
+    write beside them; the trial fails, saying so, and the attempt stays pending."""
+    batch = make_batch(tmp_path)
+    rack = SilentHostRack(tmp_path / "work")
+    attempt_left(batch, "failed", rack)
+    claims = Claims(batch, holder("A"), warn=print)
+    assert claims.claim("t1")
+    runner = FakeRunner()
+    trial = SimpleNamespace(name="t1", id="x")
+    assert batch_mod.run_one(batch, claims, runner, rack, trial, "A", 2, print) == 0
+    assert runner.ran == [] and not (batch.path / "claims/t1.json").exists()
+    record = json.loads((batch.trial_dir("t1") / "trial.json").read_text())
+    assert record["status"] == "failed"
+    assert "the files of its attempt 1-failed are still on A: A does not answer" in record["errors"]
+    assert len(batch.pending_leftovers("t1")) == 1 and batch.failed_attempts("t1") == 2

@@ -196,3 +196,19 @@ def test_inventory_is_the_one_variable_that_picks_the_rack(tmp_path):
         assert f"{missing}: inventory not found" in done.stderr, done.stderr
     done = make("configure", f"VARS={example} {tmp_path / 'nope.yml'}", f"INVENTORY={LAB}")
     assert done.returncode == 2 and f"VARS {tmp_path / 'nope.yml'}: no such file" in done.stderr
+
+
+def test_settings_of_a_group_and_its_group_vars_reach_the_runner(tmp_path):
+    """A lab puts its SSH user, key and work directory on a group (or in group_vars/) as
+    Ansible allows: the runner reads them as Ansible does (it read all.vars and the host's own
+    only, and went on as root with no key)."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "testbed_hosts.yml").write_text("trialbed_dir: /srv/tb\n")
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    testbed_hosts:\n"
+        "      vars: {ansible_user: lab, ansible_ssh_private_key_file: /keys/lab}\n"
+        "      hosts:\n        A: {ansible_host: 198.19.10.11}\n"
+    )
+    host = Rack.load([tmp_path / "hosts.yml"]).host("A")
+    assert (host.user, host.workdir) == ("lab", "/srv/tb")
+    assert host.vars["ansible_ssh_private_key_file"] == "/keys/lab"
