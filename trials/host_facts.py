@@ -418,6 +418,9 @@ def main(workdir, interfaces, changing_only=False):
     release = platform.release()
     offloads = {}
     for itf in interfaces:
+        if shutil.which("ethtool") is None:  # preflight names it among the missing tools
+            offloads[itf] = None
+            continue
         out = subprocess.run(["ethtool", "-k", itf], capture_output=True, text=True).stdout
         offloads[itf] = {
             k: f"{k}: on" in out

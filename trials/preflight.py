@@ -301,8 +301,9 @@ def preflight(
                     )
                     continue
                 problems.append(
-                    f"host {host} lacks {tool} (needed by {why}): install it (make setup, or "
-                    f"{INSTALLED_BY.get(tool, INSTALLED_BY[''])})"
+                    f"host {host} lacks {tool} (needed by {why}): install it (the virtual "
+                    f"rack: make setup; a lab rack: {INSTALLED_BY.get(tool, INSTALLED_BY[''])}, "
+                    "which make configure INVENTORY=... runs)"
                 )
     for host, why in needs_siftr.items():
         if facts[host].get("siftr") is False:

@@ -142,7 +142,7 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     assert "sender" in found["sized"][0]
     assert "the 1 trial(s) bring back up to" in found["results"][0]
     assert not results.exists()  # reads only
-    assert "install it (make setup, or" in found["tool"][0]
+    assert "install it (the virtual rack: make setup; a lab rack: the" in found["tool"][0]
     assert not any("lacks" in ln and not ln.startswith("host C") for ln in lines)
     assert not any("C's clock" in ln or "R's clock" in ln for ln in lines)
     assert host_states(rack) == before

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -444,3 +445,19 @@ def test_a_freebsd_router_is_told_which_dummynet_aqms_it_has():
         "(14.1-RELEASE): its dummynet offers red, gred, fq_codel, pie; use droptail or one of "
         "those here, or a Linux router"
     ]
+
+
+def test_a_linux_host_without_ethtool_gives_its_facts(tmp_path, monkeypatch, capsys):
+    """A fresh lab host before configure has no ethtool: its facts still come back (preflight
+    then names the tool and what installs it); they crashed with FileNotFoundError before."""
+    if platform.system() != "Linux":
+        pytest.skip("the Linux branch")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ip", "sysctl", "tc"):  # what else the Linux branch asks, where it has them
+        if (found := shutil.which(tool)) is not None:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    facts = run_facts(tmp_path, capsys, ["lo"])
+    assert facts["offloads"] == {"lo": None}
+    assert "ethtool" not in facts["tools"]
