@@ -55,6 +55,32 @@ class Host:
         return next(iter(self.interfaces.values())).ip
 
 
+def group_vars_of(data: dict[str, Any], groups: list[str]) -> dict[str, Any]:
+    """The variables a host gets from its groups, merged as Ansible merges them: every group
+    it is in and their parents, from `all` down (by depth, then name), each group's vars (its
+    group_vars/ included) over its parents'. ``data``: `ansible-inventory --list --export`."""
+    parents: dict[str, set[str]] = {}
+    for group, body in data.items():
+        for child in body.get("children", []) if isinstance(body, dict) else []:
+            parents.setdefault(child, set()).add(group)
+
+    def depth(group: str, seen: frozenset[str] = frozenset()) -> int:
+        up = parents.get(group, set()) - seen
+        return 0 if group == "all" or not up else 1 + min(depth(p, seen | {group}) for p in up)
+
+    chain, todo = {"all"}, list(groups)
+    while todo:
+        group = todo.pop()
+        if group not in chain:
+            chain.add(group)
+            todo += parents.get(group, ())
+    merged: dict[str, Any] = {}
+    for group in sorted(chain, key=lambda g: (depth(g), g)):
+        body = data.get(group)
+        merged.update((body.get("vars") or {}) if isinstance(body, dict) else {})
+    return merged
+
+
 class Rack:
     """Hosts from an Ansible inventory; SSH sessions to them on demand."""
 
@@ -76,9 +102,7 @@ class Rack:
                     "inventory/lab.example/)"
                 )
                 raise RackError(f"{path}: inventory not found{hint}")
-        # Not --export: hostvars then hold what Ansible merges for the host (group_vars, vars
-        # of every group it is in), not only its own and all.vars.
-        cmd = [str(PROJECT_DIR / ".venv/bin/ansible-inventory"), "--list"]
+        cmd = [str(PROJECT_DIR / ".venv/bin/ansible-inventory"), "--list", "--export"]
         for path in inventory:
             cmd += ["-i", str(path)]
         done = subprocess.run(
@@ -99,7 +123,7 @@ class Rack:
         all_vars = data.get("all", {}).get("vars", {})
         hosts = {}
         for name, hv in hostvars.items():
-            merged = {**all_vars, **hv}
+            merged = {**group_vars_of(data, groups_of.get(name, [])), **hv}
             hosts[name] = Host(
                 name=name,
                 address=merged.get("ansible_host", name),

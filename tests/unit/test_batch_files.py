@@ -324,6 +324,15 @@ class FakeRunner:
         return {"status": "complete", "errors": []}
 
 
+def run_t1(batch: Batch, rack: LocalRack, retries: int = 2) -> tuple[int, FakeRunner]:
+    """Worker A claims t1 and runs it (run_one): what it returned, and what the runner ran."""
+    claims = Claims(batch, holder("A"), warn=print)
+    assert claims.claim("t1")
+    runner = FakeRunner()
+    trial = SimpleNamespace(name="t1", id="x")
+    return batch_mod.run_one(batch, claims, runner, rack, trial, "A", retries, print), runner
+
+
 def attempt_left(batch: Batch, status: str, rack: LocalRack) -> None:
     """trials/t1 as an attempt with ``status`` left it, run on ``rack``."""
     batch.trial_dir("t1").mkdir()
@@ -336,15 +345,11 @@ def test_a_trial_whose_worker_keeps_dying_counts_against_retries(tmp_path, retri
     """Each attempt of t1 killed its worker (left partial); it was run for ever before."""
     batch = make_batch(tmp_path)
     rack = LocalRack(tmp_path / "work")
-    claims = Claims(batch, holder("A"), warn=print)
     for _ in range(2):
         attempt_left(batch, "running", rack)
         batch.set_aside("t1")
     attempt_left(batch, "running", rack)  # the third, found when its worker was gone
-    assert claims.claim("t1")
-    runner = FakeRunner()
-    trial = SimpleNamespace(name="t1", id="x")
-    got = batch_mod.run_one(batch, claims, runner, rack, trial, "A", retries, print)
+    got, runner = run_t1(batch, rack, retries)
     assert runner.ran == (["t1"] if runs else [])
     assert got == int(runs)
     assert not (batch.path / "claims/t1.json").exists()
@@ -353,7 +358,8 @@ def test_a_trial_whose_worker_keeps_dying_counts_against_retries(tmp_path, retri
         last = list(batch.events())[-1]
         assert last["event"] == "failed" and "given up after 3 attempts" in last["error"]
         assert batch_mod.progress(batch, retries).failed == 1
-        assert batch_mod.next_trial(batch, claims, [trial], retries) is None
+        claims = Claims(batch, holder("A"), warn=print)
+        assert batch_mod.next_trial(batch, claims, [SimpleNamespace(name="t1")], retries) is None
 
 
 def test_a_failed_attempts_files_left_on_a_host_do_not_reach_the_next_attempt(tmp_path):
@@ -366,11 +372,8 @@ def test_a_failed_attempts_files_left_on_a_host_do_not_reach_the_next_attempt(tm
     left.mkdir(parents=True)
     (left / "R.pcap").write_bytes(b"from the failed attempt")
     attempt_left(batch, "failed", rack)
-    claims = Claims(batch, holder("A"), warn=print)
-    assert claims.claim("t1")
-    runner = FakeRunner()
-    trial = SimpleNamespace(name="t1", id="x")
-    assert batch_mod.run_one(batch, claims, runner, rack, trial, "A", 2, print) == 1
+    got, runner = run_t1(batch, rack, 2)
+    assert got == 1
     kept = batch.path / "attempts" / "t1" / "1-failed"
     assert (kept / "leftovers/A/R.pcap").read_bytes() == b"from the failed attempt"
     assert not left.exists() and runner.ran == ["t1"]
@@ -408,11 +411,8 @@ def test_a_partial_attempt_of_another_rack_brings_its_files_from_that_rack(tmp_p
     attempt_left(batch, "running", rack_b)
     loaded = []
     monkeypatch.setattr(batch_mod.Rack, "load", lambda inv: loaded.append(inv) or rack_b)
-    claims = Claims(batch, holder("A"), warn=print)
-    assert claims.claim("t1")
-    runner = FakeRunner()
-    trial = SimpleNamespace(name="t1", id="x")
-    assert batch_mod.run_one(batch, claims, runner, rack_a, trial, "A", 2, print) == 1
+    got, runner = run_t1(batch, rack_a, 2)
+    assert got == 1
     assert loaded == [rack_b.inventory] and rack_b.closed
     kept = batch.path / "attempts" / "t1" / "1-partial"
     assert (kept / "leftovers/A/tcp_probe.txt").read_bytes() == b"B's recording"
@@ -447,11 +447,8 @@ def test_a_collection_cut_short_is_finished_before_the_trial_runs_again(tmp_path
     left = tmp_path / "work" / "trials" / batch.name / "t1"
     left.mkdir(parents=True)
     (left / "R.pcap").write_bytes(b"not yet brought back")
-    claims = Claims(batch, holder("A"), warn=print)
-    assert claims.claim("t1")
-    runner = FakeRunner()
-    trial = SimpleNamespace(name="t1", id="x")
-    assert batch_mod.run_one(batch, claims, runner, rack, trial, "A", 2, print) == 1
+    got, runner = run_t1(batch, rack, 2)
+    assert got == 1
     assert (kept / "leftovers/A/R.pcap").read_bytes() == b"not yet brought back"
     assert not left.exists() and runner.ran == ["t1"] and batch.pending_leftovers("t1") == []
     assert json.loads((kept / "ATTEMPT.json").read_text())["leftovers"] == "collected"
@@ -468,11 +465,8 @@ def test_files_that_cannot_be_brought_back_keep_the_trial_from_running(tmp_path)
     batch = make_batch(tmp_path)
     rack = SilentHostRack(tmp_path / "work")
     attempt_left(batch, "failed", rack)
-    claims = Claims(batch, holder("A"), warn=print)
-    assert claims.claim("t1")
-    runner = FakeRunner()
-    trial = SimpleNamespace(name="t1", id="x")
-    assert batch_mod.run_one(batch, claims, runner, rack, trial, "A", 2, print) == 0
+    got, runner = run_t1(batch, rack, 2)
+    assert got == 0
     assert runner.ran == [] and not (batch.path / "claims/t1.json").exists()
     record = json.loads((batch.trial_dir("t1") / "trial.json").read_text())
     assert record["status"] == "failed"
