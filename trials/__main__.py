@@ -434,6 +434,9 @@ def run_batch(args: argparse.Namespace) -> int:
         racks = [[DEFAULT_INVENTORY]]
     labels = rack_labels(racks)
     status = {t.name: batch.status(t.name) for t in trials}
+    for name in status:  # given up (its worker kept dying): no trials/<name> says so
+        if not batch.done(name) and batch.failed_attempts(name) > args.retries:
+            status[name] = f"failed ({batch.failed_attempts(name)} attempts)"
     out = Console(width=None if sys.stdout.isatty() else 200)
     out.print(plan_table(plan, trials, status, overhead_s(racks)))
     out.print(f"batch: {batch.path}" + (" (resumed)" if resumed else ""))
