@@ -134,20 +134,15 @@ def refuse_removing_a_rack_in_use(why: str, inventory: Path | None = None) -> No
         )
 
 
-def running_rack() -> tuple[str | None, str | None]:
-    """The topology and kind of the virtual rack that is up ((None, None) when none is)."""
+def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
+    """Bring up the virtual rack the experiment needs (namespaces on this machine, or inside
+    the VM), replacing a rack of another topology or kind."""
     running = None
     if DEFAULT_INVENTORY.exists():
         data = yaml.safe_load(DEFAULT_INVENTORY.read_text()) or {}
         running = (data.get("all", {}).get("vars") or {}).get("trialbed_topology")
-    return running, rack_kind.running_kind(DEFAULT_INVENTORY)
-
-
-def ensure_virtual_rack(topology: str, kind: str = "namespaces") -> None:
-    """Bring up the virtual rack the experiment needs (namespaces on this machine, or inside
-    the VM), replacing a rack of another topology or kind."""
-    running, running_kind = running_rack()
-    if (running, running_kind) == (topology, kind):
+    running_kind = rack_kind.running_kind(DEFAULT_INVENTORY)
+    if running == topology and running_kind == kind:
         return
     what = f"{topology} rack{' in the VM' if kind == 'vm' else ''}"
     if running or running_kind:
@@ -287,7 +282,6 @@ def main(argv: list[str] | None = None) -> int:
         "rack-guard",
         help="(the virtual_rack role, before it takes a rack down) refuse to remove a rack in use",
     )
-    guard.add_argument("action", choices=["down"])
     guard.add_argument("--inventory", type=Path, help="the rack's (default: make rack-up's)")
     guard.add_argument("--why", help="what would take it down (for the message)")
     status = sub.add_parser("status", help="what every rack host is doing now (changes nothing)")
@@ -435,7 +429,7 @@ def run_batch(args: argparse.Namespace) -> int:
     labels = rack_labels(racks)
     status = {t.name: batch.status(t.name) for t in trials}
     for name in status:  # given up (its worker kept dying): no trials/<name> says so
-        if not batch.done(name) and batch.failed_attempts(name) > args.retries:
+        if batch.out_of_retries(name, args.retries):
             status[name] = f"failed ({batch.failed_attempts(name)} attempts)"
     out = Console(width=None if sys.stdout.isatty() else 200)
     out.print(plan_table(plan, trials, status, overhead_s(racks)))

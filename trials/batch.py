@@ -399,6 +399,10 @@ class Batch:
         earlier = sum(1 for d in old.iterdir() if d.name.endswith(ended)) if old.exists() else 0
         return earlier + (self.status(name) == "failed")
 
+    def out_of_retries(self, name: str, retries: int) -> bool:
+        """Not done, and never run again with this many retries."""
+        return not self.done(name) and self.failed_attempts(name) > retries
+
     def ran_on(self, name: str) -> list[str]:
         """The inventory of the rack the trial's current attempt ran on (its record says)."""
         with contextlib.suppress(OSError, ValueError, LookupError, TypeError, AttributeError):
@@ -721,9 +725,9 @@ def earlier_attempts(
             cause = f"the files of its attempt {kept.name} are still on {'; '.join(problems)}"
             record_failure(batch, name, cause)
             return cause
-    if batch.failed_attempts(name) > retries:  # its worker died once too often
+    if (attempts := batch.failed_attempts(name)) > retries:  # its worker died too often
         return (
-            f"given up after {batch.failed_attempts(name)} attempts (retries {retries}); the "
+            f"given up after {attempts} attempts (retries {retries}); the "
             f"last one's worker died mid-trial ({earlier}; kept in attempts/{name}/)"
         )
     return None
@@ -779,7 +783,7 @@ class Progress:
 def progress(batch: Batch, retries: int) -> Progress:
     names = [t["name"] for t in batch.meta["trials"]]
     done = sum(batch.done(n) for n in names)
-    failed = sum(1 for n in names if not batch.done(n) and batch.failed_attempts(n) > retries)
+    failed = sum(batch.out_of_retries(n, retries) for n in names)
     running = {h.get("rack", "?"): n for n, h in claim_holders(batch).items()}
     return Progress(done, failed, running, len(names) - done - failed)
 

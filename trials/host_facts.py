@@ -417,8 +417,9 @@ def main(workdir, interfaces, changing_only=False):
         return
     release = platform.release()
     offloads = {}
+    ethtool = shutil.which("ethtool")  # a host without it: preflight names the missing tool
     for itf in interfaces:
-        if shutil.which("ethtool") is None:  # preflight names it among the missing tools
+        if ethtool is None:
             offloads[itf] = None
             continue
         out = subprocess.run(["ethtool", "-k", itf], capture_output=True, text=True).stdout

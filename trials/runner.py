@@ -741,9 +741,8 @@ class TrialRunner:
             "repetition": trial.repetition,
             "parameters": trial.parameters(),
             "git": git_state(),
-            "inventory": [
-                str(Path(p).resolve()) for p in self.rack.inventory
-            ],  # resumable anywhere
+            # Absolute: a batch resumed from another directory finds the rack it ran on.
+            "inventory": [str(Path(p).resolve()) for p in self.rack.inventory],
             "network": net.record(),
             "host_settings": {
                 n: s.model_dump(mode="json", exclude_none=True) for n, s in settings.items()

@@ -234,11 +234,11 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
         raise AssertionError(f"a playbook would run: {args}")
 
     monkeypatch.setattr(cli, "run_playbook", no_playbook)
-    assert cli.main(["rack-guard", "down"]) == 0  # nobody holds it
+    assert cli.main(["rack-guard"]) == 0  # nobody holds it
     lock = RackLock.for_rack(Rack.load([inventory]), "night-1", "rack")
     lock.acquire()
     try:
-        assert cli.main(["rack-guard", "down"]) == 3  # in use (2: could not tell)
+        assert cli.main(["rack-guard"]) == 3  # in use (2: could not tell)
         said = " ".join(capsys.readouterr().err.split())
         assert f"the virtual rack is in use (pid {os.getpid()}" in said and "batch night-1" in said
         assert "make rack-down would take it down" in said
@@ -268,7 +268,7 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
             cli.ensure_virtual_rack("chain2")
     finally:
         lock.release()
-    assert cli.main(["rack-guard", "down"]) == 0
+    assert cli.main(["rack-guard"]) == 0
 
 
 def test_a_holder_on_another_machine_is_alive_while_its_heartbeat_lasts(tmp_path, monkeypatch):
