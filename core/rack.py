@@ -34,7 +34,7 @@ class Host:
     name: str
     address: str
     user: str
-    groups: tuple[str, ...]
+    groups: tuple[str, ...]  # every group it is in, parents first (core.rack.group_chain)
     workdir: str
     interfaces: Mapping[str, ipaddress.IPv4Interface]
     vars: Mapping[str, Any] = field(repr=False)
@@ -55,10 +55,10 @@ class Host:
         return next(iter(self.interfaces.values())).ip
 
 
-def group_vars_of(data: dict[str, Any], groups: list[str]) -> dict[str, Any]:
-    """The variables a host gets from its groups, merged as Ansible merges them: every group
-    it is in and their parents, from `all` down (by depth, then name), each group's vars (its
-    group_vars/ included) over its parents'. ``data``: `ansible-inventory --list --export`."""
+def group_chain(data: dict[str, Any], groups: list[str]) -> list[str]:
+    """Every group a host is in (``groups``: the ones that list it) and their parents, as
+    Ansible counts membership, from `all` down: by depth, then name (the order in which
+    Ansible merges their vars). ``data``: `ansible-inventory --list --export`."""
     parents: dict[str, set[str]] = {}
     for group, body in data.items():
         for child in body.get("children", []) if isinstance(body, dict) else []:
@@ -74,8 +74,14 @@ def group_vars_of(data: dict[str, Any], groups: list[str]) -> dict[str, Any]:
         if group not in chain:
             chain.add(group)
             todo += parents.get(group, ())
+    return sorted(chain, key=lambda g: (depth(g), g))
+
+
+def group_vars_of(data: dict[str, Any], groups: list[str]) -> dict[str, Any]:
+    """The variables a host gets from its groups, merged as Ansible merges them: each group's
+    vars (its group_vars/ included) over its parents' (see group_chain)."""
     merged: dict[str, Any] = {}
-    for group in sorted(chain, key=lambda g: (depth(g), g)):
+    for group in group_chain(data, groups):
         body = data.get(group)
         merged.update((body.get("vars") or {}) if isinstance(body, dict) else {})
     return merged
@@ -128,7 +134,9 @@ class Rack:
                 name=name,
                 address=merged.get("ansible_host", name),
                 user=merged.get("ansible_user", "root"),
-                groups=tuple(sorted(groups_of.get(name, []))),
+                # a group's members include its child groups' (freebsd_hosts under
+                # testbed_hosts): parents first, as experiments layer hosts.<group> settings
+                groups=tuple(g for g in group_chain(data, groups_of.get(name, [])) if g != "all"),
                 workdir=merged.get("trialbed_dir", "/var/lib/trialbed"),
                 interfaces={
                     k: ipaddress.IPv4Interface(v["address"])

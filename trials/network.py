@@ -361,7 +361,8 @@ def unknown_host_keys(exp: Experiment, nodes: set[str], groups: set[str], source
 def host_settings(
     exp: Experiment, resolved: ResolvedNetwork, source: str
 ) -> dict[str, HostSettings]:
-    """Each node's merged settings: all, inventory groups, senders/receivers, the node."""
+    """Each node's merged settings: all, inventory groups (a child group over its parents),
+    senders/receivers, the node."""
     known_groups = {g for h in resolved.hosts.values() for g in h.groups}
     unknown = unknown_host_keys(exp, set(resolved.nodes), known_groups, source)
     if unknown:
@@ -369,7 +370,7 @@ def host_settings(
     senders, receivers = set(exp.senders()), set(exp.receivers())
     out = {}
     for node, host in resolved.nodes.items():
-        layers = ["all", *sorted(resolved.hosts[host].groups)]
+        layers = ["all", *resolved.hosts[host].groups]  # parent groups before children
         layers += (["senders"] if node in senders else []) + (
             ["receivers"] if node in receivers else []
         )

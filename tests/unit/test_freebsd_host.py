@@ -399,7 +399,7 @@ def test_the_documented_freebsd_end_host_declaration(tmp_path):
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("\n".join(lines[:start] + block + lines[start + len(block) :]) + "\n")
     rack = Rack.load([inventory])
-    assert rack.host("E").groups == ("freebsd_hosts",)
+    assert rack.host("E").groups == ("testbed_hosts", "freebsd_hosts")  # a member of both
     assert str(rack.host("E").interfaces["em1"]) == "198.18.1.15/24"
     listed = subprocess.run(
         [str(PROJECT / ".venv/bin/ansible-playbook"), "--list-hosts", "-i", str(inventory),

@@ -212,3 +212,31 @@ def test_settings_of_a_group_and_its_group_vars_reach_the_runner(tmp_path):
     host = Rack.load([tmp_path / "hosts.yml"]).host("A")
     assert (host.user, host.workdir) == ("lab", "/srv/tb")
     assert host.vars["ansible_ssh_private_key_file"] == "/keys/lab"
+
+
+def test_a_host_of_a_child_group_takes_its_parent_groups_settings(tmp_path):
+    """A FreeBSD end host declared in freebsd_hosts under testbed_hosts is a member of
+    testbed_hosts for an experiment's hosts.testbed_hosts settings, as it is for Ansible; the
+    child group's settings win over the parent's (it was a member of freebsd_hosts only, and
+    took neither)."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    testbed_hosts:\n      hosts:\n"
+        "        A: {trialbed_interfaces: {e0: {address: 198.18.1.11/24}}}\n"
+        "      children:\n        freebsd_hosts:\n          hosts:\n"
+        "            E: {trialbed_interfaces: {em1: {address: 198.18.1.15/24}}}\n"
+    )
+    rack = Rack.load([inventory])
+    assert rack.host("E").groups == ("testbed_hosts", "freebsd_hosts")
+    assert rack.host("A").groups == ("testbed_hosts",)
+    experiment = tmp_path / "exp.yml"
+    experiment.write_text(
+        "experiment: nested\nduration: 10s\n"
+        "hosts:\n  testbed_hosts: {cc: reno, initcwnd: 4}\n  freebsd_hosts: {cc: cubic}\n"
+        "traffic:\n  - {type: bulk_tcp, from: A, to: E}\n"
+    )
+    trial = load_plan(experiment).trials[0]
+    net = resolve_network(trial.experiment, rack, str(experiment))
+    settings = host_settings(trial.experiment, net, str(experiment))
+    assert (settings["A"].cc, settings["A"].initcwnd) == ("reno", 4)
+    assert (settings["E"].cc, settings["E"].initcwnd) == ("cubic", 4)
