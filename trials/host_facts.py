@@ -1,7 +1,8 @@
 """Runs ON a rack host (sent over SSH as source, standard library only): prints a JSON
 object with what a trial depends on: kernel, congestion controls, tool versions, sysctls,
-offloads, MTUs, link speeds, interfaces, IPv4 routes with their metrics (initcwnd, rto_min,
-...), free disk. Used both by the preflight and for each trial's metadata."""
+offloads, MTUs, link speeds, interfaces and their IPv4 addresses, IPv4 routes with their
+metrics (initcwnd, rto_min, ...) and the route the kernel picks to given addresses, free
+disk. Used both by the preflight and for each trial's metadata."""
 
 import glob
 import json
@@ -68,6 +69,34 @@ def ipv4_routes():
             metrics.update(entry)
         route["metrics"] = metrics
     return routes
+
+
+def ipv4_addresses(interfaces):
+    """Each interface's IPv4 addresses as "address/prefix" (`ip -4 -j addr show`); None
+    where ip is missing, [] for an interface without any (or not there)."""
+    if not shutil.which("ip"):
+        return None
+    out = subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True)
+    found = {
+        link.get("ifname"): [
+            f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if "local" in a
+        ]
+        for link in json.loads(out.stdout or "[]")
+    }
+    return {itf: found.get(itf, []) for itf in interfaces}
+
+
+def route_to(address):
+    """The kernel's own choice of route to an address (`ip -4 -j route get`, policy rules
+    and all): its interface and gateway (None where directly attached); None where it
+    finds no route."""
+    done = subprocess.run(
+        ["ip", "-4", "-j", "route", "get", address], capture_output=True, text=True
+    )
+    routes = json.loads(done.stdout or "[]") if done.returncode == 0 else []
+    if not routes:
+        return None
+    return {"dev": routes[0].get("dev"), "gateway": routes[0].get("gateway")}
 
 
 # Queue disciplines an experiment may name (and the shaping's own).
@@ -259,11 +288,26 @@ def ifconfig_of(interface):
     found = re.search(r"\bmtu (\d+)", out)
     options = re.search(r"^\s*options=\w*<([^>]*)>", out, re.MULTILINE)
     on = options[1].split(",") if options else []
+    # `inet A netmask 0xffffff00 ...`: the address and its mask in hex (ifconfig(8))
+    inet = re.findall(r"^\s*inet (\d+\.\d+\.\d+\.\d+) netmask 0x([0-9a-fA-F]{8})", out, re.M)
     return {
         "mtu": int(found[1]) if found else None,
         "offloads": {o: o in on for o in FREEBSD_OFFLOADS},
         "speed": freebsd_speed(out),
+        "addresses": [f"{a}/{bin(int(mask, 16)).count('1')}" for a, mask in inet],
     }
+
+
+def freebsd_route_to(address):
+    """`route -n get ADDRESS` (route(8)): the route the kernel picks, as route_to() gives
+    it. Its lines `interface: em1` and, for a route through a router (flags GATEWAY),
+    `gateway: 198.18.1.1`. None where it finds none."""
+    out = run_soft(["route", "-n", "get", address])
+    fields = dict(re.findall(r"^\s*([a-z]+): (.*?)\s*$", out or "", re.MULTILINE))
+    if "interface" not in fields:
+        return None
+    gatewayed = "GATEWAY" in fields.get("flags", "")
+    return {"dev": fields["interface"], "gateway": fields.get("gateway") if gatewayed else None}
 
 
 # A media subtype's speed (ifmedia(4) names: 10baseT/UTP, 100baseTX, 1000baseT, 2500Base-T,
@@ -366,7 +410,7 @@ def trials_disk(workdir):
     return shutil.disk_usage(where)
 
 
-def freebsd_facts(workdir, interfaces, changing_only=False):
+def freebsd_facts(workdir, interfaces, changing_only=False, destinations=()):
     def sysctl(name):
         out = run_soft(["sysctl", "-n", name])
         return out.strip() if out is not None else None
@@ -380,8 +424,10 @@ def freebsd_facts(workdir, interfaces, changing_only=False):
         "offloads": {itf: i["offloads"] for itf, i in ifconfig.items() if i},
         "mtu": {itf: i["mtu"] if i else None for itf, i in ifconfig.items()},
         "speed": {itf: i["speed"] if i else None for itf, i in ifconfig.items()},
+        "addresses": {itf: i["addresses"] if i else [] for itf, i in ifconfig.items()},
         "interfaces": sorted((run_soft(["ifconfig", "-l"]) or "").split()),
         "routes": freebsd_routes(),
+        "route_to": {a: freebsd_route_to(a) for a in destinations} if which("route") else None,
         "free_disk_bytes": usage.free,
     }
     if not changing_only:
@@ -411,9 +457,10 @@ def freebsd_facts(workdir, interfaces, changing_only=False):
     return facts
 
 
-def main(workdir, interfaces, changing_only=False):
+def main(workdir, interfaces, changing_only=False, destinations=()):
+    """``destinations``: addresses whose route (route_to) the facts say, as route_to."""
     if platform.system() == "FreeBSD":
-        print(json.dumps(freebsd_facts(workdir, interfaces, changing_only)))
+        print(json.dumps(freebsd_facts(workdir, interfaces, changing_only, destinations)))
         return
     release = platform.release()
     offloads = {}
@@ -445,8 +492,10 @@ def main(workdir, interfaces, changing_only=False):
         "offloads": offloads,
         "mtu": {itf: mtu(itf) for itf in interfaces},
         "speed": {itf: speed(itf) for itf in interfaces},
+        "addresses": ipv4_addresses(interfaces),
         "interfaces": sorted(os.listdir("/sys/class/net")),
         "routes": ipv4_routes(),
+        "route_to": {a: route_to(a) for a in destinations} if shutil.which("ip") else None,
         "free_disk_bytes": usage.free,
     }
     if not changing_only:
@@ -465,5 +514,6 @@ def main(workdir, interfaces, changing_only=False):
 if __name__ == "__main__":
     args = sys.argv[1:]
     changing = "--changing" in args
-    args = [a for a in args if a != "--changing"]
-    main(args[0], args[1:], changing_only=changing)
+    to = [a.split("=", 1)[1] for a in args if a.startswith("--route-to=")]
+    args = [a for a in args if a != "--changing" and not a.startswith("--route-to=")]
+    main(args[0], args[1:], changing_only=changing, destinations=to)

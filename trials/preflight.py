@@ -1,8 +1,10 @@
 """Ask every host of the selected trials what it has, read-only, and refuse what it cannot
 run faithfully: reachability over SSH (with what to check when it fails), congestion controls,
-their module parameters, tools, queue disciplines, interfaces and their link speed, rates
-beyond what the rack carries, free disk for the captures the trials will write, and the clock
-offset between hosts whose captures are compared (one declared clock domain)."""
+their module parameters, tools, queue disciplines, interfaces with their addresses and link
+speed, each end's route to the other out of its experiment interface through the rack's next
+hop, a FreeBSD router's kernel tick (kern.hz), rates beyond what the rack carries, free disk
+for the captures the trials will write, and the clock offset between hosts whose captures are
+compared (one declared clock domain)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,15 +73,18 @@ def host_facts(
     names: list[str],
     before: Callable[[str], str] | None = None,
     static: dict[str, dict[str, Any]] | None = None,
+    route_to: dict[str, list[str]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Facts of each host (host_facts.py run there), gathered in parallel; `before(host)`:
     a command run first on that host in the same round trip (it must succeed). With
     `static` (a cache the caller keeps), a host's unchanging facts (kernel, modules, tool
-    versions) are read on its first call only and taken from the cache after."""
+    versions) are read on its first call only and taken from the cache after. `route_to`:
+    per host, addresses whose route its kernel picks (the facts' route_to)."""
     commands = {}
     for name in names:
         host = rack.host(name)
         words = [host.workdir, *host.interfaces]
+        words += [f"--route-to={a}" for a in (route_to or {}).get(name, [])]
         if static is not None and name in static:
             words.append("--changing")
         args = shlex.join(words)
@@ -173,6 +179,8 @@ def preflight(
     needs_siftr: dict[str, str] = {}  # FreeBSD sender host -> generator whose cwnd it records
     needs_disk: dict[str, dict[str, float]] = {}  # host -> capture point -> bytes it writes
     needs_speed: dict[tuple[str, str], tuple[int, str]] = {}  # (host, iface) -> (rate, link)
+    needs_route: dict[str, dict[str, Route]] = {}  # host -> address -> the route it needs
+    needs_hz: set[str] = set()  # FreeBSD routers that shape a link (dummynet's tick)
     clocks: dict[str, set[str]] = {}  # declared clock domain -> hosts that capture in it
     max_rate = rack.vars.get("trialbed_max_rate")
     limit_from = f"trialbed_max_rate {max_rate}, measured"
@@ -188,6 +196,11 @@ def preflight(
             problems.append(str(exc))
             continue
         for i, gen in enumerate(exp.traffic):
+            try:
+                for host, route in expected_routes(net, gen.endpoints(), f"traffic[{i}]"):
+                    needs_route.setdefault(host, {}).setdefault(route.address, route)
+            except RackError as exc:
+                problems.append(str(exc))
             for node, tools in gen.tools().items():
                 for tool in tools:
                     needs_tools.setdefault(net.host_of(node), {})[tool] = (
@@ -210,6 +223,8 @@ def preflight(
             shaping_tools = FREEBSD_SHAPING_TOOLS if runs_freebsd(rack, e.host) else SHAPING_TOOLS
             for tool in shaping_tools:
                 needs_tools.setdefault(e.host, {})[tool] = f"link {e.link}"
+            if "freebsd_routers" in rack.host(e.host).groups:
+                needs_hz.add(e.host)
             if e.shaping.rate and e.shaping.rate > needs_speed.get((e.host, e.iface), (0,))[0]:
                 needs_speed[(e.host, e.iface)] = (e.shaping.rate, e.link)
             if e.shaping.qdisc != "droptail":
@@ -245,21 +260,44 @@ def preflight(
     answered, unreachable = reachability(rack, hosts)
     problems += unreachable
     for gone in set(hosts) - set(answered):  # nothing more can be asked of them
-        for needs in (needs_tools, needs_cc, needs_qdisc, needs_disk, needs_siftr):
+        for needs in (needs_tools, needs_cc, needs_qdisc, needs_disk, needs_siftr, needs_route):
             needs.pop(gone, None)
+        needs_hz.discard(gone)
         needs_params = {k: v for k, v in needs_params.items() if k[0] != gone}
         needs_speed = {k: v for k, v in needs_speed.items() if k[0] != gone}
         clocks = {d: members - {gone} for d, members in clocks.items()}
     hosts = answered
-    facts = host_facts(rack, hosts, static=static) if hosts else {}
+    routes = {h: sorted(needs_route.get(h, {})) for h in hosts}
+    facts = host_facts(rack, hosts, static=static, route_to=routes) if hosts else {}
     for host in hosts:
-        for iface in rack.host(host).interfaces:
+        for iface, itf in rack.host(host).interfaces.items():
             if facts[host]["mtu"].get(iface) is None:
                 problems.append(
                     f"host {host} has no interface {iface!r} (trialbed_interfaces in "
                     f"{', '.join(map(str, rack.inventory))}); it has: "
                     f"{', '.join(facts[host].get('interfaces') or []) or '?'}"
                 )
+                continue
+            has = (facts[host].get("addresses") or {}).get(iface)
+            if has is not None and str(itf) not in has:
+                problems.append(
+                    f"host {host}: interface {iface} lacks the address {itf} that "
+                    f"trialbed_interfaces gives it ({', '.join(map(str, rack.inventory))}); it has "
+                    f"{', '.join(has) or 'no IPv4 address'}: set the address on the host "
+                    "(its own network configuration) or correct the inventory"
+                )
+        for route in needs_route.get(host, {}).values():
+            problems += route_problems(host, route, facts[host].get("route_to"))
+    for host in sorted(needs_hz):
+        hz = facts[host].get("sysctls", {}).get("kern.hz")
+        want = int(rack.host(host).vars.get("freebsd_router_kern_hz", 2000))
+        if hz is not None and int(hz) != want:
+            problems.append(
+                f"host {host} runs kern.hz={hz}; dummynet delays are whole ticks, and "
+                f"roles/freebsd_router needs {want} (freebsd_router_kern_hz): run make "
+                f"configure INVENTORY=... (it writes kern.hz to /boot/loader.conf), then "
+                f"reboot {host}"
+            )
     for (host, iface), (rate, link) in needs_speed.items():
         speed = facts[host].get("speed", {}).get(iface)
         if speed and speed * 10**6 < rate:
@@ -365,6 +403,67 @@ def preflight(
         said = "\n".join(dict.fromkeys(problems))
         raise SpecError(said + (f"\nWhat the hosts have:\n{have}" if facts else ""))
     return facts
+
+
+@dataclass(frozen=True)
+class Route:
+    """The route a host needs to an address for the experiment's traffic: out of its
+    experiment interface ``dev``, through ``gateway`` (``via``, a rack host) or, with
+    gateway None, straight to the address on that interface's subnet."""
+
+    address: str
+    dev: str
+    gateway: str | None
+    via: str | None
+    why: str
+
+
+def expected_routes(
+    net: ResolvedNetwork, endpoints: tuple[str, str], why: str
+) -> list[tuple[str, Route]]:
+    """Both ends' routes to each other (data one way, ACKs or replies the other): the first
+    hop of the rack's path between them (ResolvedNetwork.path) and the next host's address
+    on that hop's subnet."""
+    out = []
+    for here, there in (endpoints, endpoints[::-1]):
+        hops = net.path(here, there)
+        host, dev = hops[0]
+        gateway = via = None
+        if len(hops) > 1:
+            via = hops[1][0]
+            subnet = net.hosts[host].interfaces[dev].network
+            gateway = next(
+                str(i.ip) for i in net.hosts[via].interfaces.values() if i.network == subnet
+            )
+        address = str(net.address_of(there))
+        out.append((host, Route(address, dev, gateway, via, f"{there}, {why}")))
+    return out
+
+
+def route_problems(host: str, need: Route, found: dict[str, Any] | None) -> list[str]:
+    """What is wrong with the route host's kernel picks to need.address (facts' route_to;
+    None where the host has no command to ask)."""
+    if found is None:
+        return []
+    got = found.get(need.address)
+    hop = f"via {need.via} ({need.gateway}) " if need.gateway else ""
+    fix = f"the host's own network configuration needs a route to {need.address} {hop}on {need.dev}"
+    if got is None:
+        return [f"host {host} has no route to {need.address} ({need.why}): {fix}"]
+    if got.get("dev") != need.dev:
+        return [
+            f"host {host}'s route to {need.address} ({need.why}) leaves through "
+            f"{got.get('dev')}, not its experiment interface {need.dev}: the traffic would "
+            f"bypass the rack's links; {fix}"
+        ]
+    if got.get("gateway") != need.gateway:
+        went = f"via {got['gateway']}" if got.get("gateway") else "straight to it"
+        return [
+            f"host {host}'s route to {need.address} ({need.why}) goes {went} on {need.dev}, "
+            f"not {hop.strip() or 'straight to it'}: the traffic would miss the rack's path; "
+            f"{fix}"
+        ]
+    return []
 
 
 def freebsd_qdisc_problems(

@@ -3,12 +3,14 @@ one run meets, each made real on the rack, a host whose sshd refuses the key it 
 host that does not answer, a host whose clock reads 50 ms ahead of its clock domain's, an
 interface the inventory names but the router lacks, a receiver without iperf3 (hidden by a bind
 mount in that host's own mount namespace), a router whose disk for the trials is full (a small
-one mounted there and filled), and captures bigger than the free disk of a sender and of the
-controller's results directory; every
+one mounted there and filled), captures bigger than the free disk of a sender and of the
+controller's results directory, an inventory address a host's interface lacks, and a sender
+whose route to its receiver leaves by its management interface; every
 problem is one line naming the host and what to check, and no host is changed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -70,6 +72,8 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     d_address = rack.host("D").address
     router_interfaces = dict(rack.host("R").vars["trialbed_interfaces"])
     router_interfaces["ghost0"] = {"address": "198.18.99.1/24"}
+    ((c_iface, c_itf),) = rack.host("C").interfaces.items()
+    c_moved = c_itf.network.network_address + 99  # C's address as a mistyped inventory says
     stranger = tmp_path / "stranger_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
     overlay = tmp_path / "broken.yml"
@@ -82,6 +86,11 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
                         # A's clock read 50 ms ahead (the read command is the inventory's)
                         "A": {"trialbed_clock_read": "echo $(( $(date +%s%N) + 50000000 ))"},
                         "R": {"trialbed_interfaces": router_interfaces},
+                        "C": {
+                            "trialbed_interfaces": {
+                                c_iface: {"address": f"{c_moved}/{c_itf.network.prefixlen}"}
+                            }
+                        },
                         "B": {"ansible_ssh_private_key_file": str(stranger)},
                         "D": {"ansible_host": nobody},
                     }
@@ -101,6 +110,16 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     # and filled from a shell on R.
     r_trials = f"{rack.host('R').workdir}/trials"
     rack.run("R", f"mkdir -p {r_trials} && mount -t tmpfs -o size=4m tmpfs {r_trials}")
+    # A's traffic to C sent out of its management interface (a host route there, the
+    # mistake of a lab host whose default route is the management network's)
+    a_management = next(
+        link["ifname"]
+        for link in json.loads(rack.run("A", "ip -4 -j addr show"))
+        if any(a.get("local") == rack.host("A").address for a in link.get("addr_info", []))
+    )
+    a_experiment = next(iter(rack.host("A").interfaces))
+    detour = f"{c_moved}/32 dev {a_management}"
+    rack.run("A", f"ip route add {detour}")
     results = tmp_path / "results"
     try:
         rack.run("R", f"dd if=/dev/zero of={r_trials}/filler bs=64k", check=False)
@@ -116,6 +135,7 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     finally:
         subprocess.run([*in_c, "umount", iperf3], check=True)
         rack.run("R", f"umount {r_trials}", check=False)
+        rack.run("A", f"ip route del {detour}", check=False)
     print(done.stdout + done.stderr)
     assert done.returncode == 1
     lines = [" ".join(line.split()) for line in done.stderr.split("\n  ")]
@@ -128,6 +148,8 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
         "sized": [ln for ln in lines if ln.startswith("host A: only") and "MB free in" in ln],
         "results": [ln for ln in lines if ln.startswith(f"results {results}: only")],
         "tool": [ln for ln in lines if ln.startswith("host C lacks iperf3 (needed by traffic[0]")],
+        "address": [ln for ln in lines if ln.startswith(f"host C: interface {c_iface} lacks")],
+        "route": [ln for ln in lines if ln.startswith(f"host A's route to {c_moved} (C, ")],
     }
     assert all(found.values()), found
     assert str(stranger) in found["key"][0] and "authorized_keys" in found["key"][0]
@@ -144,6 +166,19 @@ def test_each_problem_is_one_line_with_what_to_check(test_rack, tmp_path):
     assert not results.exists()  # reads only
     assert "install it (the virtual rack: make setup; a lab rack: the" in found["tool"][0]
     assert not any("lacks" in ln and not ln.startswith("host C") for ln in lines)
+    assert f"the address {c_moved}/{c_itf.network.prefixlen} " in found["address"][0]
+    assert f"it has {c_itf}: set the address on the host" in found["address"][0]
+    assert (
+        f"leaves through {a_management}, not its experiment interface {a_experiment}"
+        in (found["route"][0])
+    )
+    r_left = next(  # the route A needs: through R's address on A's segment
+        i.ip
+        for i in rack.host("R").interfaces.values()
+        if i.network == next(iter(rack.host("A").interfaces.values())).network
+    )
+    assert found["route"][0].endswith(f"via R ({r_left}) on {a_experiment}")
+    assert len([ln for ln in lines if "route to" in ln]) == 1  # the other routes are right
     assert not any("C's clock" in ln or "R's clock" in ln for ln in lines)
     assert host_states(rack) == before
     rack.close()

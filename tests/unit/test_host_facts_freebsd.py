@@ -65,16 +65,33 @@ IFCONFIG = """\
 \tnd6 options=29<PERFORMNUD,IFDISABLED,AUTO_LINKLOCAL>
 """
 AUTO_1G = "Ethernet autoselect (1000baseT <full-duplex>)"
-INTERFACES = {
+INTERFACES = {  # addresses: the lab inventory's (R's em1 and em2, A's enp2s0)
     "em1": {"mtu": 1500, "options": "481249b<RXCSUM,VLAN_MTU,VLAN_HWTAGGING,LRO,WOL_MAGIC>",
-            "media": AUTO_1G, "status": "active"},
+            "media": AUTO_1G, "status": "active", "address": "198.18.1.1"},
     "em2": {"mtu": 9000, "options": "4812098<VLAN_MTU,VLAN_HWTAGGING,VLAN_HWCSUM,TSO4,TSO6>",
-            "media": "Ethernet 10Gbase-T <full-duplex>", "status": "active"},  # fixed media
+            "media": "Ethernet 10Gbase-T <full-duplex>", "status": "active",
+            "address": "198.18.2.1"},  # fixed media
     "em3": {"mtu": 1500, "options": "0", "media": "Ethernet autoselect (none)",
-            "status": "no carrier"},  # cable out
+            "status": "no carrier", "address": "198.18.3.1"},  # cable out
     # the lab inventory's name for A's port
-    "enp2s0": {"mtu": 1500, "options": "0", "media": AUTO_1G, "status": "active"},
+    "enp2s0": {"mtu": 1500, "options": "0", "media": AUTO_1G, "status": "active",
+               "address": "198.18.1.11"},
 }  # fmt: skip
+# route(8): `route -n get ADDRESS` prints the route the kernel picks, one `name: value` line
+# each (route to, destination, mask, gateway, fib, interface, flags), then a table of its
+# metrics; `gateway` is a router's address when flags has GATEWAY. The stand-in answers as
+# A of the lab rack: the right segment through R, the left one directly, on enp2s0.
+ROUTE_GET = """\
+   route to: {address}
+destination: {network}
+       mask: 255.255.255.0
+    gateway: {gateway}
+        fib: 0
+  interface: {interface}
+      flags: <{flags}>
+ recvpipe  sendpipe  ssthresh  rtt,msec    mtu        weight    expire
+       0         0         0         0      1500         1         0
+"""
 # netstat(1) -r -n (FreeBSD 14): "Routing tables", a family line "Internet:", a header naming
 # the columns (Destination Gateway Flags Netif Expire), one line per route; a directly
 # connected network's gateway is link#N, the host routes to the host's own addresses (flags
@@ -145,10 +162,13 @@ def standins(
     siftr: str = "file",
     dummynet: bool = True,
     libxo: bool = True,
+    hz: str = "2000",
+    route_iface: str = "enp2s0",
 ) -> Path:
     """A FreeBSD host's commands in tmp_path/bin, alone on PATH, and its module directory.
     siftr: "loaded" (kldstat -q -m siftr succeeds), "file" (siftr.ko to load), "none".
-    libxo: netstat knows --libxo (else it refuses it, as one before FreeBSD 11 would)."""
+    libxo: netstat knows --libxo (else it refuses it, as one before FreeBSD 11 would).
+    hz: its kern.hz; route_iface: the interface its routes to 198.18.0.0/16 leave by."""
     bin_dir = tmp_path / "bin"
     modules = tmp_path / "boot/kernel"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +177,7 @@ def standins(
     script(bin_dir / "uname", 'test "$1" = -r && echo 14.1-RELEASE\n')
     cases = "".join(
         f"  {name}) printf '%s\\n' '{value}' ;;\n" if "\n" not in value else ""
-        for name, value in SYSCTLS.items()
+        for name, value in {**SYSCTLS, "kern.hz": hz}.items()
     )
     (tmp_path / "cc_available").write_text(CC_AVAILABLE)
     script(
@@ -172,9 +192,7 @@ def standins(
     )
     blocks = []
     for i, (name, itf) in enumerate(INTERFACES.items()):
-        text = IFCONFIG.format(
-            name=name, byte=f"{i:02x}", address=f"198.18.{i}.1", broadcast=f"198.18.{i}.255", **itf
-        )
+        text = IFCONFIG.format(name=name, byte=f"{i:02x}", broadcast="198.18.255.255", **itf)
         blocks.append(f"  {name}) cat <<'EOF'\n{text}EOF\n  ;;\n")
     script(
         bin_dir / "ifconfig",
@@ -195,6 +213,20 @@ def standins(
         (modules / f"cc_{cc}.ko").write_bytes(b"")
     if ipfw:
         script(bin_dir / "ipfw", "exit 0\n")
+    answers = []
+    for subnet, gateway, flags in (("2", "198.18.1.1", "UP,GATEWAY,DONE,STATIC"),
+                                   ("1", route_iface, "UP,DONE")):  # fmt: skip
+        text = ROUTE_GET.format(
+            address="$3", network=f"198.18.{subnet}.0", gateway=gateway,
+            interface=route_iface, flags=flags,
+        )  # fmt: skip
+        answers.append(f"  198.18.{subnet}.*) cat <<EOF\n{text}EOF\n  ;;\n")
+    script(
+        bin_dir / "route",
+        'test "$1 $2" = "-n get" || exit 64\ncase "$3" in\n'
+        + "".join(answers)
+        + '  *) echo "route: route has not been found" >&2; exit 1 ;;\nesac\n',
+    )
     (tmp_path / "netstat.json").write_text(NETSTAT_JSON)
     (tmp_path / "netstat.txt").write_text(NETSTAT_TEXT)
     json_case = f"  *--libxo*) cat {tmp_path / 'netstat.json'} ;;\n" if libxo else ""
@@ -217,15 +249,24 @@ def standins(
     return bin_dir
 
 
-def run_facts(tmp_path: Path, capsys, interfaces: list[str], *args) -> dict:
-    host_facts.main(str(tmp_path / "work"), interfaces, *args)
+def run_facts(tmp_path: Path, capsys, interfaces: list[str], *args, **kwargs) -> dict:
+    host_facts.main(str(tmp_path / "work"), interfaces, *args, **kwargs)
     return json.loads(capsys.readouterr().out)
 
 
 def test_freebsd_router_facts_from_its_commands(tmp_path, monkeypatch, capsys):
     standins(tmp_path, monkeypatch)
-    facts = run_facts(tmp_path, capsys, ["em1", "em2", "em3", "em9"])
+    asked = ["198.18.2.13", "198.18.1.12", "203.0.113.9"]
+    facts = run_facts(tmp_path, capsys, ["em1", "em2", "em3", "em9"], destinations=asked)
     assert facts["kernel"] == "14.1-RELEASE"
+    assert facts["addresses"] == {
+        "em1": ["198.18.1.1/24"], "em2": ["198.18.2.1/24"], "em3": ["198.18.3.1/24"], "em9": [],
+    }  # fmt: skip
+    assert facts["route_to"] == {  # through a router; directly attached; no route
+        "198.18.2.13": {"dev": "enp2s0", "gateway": "198.18.1.1"},
+        "198.18.1.12": {"dev": "enp2s0", "gateway": None},
+        "203.0.113.9": None,
+    }
     assert facts["cc_loaded"] == ["reno", "cubic", "htcp"]  # header gone, newreno is reno
     assert facts["cc_modules"] == ["cubic", "dctcp", "htcp"]
     assert facts["cc_params"] == {}
@@ -269,6 +310,7 @@ def test_missing_commands_give_none_not_an_exception(tmp_path, monkeypatch, caps
     assert facts["cc_loaded"] == [] and facts["interfaces"] == []
     assert facts["mtu"] == {"em1": None} and facts["offloads"] == {}
     assert facts["speed"] == {"em1": None} and facts["routes"] is None
+    assert facts["addresses"] == {"em1": []} and facts["route_to"] is None  # cannot say
     assert set(facts["sysctls"].values()) == {None}
     assert set(facts["tools"].values()) == {None}
     assert facts["kernel"] == platform.release()
@@ -348,7 +390,8 @@ def lab_preflight(tmp_path, monkeypatch, capsys, overlays=(), sets=(), **freebsd
     bsd = {}
     for name, host in rack.hosts.items():
         if preflight.runs_freebsd(rack, name):
-            bsd[name] = run_facts(tmp_path, capsys, list(host.interfaces))
+            asked = ["198.18.1.11", "198.18.1.12", "198.18.2.13", "198.18.2.14"]
+            bsd[name] = run_facts(tmp_path, capsys, list(host.interfaces), destinations=asked)
     linux_tools = {t: "x" for t in ("tc", "tcpdump", "tcpreplay", "python3", "iperf3")}
 
     def fake_facts(rack, names, **_):
@@ -461,3 +504,36 @@ def test_a_linux_host_without_ethtool_gives_its_facts(tmp_path, monkeypatch, cap
     facts = run_facts(tmp_path, capsys, ["lo"])
     assert facts["offloads"] == {"lo": None}
     assert "ethtool" not in facts["tools"]
+
+
+def test_a_freebsd_router_still_at_its_default_tick_is_told_to_configure_and_reboot(
+    tmp_path, monkeypatch, capsys
+):
+    """Before configure (and its reboot), R runs kern.hz=1000: whole-millisecond dummynet
+    delays. Preflight says so before any host is touched (configure's own check came later)."""
+    with pytest.raises(SpecError) as exc:
+        lab_preflight(tmp_path, monkeypatch, capsys, hz="1000")
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        "host R runs kern.hz=1000; dummynet delays are whole ticks, and roles/freebsd_router "
+        "needs 2000 (freebsd_router_kern_hz): run make configure INVENTORY=... (it writes "
+        "kern.hz to /boot/loader.conf), then reboot R"
+    ]
+
+
+def test_a_freebsd_sender_whose_route_leaves_by_its_management_port_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    """A FreeBSD A whose routes to the experiment's subnets go out of em0 (its management
+    port): the traffic would never cross R. Its route to C and to B (the UDP stream's other
+    end is not A: only A's own routes are named) are each named with the route it needs."""
+    overlay = tmp_path / "freebsd_a.yml"
+    overlay.write_text("all:\n  children:\n    freebsd_hosts:\n      hosts:\n        A: {}\n")
+    with pytest.raises(SpecError) as exc:
+        lab_preflight(tmp_path, monkeypatch, capsys, [overlay], route_iface="em0")
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        "host A's route to 198.18.2.13 (C, traffic[0]) leaves through em0, not its experiment "
+        "interface enp2s0: the traffic would bypass the rack's links; the host's own network "
+        "configuration needs a route to 198.18.2.13 via R (198.18.1.1) on enp2s0"
+    ]
