@@ -21,6 +21,8 @@ from typing import Any
 import paramiko
 from fabric import Connection
 
+from core.ssh_options import SshOptionError, SshOptions, ssh_options
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = PROJECT_DIR / "inventory" / "virtual" / "hosts.yml"
 
@@ -38,6 +40,7 @@ class Host:
     workdir: str
     interfaces: Mapping[str, ipaddress.IPv4Interface]
     vars: Mapping[str, Any] = field(repr=False)
+    ssh: SshOptions = field(default_factory=SshOptions, repr=False)
 
     def interface_towards(self, address: ipaddress.IPv4Address) -> str | None:
         """The interface whose subnet holds `address` (None when not directly attached)."""
@@ -130,10 +133,16 @@ class Rack:
         hosts = {}
         for name, hv in hostvars.items():
             merged = {**group_vars_of(data, groups_of.get(name, [])), **hv}
+            address = merged.get("ansible_host") or merged.get("ansible_ssh_host") or name
+            where = f"host {name} ({', '.join(map(str, inventory))})"
+            try:
+                ssh = ssh_options(merged, address, where)
+            except SshOptionError as exc:
+                raise RackError(str(exc)) from None
             hosts[name] = Host(
                 name=name,
-                address=merged.get("ansible_host", name),
-                user=merged.get("ansible_user", "root"),
+                address=address,
+                user=ssh.user or "root",
                 # a group's members include its child groups' (freebsd_hosts under
                 # testbed_hosts): parents first, as experiments layer hosts.<group> settings
                 groups=tuple(g for g in group_chain(data, groups_of.get(name, [])) if g != "all"),
@@ -143,6 +152,7 @@ class Rack:
                     for k, v in (merged.get("trialbed_interfaces") or {}).items()
                 },
                 vars=merged,
+                ssh=ssh,
             )
         return cls(inventory, hosts, all_vars)
 
@@ -165,25 +175,59 @@ class Rack:
         return None
 
     def connection(self, name: str) -> Connection:
-        """The host's SSH connection (opened at its first use, then kept)."""
+        """The host's SSH connection (opened at its first use, then kept), as its inventory
+        variables say (core.ssh_options): port, user, key, a ProxyJump or ProxyCommand, its
+        known hosts. Each ProxyJump host is reached with the host's own key and known hosts."""
         if name not in self._connections:
             host = self.host(name)
+            ssh = host.ssh
             kwargs: dict[str, Any] = {"look_for_keys": False, "allow_agent": False}
-            # ~ as Ansible reads it (paramiko takes paths literally)
-            key = host.vars.get("ansible_ssh_private_key_file")
-            if key:
-                kwargs["key_filename"] = os.path.expanduser(key)
-            conn = Connection(
-                host.address, user=host.user, connect_kwargs=kwargs, connect_timeout=15
+            if ssh.key:  # ~ as Ansible reads it (paramiko takes paths literally)
+                kwargs["key_filename"] = os.path.expanduser(ssh.key)
+            gateway: Connection | str | None = ssh.proxy_command
+            for hop in ssh.jump:  # the first hop first: each later one through it
+                gateway = self._trusting(
+                    host,
+                    Connection(
+                        hop.host,
+                        user=hop.user or host.user,
+                        port=hop.port or 22,
+                        connect_kwargs=dict(kwargs),
+                        connect_timeout=15,
+                        gateway=gateway,
+                    ),
+                )
+            conn = self._trusting(
+                host,
+                Connection(
+                    host.address,
+                    user=host.user,
+                    port=ssh.port,
+                    connect_kwargs=kwargs,
+                    connect_timeout=15,
+                    gateway=gateway,
+                ),
             )
-            conn.open = _failing_fast(conn.open, conn)  # type: ignore[method-assign]
-            known = host.vars.get("trialbed_known_hosts")
-            if known:
-                # Host keys come from the inventory's known_hosts; an unknown key is refused.
-                conn.client.load_host_keys(os.path.expanduser(known))
-                conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
             self._connections[name] = conn
         return self._connections[name]
+
+    @staticmethod
+    def _trusting(host: Host, conn: Connection) -> Connection:
+        """conn failing fast, trusting the host keys the inventory names: trialbed_known_hosts
+        or UserKnownHostsFile. With such a file or StrictHostKeyChecking=yes an unknown key
+        is refused; with StrictHostKeyChecking no or accept-new it is taken (a changed key is
+        always refused); with neither, Fabric's default (taken)."""
+        conn.open = _failing_fast(conn.open, conn)  # type: ignore[method-assign]
+        known = host.vars.get("trialbed_known_hosts") or host.ssh.known_hosts
+        for path in shlex.split(known or ""):
+            if os.path.exists(os.path.expanduser(path)):  # as ssh: a missing file holds none
+                conn.client.load_host_keys(os.path.expanduser(path))
+        strict = (host.ssh.strict or "").lower()
+        if strict in ("no", "off", "accept-new"):
+            conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        elif known or strict in ("yes", "ask"):
+            conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return conn
 
     def run(
         self, name: str, command: str, *, check: bool = True, timeout: float | None = 120

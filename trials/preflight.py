@@ -568,9 +568,16 @@ def reachability(rack: Rack, names: list[str]) -> tuple[list[str], list[str]]:
 def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
     """What went wrong reaching a host over SSH, and what to check."""
     host = rack.host(name)
-    where = f"host {name} ({host.user}@{host.address})"
+    ssh = host.ssh
+    port = f":{ssh.port}" if ssh.port != 22 else ""
+    through = (
+        f" through {', '.join(h.host for h in ssh.jump)} (ProxyJump)"
+        if ssh.jump
+        else (f" through ProxyCommand {ssh.proxy_command!r}" if ssh.proxy_command else "")
+    )
+    where = f"host {name} ({host.user}@{host.address}{port}{through})"
     cause = exc.__cause__
-    key = host.vars.get("ansible_ssh_private_key_file")
+    key = ssh.key
     if isinstance(cause, paramiko.AuthenticationException):
         return (
             f"{where}: the SSH key {key or '(none: set ansible_ssh_private_key_file)'} was "
@@ -579,7 +586,7 @@ def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
             "StrictModes it refuses keys below a group- or world-writable directory (a rack "
             "whose checkout is under /tmp)"
         )
-    known = host.vars.get("trialbed_known_hosts")
+    known = host.vars.get("trialbed_known_hosts") or ssh.known_hosts
     if isinstance(cause, FileNotFoundError):
         return (
             f"{where}: {cause.filename} does not exist (trialbed_known_hosts or "
@@ -594,7 +601,9 @@ def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
         )
     return (
         f"{where} is unreachable over SSH ({cause or exc}). Check the address (ansible_host), "
-        "that the host is up and its sshd listens (port 22), and the management network"
+        f"that the host is up and its sshd listens (port {ssh.port}: ansible_port), "
+        + ("the jump host or proxy, " if through else "")
+        + "and the management network"
     )
 
 

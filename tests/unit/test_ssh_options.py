@@ -1,0 +1,142 @@
+"""core/ssh_options.py: the runner reads a host's SSH settings from the inventory variables
+Ansible's ssh connection reads (port, user, key, ansible_ssh_common_args / _extra_args), the
+first value of an option winning as in ssh(1); what it cannot honour is refused naming the
+host, the variable and what it takes. Nothing is contacted: Fabric's Connection is lazy."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.rack import Rack, RackError
+from core.ssh_options import Hop, SshOptionError, ssh_options
+
+WHERE = "host A (hosts.yml)"
+
+
+def test_the_virtual_racks_arguments_are_read_as_ansible_reads_them():
+    options = ssh_options(
+        {
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": "/state/id_ed25519",
+            "ansible_ssh_common_args": "-o UserKnownHostsFile=/state/known_hosts\n"
+            "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
+        },
+        "198.19.0.11",
+        WHERE,
+    )
+    assert (options.port, options.user, options.key) == (22, "root", "/state/id_ed25519")
+    assert (options.known_hosts, options.strict) == ("/state/known_hosts", "yes")
+    assert options.jump == () and options.proxy_command is None
+
+
+def test_ansible_port_wins_over_the_arguments_and_the_first_value_over_later_ones():
+    assert (
+        ssh_options({"ansible_port": 2222, "ansible_ssh_common_args": "-p 22"}, "h", WHERE).port
+        == 2222
+    )
+    assert ssh_options({"ansible_ssh_common_args": "-p 2200 -o Port=2300"}, "h", WHERE).port == 2200
+    common_then_extra = {
+        "ansible_ssh_common_args": "-oPort=2300",
+        "ansible_ssh_extra_args": "-o 'Port 2400' -l lab",
+    }
+    options = ssh_options(common_then_extra, "h", WHERE)
+    assert (options.port, options.user) == (2300, "lab")
+    assert ssh_options({"ansible_user": "ops", **common_then_extra}, "h", WHERE).user == "ops"
+
+
+@pytest.mark.parametrize(
+    ("args", "hops"),
+    [
+        ("-J jump", (Hop("jump"),)),
+        ("-J lab@jump.example:2222", (Hop("jump.example", "lab", 2222),)),
+        ("-o ProxyJump=ssh://lab@198.19.10.1:22,198.19.20.1",
+         (Hop("198.19.10.1", "lab", 22), Hop("198.19.20.1"))),
+        ("-o proxyjump=none", ()),  # case-insensitive names, as ssh(1)
+    ],
+)  # fmt: skip
+def test_proxyjump_forms(args, hops):
+    assert ssh_options({"ansible_ssh_common_args": args}, "h", WHERE).jump == hops
+
+
+def test_proxycommand_tokens_are_expanded_with_the_hosts_own_values():
+    options = ssh_options(
+        {
+            "ansible_port": 2022,
+            "ansible_user": "lab",
+            "ansible_ssh_common_args": "-o ProxyCommand='ssh -W %h:%p -l %r bastion # 100%%'",
+        },
+        "198.19.10.11",
+        WHERE,
+    )
+    assert options.proxy_command == "ssh -W 198.19.10.11:2022 -l lab bastion # 100%"
+
+
+@pytest.mark.parametrize(
+    ("variables", "said"),
+    [
+        (
+            {"ansible_ssh_common_args": "-o HostKeyAlias=r1"},
+            "host A (hosts.yml): ansible_ssh_common_args: the runner cannot honour the ssh "
+            "option 'HostKeyAlias'; it honours Port, User, IdentityFile, ProxyJump, "
+            "ProxyCommand, UserKnownHostsFile, StrictHostKeyChecking and leaves ",
+        ),
+        (
+            {"ansible_ssh_extra_args": "-F ~/.ssh/lab_config"},
+            "host A (hosts.yml): ansible_ssh_extra_args: the runner cannot honour the ssh "
+            "argument '-F'; it takes -o options, -p, -l, -i, -J and ",
+        ),
+        (
+            {"ansible_ssh_common_args": "-o ProxyJump=a -o ProxyCommand='nc %h %p'"},
+            "host A (hosts.yml): both ProxyJump and ProxyCommand are set; give one",
+        ),
+        ({"ansible_port": "ssh"}, "host A (hosts.yml): port 'ssh' is not a number"),
+        (
+            {"ansible_ssh_common_args": "-J 'user@'"},
+            "host A (hosts.yml): ProxyJump 'user@' is not [user@]host[:port]",
+        ),
+        (
+            {"ansible_ssh_common_args": "-o UserKnownHostsFile={{ state }}/known_hosts"},
+            "host A (hosts.yml): ansible_ssh_common_args is a template",
+        ),
+        ({"ansible_ssh_common_args": "-p"}, "ansible_ssh_common_args: -p without a value"),
+    ],
+)
+def test_what_the_runner_cannot_honour_is_refused_naming_host_and_variable(variables, said):
+    with pytest.raises(SshOptionError) as exc:
+        ssh_options(variables, "198.19.10.11", WHERE)
+    assert said in str(exc.value)
+
+
+def test_the_rack_connects_by_port_jump_hosts_and_known_hosts_of_the_inventory(tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  vars:\n    ansible_ssh_private_key_file: /keys/lab\n"
+        "  hosts:\n"
+        f"    A: {{ansible_host: 198.19.10.11, ansible_port: 2222,"
+        f" ansible_ssh_common_args: '-o UserKnownHostsFile={known} -J ops@gw1:2200,gw2'}}\n"
+        "    B: {ansible_ssh_common_args: '-o StrictHostKeyChecking=no'}\n"
+    )  # fmt: skip
+    rack = Rack.load([tmp_path / "hosts.yml"])
+    conn = rack.connection("A")
+    assert (conn.host, conn.port, conn.user) == ("198.19.10.11", 2222, "root")
+    last = conn.gateway  # the hop next to A, reached through the first
+    assert (last.host, last.port, last.user) == ("gw2", 22, "root")
+    assert (last.gateway.host, last.gateway.port, last.gateway.user) == ("gw1", 2200, "ops")
+    assert last.gateway.gateway is None
+    for c in (conn, last, last.gateway):
+        assert c.connect_kwargs["key_filename"] == ["/keys/lab"]
+        assert type(c.client._policy).__name__ == "RejectPolicy"  # a known_hosts file given
+    assert type(rack.connection("B").client._policy).__name__ == "AutoAddPolicy"
+
+
+def test_a_rack_whose_host_asks_for_what_the_runner_cannot_do_is_refused_at_load(tmp_path):
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    R: {ansible_ssh_common_args: '-o Ciphers=aes128-ctr'}\n"
+    )
+    with pytest.raises(RackError) as exc:
+        Rack.load([tmp_path / "hosts.yml"])
+    assert str(exc.value).startswith(
+        f"host R ({tmp_path / 'hosts.yml'}): ansible_ssh_common_args: the runner cannot honour "
+        "the ssh option 'Ciphers'"
+    )
