@@ -50,3 +50,16 @@ strategy=$(.venv/bin/python -c 'import ansible_mitogen, os; print(os.path.realpa
 # when a required version is missing (a lab controller with Galaxy access).
 .venv/bin/python -m trials.collections requirements.yml || \
   .venv/bin/ansible-galaxy collection install -r requirements.yml
+
+# The directory where batches and trials lock their racks (trials/batch.py LOCK_DIR), shared by
+# every user of this controller: made now and at each boot (/run is emptied), writable by all
+# and sticky, as /tmp. Root only; a controller set up without root names TRIALBED_LOCK_DIR.
+if [ "$(id -u)" = 0 ]; then
+  tmpfiles=/etc/tmpfiles.d/trialbed.conf
+  want_tmpfiles='d /run/trialbed/locks 1777 root root -'
+  if [ -d /etc/tmpfiles.d ] && [ "$(cat "$tmpfiles" 2>/dev/null)" != "$want_tmpfiles" ]; then
+    echo "$want_tmpfiles" > "$tmpfiles"
+  fi
+  install -d -m 0755 /run/trialbed
+  [ "$(stat -c %a /run/trialbed/locks 2>/dev/null)" = 1777 ] || install -d -m 1777 /run/trialbed/locks
+fi

@@ -62,7 +62,22 @@ def batch_name_problem(name: str, given_as: str) -> str | None:
     )
 
 
+# Shared by every user of the controller (sticky and writable by all, as /tmp): scripts/setup.sh
+# run as root has systemd-tmpfiles make it at each boot; TRIALBED_LOCK_DIR replaces it.
 LOCK_DIR = Path("/run/trialbed/locks")
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("TRIALBED_LOCK_DIR", LOCK_DIR))
+
+
+def lock_dir_problem(path: Path, exc: OSError) -> str:
+    return (
+        f"cannot write a rack lock in {path} ({exc.strerror}): the directory where every "
+        "controller user's batches and trials lock their racks. Run `make setup` once as "
+        "root (it has it made at each boot, writable by all as /tmp), or set "
+        "TRIALBED_LOCK_DIR to a directory every user of this controller can write"
+    )
 
 
 def now_iso() -> str:
@@ -258,10 +273,15 @@ class RackLock:
             "hosts": hosts,
             "since": now_iso(),
         }
-        lock_dir = Path(os.environ.get("TRIALBED_LOCK_DIR", LOCK_DIR))
-        return cls(lock_dir / f"rack-{rack_key(rack)}.json", holder, warn)
+        return cls(lock_dir() / f"rack-{rack_key(rack)}.json", holder, warn)
 
     def acquire(self) -> None:
+        try:
+            self._acquire()
+        except PermissionError as exc:
+            raise RackError(lock_dir_problem(self.path.parent, exc)) from None
+
+    def _acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(2):
             fd = self._create()
@@ -274,12 +294,17 @@ class RackLock:
                             f"the rack ({self.holder['hosts']}) is in use: {said} "
                             f"(lock {self.path}). Wait for it, or stop that process."
                         ) from None
-                    self.warn(
-                        "taking over the rack lock of a process that is gone "
-                        f"({describe(other) if other else 'a lock never written'})"
-                    )
-                    with contextlib.suppress(FileNotFoundError):
-                        self.path.unlink()
+                    gone = describe(other) if other else "a lock never written"
+                    try:
+                        with contextlib.suppress(FileNotFoundError):
+                            self.path.unlink()
+                    except PermissionError:  # the sticky directory: another user's file
+                        raise RackBusy(
+                            f"the rack's lock {self.path} is left by a process that is gone "
+                            f"({gone}), and belongs to another user: remove it as that user "
+                            "or root"
+                        ) from None
+                    self.warn(f"taking over the rack lock of a process that is gone ({gone})")
                     fd = self._create()
                 if fd is None:
                     continue  # made afresh by another process meanwhile: look again

@@ -20,7 +20,7 @@ from collect.fetch import verify_manifest
 from core.rack import Rack
 from tests.e2e.conftest import PROJECT, built_rack
 from tests.e2e.test_collateral_damage import EXPERIMENT
-from trials.batch import LOCK_DIR, rack_key
+from trials.batch import lock_dir, rack_key
 
 pytestmark = pytest.mark.rack
 
@@ -176,7 +176,7 @@ def test_a_failed_and_a_sigkilled_trial_each_run_again_once(test_rack, experimen
 
 def test_a_rack_in_use_is_refused_naming_the_holder(test_rack, experiment, tmp_path):
     rack = Rack.load([test_rack.inventory])
-    lock = Path(os.environ.get("TRIALBED_LOCK_DIR", LOCK_DIR)) / f"rack-{rack_key(rack)}.json"
+    lock = lock_dir() / f"rack-{rack_key(rack)}.json"
     rack.close()
     lock.parent.mkdir(parents=True, exist_ok=True)
     holder = {

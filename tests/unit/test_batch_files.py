@@ -10,6 +10,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -472,3 +474,67 @@ def test_files_that_cannot_be_brought_back_keep_the_trial_from_running(tmp_path)
     assert record["status"] == "failed"
     assert "the files of its attempt 1-failed are still on A: A does not answer" in record["errors"]
     assert len(batch.pending_leftovers("t1")) == 1 and batch.failed_attempts("t1") == 2
+
+
+LOCK_AS_NOBODY = """
+import sys
+from pathlib import Path
+from core.rack import Rack, RackError
+from trials.batch import RackLock
+lock = RackLock.for_rack(Rack.load([Path(sys.argv[1])]), "night-1", "rack")
+try:
+    lock.acquire()
+except RackError as exc:
+    print(exc)
+else:
+    print("held")
+    lock.release()
+"""
+
+
+@pytest.fixture
+def open_tmp():
+    """A directory other users may enter (tmp_path's parents are root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="trialbed-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switches to the user nobody")
+def test_a_controller_user_who_cannot_write_the_lock_directory_is_told_what_to_do(open_tmp):
+    """A batch run by a user other than root: a lock directory it cannot write gives what to
+    do (it was a PermissionError traceback); a stale lock of another user in the shared,
+    sticky directory is named, not taken; a directory writable by all takes its lock."""
+    inventory = Path(__file__).resolve().parents[2] / "inventory/lab.example/hosts.yml"
+    root_only = open_tmp / "root_only"
+    root_only.mkdir(mode=0o755)
+    shared = open_tmp / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+
+    def as_nobody(lock_dir: Path) -> str:
+        done = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             str(Path(sys.executable)), "-c", LOCK_AS_NOBODY, str(inventory)],
+            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, "TRIALBED_LOCK_DIR": str(lock_dir), "HOME": "/tmp"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    said = as_nobody(root_only)
+    assert said.startswith(f"cannot write a rack lock in {root_only} (Permission denied)")
+    assert "Run `make setup` once as root" in said and "TRIALBED_LOCK_DIR" in said
+    assert as_nobody(shared) == "held"
+    assert list(shared.iterdir()) == []  # released
+    from core.rack import Rack
+    from trials.batch import RackLock
+
+    lock = RackLock.for_rack(Rack.load([inventory]), "night-0", "rack")
+    lock.path = shared / lock.path.name
+    lock.path.write_text(json.dumps({**holder("rack"), "pid": dead_pid()}))  # root's, gone
+    said = as_nobody(shared)
+    assert said.startswith(f"the rack's lock {lock.path} is left by a process that is gone")
+    assert said.endswith("belongs to another user: remove it as that user or root")
+    assert lock.path.exists()
