@@ -40,12 +40,48 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
             raise result
         else:
             rows.append(result)
+    rows += given_up_rows(batch_dir, {t.name for t in trials})
     table = pd.DataFrame(rows)
     if len(table):
         table.attrs["batch"] = str(batch_dir)
         flat = table[[c for c in table if not table[c].map(lambda v: isinstance(v, _NESTED)).any()]]
         flat.to_parquet(batch_dir / "summary.parquet", index=False)
     return table
+
+
+def given_up_rows(batch_dir: Path, present: set[str]) -> list[dict]:
+    """One row per planned trial with kept attempts and no record of its own (trials/<name>):
+    its workers died mid-trial until the batch gave it up. Named from its last attempt's
+    record, with that attempt's factors."""
+    meta = batch_dir / "batch.json"
+    planned = (
+        [t["name"] for t in json.loads(meta.read_text()).get("trials", [])]
+        if (meta.exists())
+        else []
+    )
+    rows = []
+    for name in planned:
+        kept = sorted((batch_dir / "attempts" / name).glob("*-*"), key=_attempt_number)
+        if name in present or not kept:
+            continue
+        record_file = kept[-1] / "trial.json"
+        record = json.loads(record_file.read_text()) if record_file.exists() else {}
+        rows.append(
+            {
+                "trial": name,
+                "status": "failed",
+                "family": record.get("family"),
+                "error": f"given up: {len(kept)} attempts, none complete (the last "
+                f"{kept[-1].name.split('-', 1)[1]}); kept in attempts/{name}/",
+                **{f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()},
+            }
+        )
+    return rows
+
+
+def _attempt_number(path: Path) -> int:
+    head = path.name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:

@@ -173,6 +173,8 @@ def _batches_meta(batches: list[Path]) -> dict:
             records = provenance.records(b)
             first = next(iter(records.values()), {})
             meta["experiment"] = first.get("experiment_file") or first.get("family") or "?"
+        for t in meta.get("trials", []):  # a trial given up has them and no trials/<name>
+            t["kept_attempts"] = len(list((b / "attempts" / t["name"]).glob("*-*")))
         metas.append(meta)
     if len(metas) == 1:
         return metas[0]
@@ -197,7 +199,18 @@ def overview(page: Page, batch_dir: Path, trials: pd.DataFrame, meta: dict) -> N
     page.section("Overview")
     planned = [t["name"] for t in meta.get("trials", [])]
     present = set(trials.trial) if not trials.empty else set()
-    not_run = [n for n in planned if n not in present]
+    kept = {t["name"]: t.get("kept_attempts", 0) for t in meta.get("trials", [])}
+    given_up = [n for n in planned if n not in present and kept[n]]
+    not_run = [n for n in planned if n not in present and not kept[n]]
+    if given_up:  # its worker kept dying: attempts kept, no current record
+        page.warn(
+            f"{len(given_up)} of the {len(planned)} planned trials failed with no record of "
+            "their own: their attempts' workers died mid-trial, and the batch gave them up "
+            "(or is about to run them again); their partial files are in attempts/ (listed "
+            "under 'Earlier attempts' below): "
+            + ", ".join(f"{n} ({kept[n]} attempts)" for n in given_up)
+            + "."
+        )
     if trials.empty:
         page.warn("This batch has no trial record (trials/*/trial.json): nothing to report.")
         return
