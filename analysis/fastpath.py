@@ -737,6 +737,7 @@ def _pass(
     cap = len(keys1)
     w_hash, w_len = len(o_hash) > 0, len(o_len) > 0
     wc_dir, wc_ts, wc_hash, wc_len = len(c_dir) > 0, len(c_ts) > 0, len(c_hash) > 0, len(c_len) > 0
+    last_k1, last_k2, last_d = _U(0), _U(1) << _U(63), np.int64(0)  # no packet's k2
     while pos < limit:
         code, caplen = _record(b, pos, size, little)
         if code:
@@ -753,8 +754,11 @@ def _pass(
         dst = _u32(b, ip + 16, False)
         k1 = _U(src) << _U(32) | _U(dst)
         k2 = _U(proto) << _U(32) | _U(sport) << _U(16) | _U(dport)
-        s = _find(table, keys1, keys2, k1, k2)
-        d = table[s]
+        if k1 == last_k1 and k2 == last_k2:  # a burst of one direction: no lookup
+            d = last_d
+        else:
+            s = _find(table, keys1, keys2, k1, k2)
+            d = table[s]
         if d < 0:
             if 2 * (m + 1) > len(table) or m >= cap:
                 return rec, n, m, k, last_ts, in_order, _FULL
@@ -763,6 +767,7 @@ def _pass(
             crosses[m] = _among(pairs, k1)
             d = m
             m += 1
+        last_k1, last_k2, last_d = k1, k2, d
         pos = left
         plen = ip_len - ip_hl - l4_hl
         ts = _u32(b, rec, little) * 1_000_000_000 + _u32(b, rec + 4, little) * frac_ns

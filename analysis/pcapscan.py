@@ -147,6 +147,12 @@ def _headers(b, ip, left):
 def _payload_head(b, at, left, plen):
     """The payload's first 8 bytes (fewer if it is shorter or cut off) as a big-endian
     integer, missing bytes 0."""
+    if left - at >= 8 and plen >= 8:  # the usual case: eight bytes at once
+        return (
+            _U(b[at]) << _U(56) | _U(b[at + 1]) << _U(48) | _U(b[at + 2]) << _U(40)
+            | _U(b[at + 3]) << _U(32) | _U(b[at + 4]) << _U(24) | _U(b[at + 5]) << _U(16)
+            | _U(b[at + 6]) << _U(8) | _U(b[at + 7])
+        )  # fmt: skip
     head = _U(0)
     for i in range(max(min(min(left - at, plen), 8), 0)):
         head |= _U(b[at + i]) << _U(56 - 8 * i)
