@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.families import FAMILIES
-from analysis.results import batch_trials
+from analysis.results import batch_trials, ended_attempts
 from analysis.workers import DATA_ERRORS, analyse_trials
 
 # Columns holding lists or dicts: kept in summary.json, left out of summary.parquet.
@@ -50,38 +50,29 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
 
 
 def given_up_rows(batch_dir: Path, present: set[str]) -> list[dict]:
-    """One row per planned trial with kept attempts and no record of its own (trials/<name>):
-    its workers died mid-trial until the batch gave it up. Named from its last attempt's
-    record, with that attempt's factors."""
+    """One row per planned trial without a record of its own (trials/<name>) whose kept
+    attempts failed or died mid-trial: the batch gave it up (or has yet to run it again).
+    Named from its last attempt's record, with that attempt's factors."""
     meta = batch_dir / "batch.json"
-    planned = (
-        [t["name"] for t in json.loads(meta.read_text()).get("trials", [])]
-        if (meta.exists())
-        else []
-    )
+    planned = json.loads(meta.read_text()).get("trials", []) if meta.exists() else []
     rows = []
-    for name in planned:
-        kept = sorted((batch_dir / "attempts" / name).glob("*-*"), key=_attempt_number)
-        if name in present or not kept:
+    for name in (t["name"] for t in planned):
+        ended = ended_attempts(batch_dir, name)
+        if name in present or not ended:
             continue
-        record_file = kept[-1] / "trial.json"
+        record_file = ended[-1] / "trial.json"
         record = json.loads(record_file.read_text()) if record_file.exists() else {}
         rows.append(
             {
                 "trial": name,
                 "status": "failed",
                 "family": record.get("family"),
-                "error": f"given up: {len(kept)} attempts, none complete (the last "
-                f"{kept[-1].name.split('-', 1)[1]}); kept in attempts/{name}/",
+                "error": f"no current attempt: {len(ended)} failed or died mid-trial (the "
+                f"last {ended[-1].name.split('-', 1)[1]}); kept in attempts/{name}/",
                 **{f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()},
             }
         )
     return rows
-
-
-def _attempt_number(path: Path) -> int:
-    head = path.name.split("-", 1)[0]
-    return int(head) if head.isdigit() else 0
 
 
 def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:

@@ -6,6 +6,7 @@ a physical rack differ in their inventory alone.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -60,8 +61,9 @@ class Host:
 
 def group_chain(data: dict[str, Any], groups: list[str]) -> list[str]:
     """Every group a host is in (``groups``: the ones that list it) and their parents, as
-    Ansible counts membership, from `all` down: by depth, then name (the order in which
-    Ansible merges their vars). ``data``: `ansible-inventory --list --export`."""
+    Ansible counts membership, from `all` down: by depth (the longest path from `all`: a
+    parent before its children), then name, the order in which Ansible merges their vars.
+    ``data``: `ansible-inventory --list --export`."""
     parents: dict[str, set[str]] = {}
     for group, body in data.items():
         for child in body.get("children", []) if isinstance(body, dict) else []:
@@ -69,7 +71,7 @@ def group_chain(data: dict[str, Any], groups: list[str]) -> list[str]:
 
     def depth(group: str, seen: frozenset[str] = frozenset()) -> int:
         up = parents.get(group, set()) - seen
-        return 0 if group == "all" or not up else 1 + min(depth(p, seen | {group}) for p in up)
+        return 0 if group == "all" or not up else 1 + max(depth(p, seen | {group}) for p in up)
 
     chain, todo = {"all"}, list(groups)
     while todo:
@@ -133,7 +135,8 @@ class Rack:
         hosts = {}
         for name, hv in hostvars.items():
             merged = {**group_vars_of(data, groups_of.get(name, [])), **hv}
-            address = merged.get("ansible_host") or merged.get("ansible_ssh_host") or name
+            # of two, the one Ansible reads last
+            address = merged.get("ansible_ssh_host") or merged.get("ansible_host") or name
             where = f"host {name} ({', '.join(map(str, inventory))})"
             try:
                 ssh = ssh_options(merged, address, where)
@@ -188,10 +191,10 @@ class Rack:
             for hop in ssh.jump:  # the first hop first: each later one through it
                 gateway = self._trusting(
                     host,
-                    Connection(
+                    _Connection(
                         hop.host,
-                        user=hop.user or host.user,
-                        port=hop.port or 22,
+                        user=hop.user,  # None: ssh_config's or the local user, as ssh -J
+                        port=hop.port,
                         connect_kwargs=dict(kwargs),
                         connect_timeout=15,
                         gateway=gateway,
@@ -199,7 +202,7 @@ class Rack:
                 )
             conn = self._trusting(
                 host,
-                Connection(
+                _Connection(
                     host.address,
                     user=host.user,
                     port=ssh.port,
@@ -213,19 +216,25 @@ class Rack:
 
     @staticmethod
     def _trusting(host: Host, conn: Connection) -> Connection:
-        """conn failing fast, trusting the host keys the inventory names: trialbed_known_hosts
-        or UserKnownHostsFile. With such a file or StrictHostKeyChecking=yes an unknown key
-        is refused; with StrictHostKeyChecking no or accept-new it is taken (a changed key is
-        always refused); with neither, Fabric's default (taken)."""
+        """conn failing fast, trusting the host keys the inventory names. trialbed_known_hosts
+        (the project's: it must exist) refuses every key it lacks, as Ansible here does
+        (host_key_checking, which mitogen enforces over the inventory's arguments). Else the
+        UserKnownHostsFile ones that exist, refusing an unknown key unless
+        StrictHostKeyChecking is no or accept-new (a changed key is always refused); with
+        neither, Fabric's default (~/.ssh/known_hosts, an unknown key taken)."""
         conn.open = _failing_fast(conn.open, conn)  # type: ignore[method-assign]
-        known = host.vars.get("trialbed_known_hosts") or host.ssh.known_hosts
-        for path in shlex.split(known or ""):
+        ours = host.vars.get("trialbed_known_hosts")
+        if ours:
+            conn.client.load_host_keys(os.path.expanduser(ours))
+            conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            return conn
+        for path in shlex.split(host.ssh.known_hosts or ""):
             if os.path.exists(os.path.expanduser(path)):  # as ssh: a missing file holds none
                 conn.client.load_host_keys(os.path.expanduser(path))
         strict = (host.ssh.strict or "").lower()
         if strict in ("no", "off", "accept-new"):
             conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        elif known or strict in ("yes", "ask"):
+        elif host.ssh.known_hosts or strict in ("yes", "ask"):
             conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
         return conn
 
@@ -270,6 +279,42 @@ class Rack:
         self._connections.clear()
 
 
+class _Connection(Connection):
+    """Fabric's Connection, running a ProxyCommand as ssh does (``/bin/sh -c "exec ..."``, the
+    command as written: Fabric's own would split it without a shell and expand %h and ~ in it
+    again), and ending on close what it started: the proxy's process, reaped, and the
+    connection to the jump host before it (Fabric closes neither)."""
+
+    _proxy: paramiko.ProxyCommand | None = None
+
+    def open_gateway(self) -> Any:
+        if isinstance(self.gateway, str):
+            command = shlex.join(["/bin/sh", "-c", f"exec {self.gateway}"])
+            self._proxy = paramiko.ProxyCommand(command)
+            return self._proxy
+        return super().open_gateway()
+
+    def close(self) -> None:
+        transport = self.client.get_transport()
+        super().close()
+        if self._proxy is not None:
+            process, self._proxy = self._proxy.process, None
+            if transport is not None:  # its thread ends by closing the proxy: SIGTERM
+                transport.join(timeout=5)
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            for stream in (process.stdin, process.stdout, process.stderr):
+                if stream is not None:
+                    stream.close()
+        if isinstance(self.gateway, Connection):
+            self.gateway.close()
+
+
 # A host whose link goes down (a cable pulled, a host hung) must fail a call within seconds:
 # without this, opening a channel to it waited for TCP's retransmissions (about 15 minutes),
 # since neither Fabric's command timeout nor paramiko's channel open covers that wait.
@@ -285,7 +330,7 @@ def _failing_fast(open_connection: Any, conn: Connection) -> Any:
     def opened(*args: Any, **kwargs: Any) -> Any:
         result = open_connection(*args, **kwargs)
         sock = getattr(conn.client.get_transport(), "sock", None)
-        if isinstance(sock, socket.socket):  # not through a ProxyCommand
+        if isinstance(sock, socket.socket):  # not through a ProxyCommand or ProxyJump
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)

@@ -1,5 +1,5 @@
 """How the runner reaches a host over SSH, read from the inventory variables Ansible's ssh
-connection reads: ansible_port, ansible_user, ansible_ssh_private_key_file, then the options in
+connection reads: port, user and key (VARIABLES), then the options in ansible_ssh_args,
 ansible_ssh_common_args and ansible_ssh_extra_args, the first value of each option winning as
 in ssh(1) (Ansible puts port, key and user before the arguments).
 
@@ -13,6 +13,7 @@ another way, without a word.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,14 @@ IGNORED = (
 # ssh(1) flags: the ones that set an option, and the ones without effect on where or whom.
 _FLAG_OPTIONS = {"-p": "Port", "-l": "User", "-i": "IdentityFile", "-J": "ProxyJump"}
 _QUIET_FLAGS = {"-q", "-v", "-vv", "-vvv", "-C", "-T", "-x", "-a", "-4", "-A"}
-ARG_VARIABLES = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+# Ansible's variables for a setting, in the order its ssh plugin reads them (the last wins),
+# all placed before the arguments on its ssh command line (so they win over those).
+VARIABLES = {
+    "Port": ("ansible_port", "ansible_ssh_port"),
+    "User": ("ansible_user", "ansible_ssh_user"),
+    "IdentityFile": ("ansible_private_key_file", "ansible_ssh_private_key_file"),
+}
+ARG_VARIABLES = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 
 
 class SshOptionError(ValueError):
@@ -73,11 +81,11 @@ class Hop:
 
 @dataclass(frozen=True)
 class SshOptions:
-    port: int = 22
+    port: int | None = None  # None: ssh_config's, else 22
     user: str | None = None
     key: str | None = None
     jump: tuple[Hop, ...] = ()  # hosts to go through, first to last
-    proxy_command: str | None = None  # already expanded (%h, %p, %r)
+    proxy_command: str | None = None  # %h, %p, %r expanded; run by /bin/sh as ssh runs it
     known_hosts: str | None = None  # UserKnownHostsFile
     strict: str | None = None  # StrictHostKeyChecking as given (yes, no, accept-new, ...)
 
@@ -116,9 +124,9 @@ def _pairs(words: list[str], where: str, variable: str) -> list[tuple[str, str]]
                     raise SshOptionError(f"{where}: {variable}: {word} without a value")
                 i += 1
                 value = words[i]
-            if flag == "-o":
-                name, _, rest = value.replace("=", " ", 1).partition(" ")
-                pairs.append((name, rest.strip()))
+            if flag == "-o":  # Name=value or "Name value": split at the first of them
+                name, rest = [*re.split(r"\s*=\s*|\s+", value.strip(), maxsplit=1), ""][:2]
+                pairs.append((name, rest))
             else:
                 pairs.append((_FLAG_OPTIONS[flag], value))
             i += 1
@@ -161,16 +169,14 @@ def _expand(command: str, host: str, port: int, user: str) -> str:
 
 def ssh_options(variables: dict[str, Any], address: str, where: str) -> SshOptions:
     """The SSH options of a host from its merged inventory variables (``where`` names the
-    host and inventory in errors)."""
+    host and inventory in errors). Of two variables for one setting, the one Ansible reads
+    last wins (ansible_ssh_port over ansible_port, ...)."""
     given: dict[str, str] = {}
-    for legacy, name in (("ansible_port", "Port"), ("ansible_ssh_port", "Port")):
-        if variables.get(legacy) is not None:
-            given.setdefault(name, str(variables[legacy]))
-    if variables.get("ansible_ssh_private_key_file"):
-        given["IdentityFile"] = str(variables["ansible_ssh_private_key_file"])
-    for name in ("ansible_user", "ansible_ssh_user"):
-        if variables.get(name):
-            given.setdefault("User", str(variables[name]))
+    for name, aliases in VARIABLES.items():
+        for variable in aliases[::-1]:
+            if variables.get(variable) not in (None, ""):
+                given[name] = str(variables[variable])
+                break
     for variable in ARG_VARIABLES:
         for name, value in _pairs(
             _words(variables.get(variable), where, variable), where, variable
@@ -185,20 +191,23 @@ def ssh_options(variables: dict[str, Any], address: str, where: str) -> SshOptio
             if known in HONOURED:
                 given.setdefault(known, value)
     try:
-        port = int(given.get("Port", 22))
+        port = int(given["Port"]) if "Port" in given else None
     except ValueError:
         raise SshOptionError(f"{where}: port {given['Port']!r} is not a number") from None
     user = given.get("User", "root")
-    jump = given.get("ProxyJump", "none")
-    proxy = given.get("ProxyCommand", "none")
-    if jump.lower() != "none" and proxy.lower() != "none":
-        raise SshOptionError(f"{where}: both ProxyJump and ProxyCommand are set; give one")
+    # ProxyJump and ProxyCommand: whichever comes first is the one (ssh_config(5))
+    proxy = next((k for k in given if k in ("ProxyJump", "ProxyCommand")), None)
+    value = given.get(proxy or "", "none")
+    if value.lower() == "none":
+        proxy = None
     return SshOptions(
         port=port,
         user=user,
         key=given.get("IdentityFile"),
-        jump=tuple(_hop(h, where) for h in jump.split(",")) if jump.lower() != "none" else (),
-        proxy_command=_expand(proxy, address, port, user) if proxy.lower() != "none" else None,
+        jump=tuple(_hop(h, where) for h in value.split(",")) if proxy == "ProxyJump" else (),
+        proxy_command=_expand(value, address, port or 22, user)
+        if proxy == "ProxyCommand"
+        else None,
         known_hosts=given.get("UserKnownHostsFile"),
         strict=given.get("StrictHostKeyChecking"),
     )

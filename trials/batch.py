@@ -179,7 +179,9 @@ def taking_over(path: Path) -> Iterator[None]:
     other had just made). Creating a free one (O_EXCL) needs no lock."""
     import fcntl
 
-    with open(path.with_name(f".{path.name}.takeover"), "a") as guard:
+    # read-only: in the shared lock directory another user's guard file is readable only
+    fd = os.open(path.with_name(f".{path.name}.takeover"), os.O_RDONLY | os.O_CREAT, 0o644)
+    with os.fdopen(fd) as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         try:
             yield
@@ -277,12 +279,9 @@ class RackLock:
 
     def acquire(self) -> None:
         try:
-            self._acquire()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         except PermissionError as exc:
             raise RackError(lock_dir_problem(self.path.parent, exc)) from None
-
-    def _acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(2):
             fd = self._create()
             if fd is None:
@@ -314,7 +313,10 @@ class RackLock:
         raise RackBusy(f"could not take the rack lock {self.path}")
 
     def _create(self) -> int | None:
-        return create_new(self.path)
+        try:
+            return create_new(self.path)
+        except PermissionError as exc:
+            raise RackError(lock_dir_problem(self.path.parent, exc)) from None
 
     def _write(self, fd: int) -> None:
         with os.fdopen(fd, "w") as f:

@@ -86,12 +86,14 @@ def ipv4_addresses(interfaces):
     return {itf: found.get(itf, []) for itf in interfaces}
 
 
-def route_to(address):
-    """The kernel's own choice of route to an address (`ip -4 -j route get`, policy rules
-    and all): its interface and gateway (None where directly attached); None where it
-    finds no route."""
+def route_to(address, source=None):
+    """The kernel's own choice of route to an address (`ip -4 -j route get`, from `source`
+    if given, so that rules choosing by source count): its interface and gateway (None
+    where directly attached); None where it finds no route."""
     done = subprocess.run(
-        ["ip", "-4", "-j", "route", "get", address], capture_output=True, text=True
+        ["ip", "-4", "-j", "route", "get", address, *(["from", source] if source else [])],
+        capture_output=True,
+        text=True,
     )
     routes = json.loads(done.stdout or "[]") if done.returncode == 0 else []
     if not routes:
@@ -457,8 +459,9 @@ def freebsd_facts(workdir, interfaces, changing_only=False, destinations=()):
     return facts
 
 
-def main(workdir, interfaces, changing_only=False, destinations=()):
-    """``destinations``: addresses whose route (route_to) the facts say, as route_to."""
+def main(workdir, interfaces, changing_only=False, destinations=(), source=None):
+    """``destinations``: addresses whose route the facts say (route_to), from ``source``
+    (the host's experiment address) where the host has that address."""
     if platform.system() == "FreeBSD":
         print(json.dumps(freebsd_facts(workdir, interfaces, changing_only, destinations)))
         return
@@ -485,6 +488,9 @@ def main(workdir, interfaces, changing_only=False, destinations=()):
         module, _, name = path.split("/")[3:6]
         cc_params.setdefault(module[4:], {})[name] = read(path)
     usage = trials_disk(workdir)
+    addresses = ipv4_addresses(interfaces)
+    own = {a.split("/")[0] for found in (addresses or {}).values() for a in found}
+    source = source if source in own else None  # a missing one: preflight names it
     facts = {
         "cc_loaded": (read("/proc/sys/net/ipv4/tcp_available_congestion_control") or "").split(),
         "cc_params": cc_params,
@@ -492,10 +498,10 @@ def main(workdir, interfaces, changing_only=False, destinations=()):
         "offloads": offloads,
         "mtu": {itf: mtu(itf) for itf in interfaces},
         "speed": {itf: speed(itf) for itf in interfaces},
-        "addresses": ipv4_addresses(interfaces),
+        "addresses": addresses,
         "interfaces": sorted(os.listdir("/sys/class/net")),
         "routes": ipv4_routes(),
-        "route_to": {a: route_to(a) for a in destinations} if shutil.which("ip") else None,
+        "route_to": {a: route_to(a, source) for a in destinations} if shutil.which("ip") else None,
         "free_disk_bytes": usage.free,
     }
     if not changing_only:
@@ -515,5 +521,6 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     changing = "--changing" in args
     to = [a.split("=", 1)[1] for a in args if a.startswith("--route-to=")]
-    args = [a for a in args if a != "--changing" and not a.startswith("--route-to=")]
-    main(args[0], args[1:], changing_only=changing, destinations=to)
+    source = next((a.split("=", 1)[1] for a in args if a.startswith("--route-from=")), None)
+    args = [a for a in args if a != "--changing" and not a.startswith("--route-")]
+    main(args[0], args[1:], changing_only=changing, destinations=to, source=source)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
+import yaml
 
-from core.rack import Rack, RackError
+from core.rack import PROJECT_DIR, Rack, RackError
 from core.units import format_rate, parse_duration_ns, parse_rate
 from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
@@ -53,6 +54,10 @@ FREEBSD_SHAPING_TOOLS = ["ipfw"]
 # whose virtual queue a clsact (sch_ingress) egress filter sets: flower for IN, matchall OUT.
 QDISC_MODULES = {"rio": ["sch_gred", "sch_ingress", "cls_flower", "cls_matchall"]}
 CAPTURE_TOOLS = ["tcpdump"]
+# The kernel tick roles/freebsd_router needs unless the inventory says otherwise (its default).
+FREEBSD_ROUTER_HZ = yaml.safe_load(
+    (PROJECT_DIR / "roles/freebsd_router/defaults/main.yml").read_text()
+)["freebsd_router_kern_hz"]
 # Which role installs a tool on a host of its own (the virtual rack shares make setup's).
 INSTALLED_BY = {
     "gcc": "the transactions role with transactions_install_packages: true",
@@ -84,7 +89,10 @@ def host_facts(
     for name in names:
         host = rack.host(name)
         words = [host.workdir, *host.interfaces]
-        words += [f"--route-to={a}" for a in (route_to or {}).get(name, [])]
+        asked = (route_to or {}).get(name, [])
+        words += [f"--route-to={a}" for a in asked]
+        if asked and len(host.interfaces) == 1:  # an end host: routes from its address
+            words.append(f"--route-from={next(iter(host.interfaces.values())).ip}")
         if static is not None and name in static:
             words.append("--changing")
         args = shlex.join(words)
@@ -290,7 +298,7 @@ def preflight(
             problems += route_problems(host, route, facts[host].get("route_to"))
     for host in sorted(needs_hz):
         hz = facts[host].get("sysctls", {}).get("kern.hz")
-        want = int(rack.host(host).vars.get("freebsd_router_kern_hz", 2000))
+        want = int(rack.host(host).vars.get("freebsd_router_kern_hz", FREEBSD_ROUTER_HZ))
         if hz is not None and int(hz) != want:
             problems.append(
                 f"host {host} runs kern.hz={hz}; dummynet delays are whole ticks, and "
@@ -425,6 +433,8 @@ def expected_routes(
     hop of the rack's path between them (ResolvedNetwork.path) and the next host's address
     on that hop's subnet."""
     out = []
+    if net.host_of(endpoints[0]) == net.host_of(endpoints[1]):
+        return out  # both ends on one host: no route between them to check
     for here, there in (endpoints, endpoints[::-1]):
         hops = net.path(here, there)
         host, dev = hops[0]
@@ -569,7 +579,7 @@ def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
     """What went wrong reaching a host over SSH, and what to check."""
     host = rack.host(name)
     ssh = host.ssh
-    port = f":{ssh.port}" if ssh.port != 22 else ""
+    port = f":{ssh.port}" if ssh.port not in (None, 22) else ""
     through = (
         f" through {', '.join(h.host for h in ssh.jump)} (ProxyJump)"
         if ssh.jump
@@ -601,7 +611,7 @@ def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
         )
     return (
         f"{where} is unreachable over SSH ({cause or exc}). Check the address (ansible_host), "
-        f"that the host is up and its sshd listens (port {ssh.port}: ansible_port), "
+        f"that the host is up and its sshd listens (port {ssh.port or 22}: ansible_port), "
         + ("the jump host or proxy, " if through else "")
         + "and the management network"
     )

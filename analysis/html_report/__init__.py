@@ -22,7 +22,7 @@ import pandas as pd
 
 from analysis.html_report import collateral_damage, compare, diffserv, eft, provenance, startup
 from analysis.html_report.page import Page
-from analysis.results import batch_trials, load, summary_file
+from analysis.results import batch_trials, ended_attempts, load, summary_file
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
@@ -174,7 +174,7 @@ def _batches_meta(batches: list[Path]) -> dict:
             first = next(iter(records.values()), {})
             meta["experiment"] = first.get("experiment_file") or first.get("family") or "?"
         for t in meta.get("trials", []):  # a trial given up has them and no trials/<name>
-            t["kept_attempts"] = len(list((b / "attempts" / t["name"]).glob("*-*")))
+            t["ended_attempts"] = len(ended_attempts(b, t["name"]))
         metas.append(meta)
     if len(metas) == 1:
         return metas[0]
@@ -199,16 +199,16 @@ def overview(page: Page, batch_dir: Path, trials: pd.DataFrame, meta: dict) -> N
     page.section("Overview")
     planned = [t["name"] for t in meta.get("trials", [])]
     present = set(trials.trial) if not trials.empty else set()
-    kept = {t["name"]: t.get("kept_attempts", 0) for t in meta.get("trials", [])}
+    kept = {t["name"]: t.get("ended_attempts", 0) for t in meta.get("trials", [])}
     given_up = [n for n in planned if n not in present and kept[n]]
     not_run = [n for n in planned if n not in present and not kept[n]]
     if given_up:  # its worker kept dying: attempts kept, no current record
         page.warn(
-            f"{len(given_up)} of the {len(planned)} planned trials failed with no record of "
-            "their own: their attempts' workers died mid-trial, and the batch gave them up "
-            "(or is about to run them again); their partial files are in attempts/ (listed "
-            "under 'Earlier attempts' below): "
-            + ", ".join(f"{n} ({kept[n]} attempts)" for n in given_up)
+            f"{len(given_up)} of the {len(planned)} planned trials have no current attempt, "
+            "only ones that failed or whose worker died mid-trial: the batch gave them up (or "
+            "has yet to run them again); their files are in attempts/ (listed under 'Earlier "
+            "attempts' below): "
+            + ", ".join(f"{n} ({kept[n]} attempt{'s' * (kept[n] != 1)})" for n in given_up)
             + "."
         )
     if trials.empty:

@@ -372,20 +372,21 @@ def test_a_report_that_fails_leaves_the_last_one_and_the_users_files(tmp_path, m
 
 
 def test_a_trial_given_up_is_named_in_the_report_and_its_summary(tmp_path: Path) -> None:
-    """r2's workers died mid-trial until the batch gave it up: its attempts are kept and it has
-    no trials/r2 (it was missing from the summary and read as 'not run' in the report)."""
+    """r2's worker died mid-trial (after an interrupted attempt) and the batch gave it up: its
+    attempts are kept and it has no trials/r2 (it was missing from the summary and read as
+    'not run' in the report)."""
     from analysis.report import analyse_batch
 
     batch = copy(SMOKE, tmp_path / "given_up")
     (batch / "trials" / "r2").rename(batch / "attempts" / "r2" / "2-partial")
     page = write_report(batch, previous=None).read_text()
-    assert "1 of the 3 planned trials failed with no record of their own" in page
-    assert "r2 (2 attempts)" in page
+    assert "1 of the 3 planned trials have no current attempt" in page
+    assert "r2 (1 attempt)" in page  # the partial one: an interrupted attempt does not count
     assert "have not run" not in page  # r2 ran, twice
     table = analyse_batch(batch).set_index("trial")
     assert table.loc["r2", "status"] == "failed"
     assert table.loc["r2", "error"] == (
-        "given up: 2 attempts, none complete (the last partial); kept in attempts/r2/"
+        "no current attempt: 1 failed or died mid-trial (the last partial); kept in attempts/r2/"
     )
     assert table.loc["r2", "family"] == "collateral_damage"
     assert table.loc[["r1", "r3"], "status"].tolist() == ["complete", "complete"]

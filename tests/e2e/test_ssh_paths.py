@@ -49,19 +49,13 @@ def test_b_through_a_by_proxycommand_for_the_runner_and_ansible(test_rack, tmp_p
     rack = Rack.load(inventories)
     assert client_of(rack, "B") == a_address
     rack.close()
-    command = [str(PROJECT / ".venv/bin/ansible"), "B", "-m", "shell", "-a", "echo $SSH_CONNECTION"]
-    for inventory in inventories:
-        command += ["-i", str(inventory)]
+    ansible = [str(PROJECT / ".venv/bin/ansible"), "B", "-m", "shell", "-a", "echo $SSH_CONNECTION"]
+    ansible += [word for inventory in inventories for word in ("-i", str(inventory))]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     done = subprocess.run(
-        command,
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        ansible, cwd=PROJECT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
         timeout=120,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].split()[0] == a_address, done.stdout
 

@@ -534,6 +534,9 @@ def test_a_controller_user_who_cannot_write_the_lock_directory_is_told_what_to_d
     lock = RackLock.for_rack(Rack.load([inventory]), "night-0", "rack")
     lock.path = shared / lock.path.name
     lock.path.write_text(json.dumps({**holder("rack"), "pid": dead_pid()}))  # root's, gone
+    guard = lock.path.with_name(f".{lock.path.name}.takeover")
+    guard.write_text("")  # root's guard of an earlier takeover, 0644: nobody can only read it
+    guard.chmod(0o644)
     said = as_nobody(shared)
     assert said.startswith(f"the rack's lock {lock.path} is left by a process that is gone")
     assert said.endswith("belongs to another user: remove it as that user or root")

@@ -525,8 +525,8 @@ def test_a_freebsd_sender_whose_route_leaves_by_its_management_port_is_refused(
     tmp_path, monkeypatch, capsys
 ):
     """A FreeBSD A whose routes to the experiment's subnets go out of em0 (its management
-    port): the traffic would never cross R. Its route to C and to B (the UDP stream's other
-    end is not A: only A's own routes are named) are each named with the route it needs."""
+    port): the traffic would never cross R. Its route to C, its one peer (the UDP stream runs
+    from B to D), is named with the route it needs; the Linux hosts' facts say no route."""
     overlay = tmp_path / "freebsd_a.yml"
     overlay.write_text("all:\n  children:\n    freebsd_hosts:\n      hosts:\n        A: {}\n")
     with pytest.raises(SpecError) as exc:

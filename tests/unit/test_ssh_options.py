@@ -5,7 +5,10 @@ host, the variable and what it takes. Nothing is contacted: Fabric's Connection 
 
 from __future__ import annotations
 
+import time
+
 import pytest
+import yaml
 
 from core.rack import Rack, RackError
 from core.ssh_options import Hop, SshOptionError, ssh_options
@@ -24,9 +27,35 @@ def test_the_virtual_racks_arguments_are_read_as_ansible_reads_them():
         "198.19.0.11",
         WHERE,
     )
-    assert (options.port, options.user, options.key) == (22, "root", "/state/id_ed25519")
+    assert (options.port, options.user, options.key) == (None, "root", "/state/id_ed25519")
     assert (options.known_hosts, options.strict) == ("/state/known_hosts", "yes")
     assert options.jump == () and options.proxy_command is None
+
+
+def test_of_two_variables_the_one_ansible_reads_last_wins():
+    options = ssh_options(
+        {"ansible_port": 22, "ansible_ssh_port": 2200, "ansible_user": "a", "ansible_ssh_user": "b",
+         "ansible_private_key_file": "/k1", "ansible_ssh_private_key_file": "/k2"},
+        "h", WHERE,
+    )  # fmt: skip
+    assert (options.port, options.user, options.key) == (2200, "b", "/k2")
+    assert ssh_options({}, "h", WHERE).port is None  # ssh_config's, else 22
+
+
+def test_an_option_given_with_a_space_keeps_the_equals_signs_of_its_value():
+    command = "-o 'ProxyCommand ssh -o StrictHostKeyChecking=no -W %h:%p j'"
+    options = ssh_options({"ansible_ssh_common_args": command}, "198.19.10.11", WHERE)
+    assert options.proxy_command == "ssh -o StrictHostKeyChecking=no -W 198.19.10.11:22 j"
+    assert ssh_options({"ansible_ssh_common_args": "-o 'Port = 2022'"}, "h", WHERE).port == 2022
+
+
+def test_of_proxyjump_and_proxycommand_the_first_given_is_the_one():
+    said = {"ansible_ssh_common_args": "-o ProxyCommand=none -J jump"}
+    neither = ssh_options(said, "h", WHERE)
+    assert neither.jump == () and neither.proxy_command is None
+    said = {"ansible_ssh_common_args": "-J jump -o ProxyCommand='nc %h %p'"}
+    assert ssh_options(said, "h", WHERE).jump == (Hop("jump"),)
+    assert ssh_options(said, "h", WHERE).proxy_command is None
 
 
 def test_ansible_port_wins_over_the_arguments_and_the_first_value_over_later_ones():
@@ -85,10 +114,6 @@ def test_proxycommand_tokens_are_expanded_with_the_hosts_own_values():
             "host A (hosts.yml): ansible_ssh_extra_args: the runner cannot honour the ssh "
             "argument '-F'; it takes -o options, -p, -l, -i, -J and ",
         ),
-        (
-            {"ansible_ssh_common_args": "-o ProxyJump=a -o ProxyCommand='nc %h %p'"},
-            "host A (hosts.yml): both ProxyJump and ProxyCommand are set; give one",
-        ),
         ({"ansible_port": "ssh"}, "host A (hosts.yml): port 'ssh' is not a number"),
         (
             {"ansible_ssh_common_args": "-J 'user@'"},
@@ -127,7 +152,56 @@ def test_the_rack_connects_by_port_jump_hosts_and_known_hosts_of_the_inventory(t
     for c in (conn, last, last.gateway):
         assert c.connect_kwargs["key_filename"] == ["/keys/lab"]
         assert type(c.client._policy).__name__ == "RejectPolicy"  # a known_hosts file given
-    assert type(rack.connection("B").client._policy).__name__ == "AutoAddPolicy"
+
+
+def test_host_keys_are_refused_unless_the_inventory_says_otherwise(tmp_path):
+    """trialbed_known_hosts refuses any key it lacks, whatever StrictHostKeyChecking says (as
+    Ansible here, whose mitogen enforces host_key_checking); a UserKnownHostsFile refuses
+    too, unless StrictHostKeyChecking is no or accept-new; the project's known hosts must
+    exist (preflight names it), a UserKnownHostsFile need not (as for ssh)."""
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    args = "ansible_ssh_common_args"
+    hosts = {
+        "A": {"trialbed_known_hosts": str(known), args: "-o StrictHostKeyChecking=no"},
+        "B": {args: f"-o UserKnownHostsFile={known}"},
+        "C": {args: f"-o UserKnownHostsFile={known} -o StrictHostKeyChecking=accept-new"},
+        "D": {args: f"-o UserKnownHostsFile={tmp_path / 'none'}"},
+        "E": {"trialbed_known_hosts": str(tmp_path / "none")},
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    rack = Rack.load([tmp_path / "hosts.yml"])
+
+    def policy(name: str) -> str:
+        return type(rack.connection(name).client._policy).__name__
+
+    assert [policy(n) for n in "ABCD"] == [
+        "RejectPolicy", "RejectPolicy", "AutoAddPolicy", "RejectPolicy",
+    ]  # fmt: skip
+    with pytest.raises(FileNotFoundError):
+        rack.connection("E")
+
+
+def test_proxycommand_runs_as_ssh_runs_it_and_ends_with_the_connection(tmp_path):
+    """The command goes to /bin/sh as written (a pipe, `exec`, a literal % and ~ intact:
+    Fabric's own would split it without a shell and expand %h and ~ again); closing the
+    connection ends and reaps its process (it was left running, its pipes open)."""
+    out = tmp_path / "ran"
+    proxy = f"-o ProxyCommand='echo %h~%% | cat > {out}; exec cat'"
+    a = {"ansible_host": "198.18.0.1", "ansible_ssh_common_args": proxy}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"A": a}}}))
+    rack = Rack.load([tmp_path / "hosts.yml"])
+    conn = rack.connection("A")
+    pipe = conn.open_gateway()  # the socket-like pipe paramiko would speak SSH over
+    process = pipe.process
+    for _ in range(100):
+        if out.exists() and out.read_text():
+            break
+        time.sleep(0.05)
+    assert out.read_text() == "198.18.0.1~%\n"
+    assert process.poll() is None  # cat: the proxy stays until the connection ends
+    rack.close()
+    assert process.returncode is not None and process.stdout.closed
 
 
 def test_a_rack_whose_host_asks_for_what_the_runner_cannot_do_is_refused_at_load(tmp_path):
