@@ -69,12 +69,18 @@ def batch_trials(batch_dir: _PathLike) -> list[Path]:
     return [t.parent for t in sorted((p / "trials").glob("*/trial.json"))]
 
 
+def attempt_number(attempt_dir: Path) -> int:
+    """The n of attempts/<trial>/<n>-<status> (0 for anything else)."""
+    head = attempt_dir.name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 def ended_attempts(batch_dir: Path, trial: str) -> list[Path]:
     """The trial's kept attempts that failed or whose worker died (attempts/<trial>/<n>-failed,
     <n>-partial), in attempt order: what counts against a batch's --retries."""
     kept = (batch_dir / "attempts" / trial).glob("*-*")
-    ended = [d for d in kept if d.name.split("-", 1)[1] in ("failed", "partial")]
-    return sorted(ended, key=lambda d: int(d.name.split("-", 1)[0]) if d.name[0].isdigit() else 0)
+    ended = [d for d in kept if d.name.endswith(("-failed", "-partial"))]
+    return sorted(ended, key=attempt_number)
 
 
 def summary_file(trial_dir: Path) -> Path:

@@ -82,11 +82,11 @@ def group_chain(data: dict[str, Any], groups: list[str]) -> list[str]:
     return sorted(chain, key=lambda g: (depth(g), g))
 
 
-def group_vars_of(data: dict[str, Any], groups: list[str]) -> dict[str, Any]:
-    """The variables a host gets from its groups, merged as Ansible merges them: each group's
-    vars (its group_vars/ included) over its parents' (see group_chain)."""
+def group_vars(data: dict[str, Any], chain: list[str]) -> dict[str, Any]:
+    """The variables a host gets from its groups (``chain``: group_chain's), merged as Ansible
+    merges them: each group's vars (its group_vars/ included) over its parents'."""
     merged: dict[str, Any] = {}
-    for group in group_chain(data, groups):
+    for group in chain:
         body = data.get(group)
         merged.update((body.get("vars") or {}) if isinstance(body, dict) else {})
     return merged
@@ -134,7 +134,8 @@ class Rack:
         all_vars = data.get("all", {}).get("vars", {})
         hosts = {}
         for name, hv in hostvars.items():
-            merged = {**group_vars_of(data, groups_of.get(name, [])), **hv}
+            chain = group_chain(data, groups_of.get(name, []))
+            merged = {**group_vars(data, chain), **hv}
             # of two, the one Ansible reads last
             address = merged.get("ansible_ssh_host") or merged.get("ansible_host") or name
             where = f"host {name} ({', '.join(map(str, inventory))})"
@@ -145,10 +146,10 @@ class Rack:
             hosts[name] = Host(
                 name=name,
                 address=address,
-                user=ssh.user or "root",
+                user=ssh.user,
                 # a group's members include its child groups' (freebsd_hosts under
                 # testbed_hosts): parents first, as experiments layer hosts.<group> settings
-                groups=tuple(g for g in group_chain(data, groups_of.get(name, [])) if g != "all"),
+                groups=tuple(g for g in chain if g != "all"),
                 workdir=merged.get("trialbed_dir", "/var/lib/trialbed"),
                 interfaces={
                     k: ipaddress.IPv4Interface(v["address"])

@@ -53,6 +53,7 @@ IGNORED = (
     "UpdateHostKeys",
     "ConnectionAttempts",
 )
+_BY_LOWER_NAME = {n.lower(): n for n in HONOURED + IGNORED}
 # ssh(1) flags: the ones that set an option, and the ones without effect on where or whom.
 _FLAG_OPTIONS = {"-p": "Port", "-l": "User", "-i": "IdentityFile", "-J": "ProxyJump"}
 _QUIET_FLAGS = {"-q", "-v", "-vv", "-vvv", "-C", "-T", "-x", "-a", "-4", "-A"}
@@ -82,7 +83,7 @@ class Hop:
 @dataclass(frozen=True)
 class SshOptions:
     port: int | None = None  # None: ssh_config's, else 22
-    user: str | None = None
+    user: str = "root"
     key: str | None = None
     jump: tuple[Hop, ...] = ()  # hosts to go through, first to last
     proxy_command: str | None = None  # %h, %p, %r expanded; run by /bin/sh as ssh runs it
@@ -181,7 +182,7 @@ def ssh_options(variables: dict[str, Any], address: str, where: str) -> SshOptio
         for name, value in _pairs(
             _words(variables.get(variable), where, variable), where, variable
         ):
-            known = {n.lower(): n for n in HONOURED + IGNORED}.get(name.lower())
+            known = _BY_LOWER_NAME.get(name.lower())  # option names are case-insensitive
             if known is None:
                 raise SshOptionError(
                     f"{where}: {variable}: the runner cannot honour the ssh option {name!r}; "

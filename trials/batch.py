@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from analysis.results import attempt_number, ended_attempts
 from collect.fetch import (
     MANIFEST,
     CollectError,
@@ -421,10 +422,7 @@ class Batch:
         """Attempts that count against --retries: kept ones that failed or whose worker died
         (partial: a trial that kills its worker must not be run for ever), and the current
         one if it failed. Interrupted ones (the user stopped the batch) do not count."""
-        old = self.path / "attempts" / name
-        ended = ("-failed", "-partial")
-        earlier = sum(1 for d in old.iterdir() if d.name.endswith(ended)) if old.exists() else 0
-        return earlier + (self.status(name) == "failed")
+        return len(ended_attempts(self.path, name)) + (self.status(name) == "failed")
 
     def out_of_retries(self, name: str, retries: int) -> bool:
         """Not done, and never run again with this many retries."""
@@ -499,12 +497,6 @@ class Batch:
             for line in path.read_text().splitlines():
                 with contextlib.suppress(json.JSONDecodeError):
                     yield json.loads(line)
-
-
-def attempt_number(attempt_dir: Path) -> int:
-    """The n of attempts/<trial>/<n>-<status> (0 for anything else)."""
-    head = attempt_dir.name.split("-", 1)[0]
-    return int(head) if head.isdigit() else 0
 
 
 class Claims:
