@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -217,6 +218,7 @@ def test_a_results_disk_too_small_is_refused_before_any_host_is_touched(test_rac
 def test_a_results_disk_filled_mid_trial_keeps_the_captures_on_the_host(test_rack, tmp_path):
     before = set(trials_dir(test_rack, "R").glob("*/*/bottleneck_in.pcap"))
     results = tmp_path / "results"
+    restores = set(Path(tempfile.gettempdir()).glob("trialbed-restore-*"))
     mount_tmpfs(results, "300m")  # enough for preflight; filled while the trial runs
     try:
         proc = start(test_rack, tmp_path, results=results, duration_s=20)
@@ -241,3 +243,6 @@ def test_a_results_disk_filled_mid_trial_keeps_the_captures_on_the_host(test_rac
     assert kept.stat().st_size > 400_000
     rack_is_clean(test_rack)
     subprocess.run(["rm", "-rf", str(kept.parent.parent)], check=True)
+    # The restore's files went to a directory of their own (the results disk was full).
+    for leftover in set(Path(tempfile.gettempdir()).glob("trialbed-restore-*")) - restores:
+        subprocess.run(["rm", "-rf", str(leftover)], check=True)

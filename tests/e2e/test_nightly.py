@@ -5,6 +5,7 @@ nightly-remove takes the schedule away."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -42,10 +43,14 @@ def scheduled_experiment(tmp_path):
     path = PROJECT / ".state" / f"nightly-test-{os.getpid()}.yml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(EXPERIMENT)
+    made = [d for d in (nightly.NIGHTLY_DIR, nightly.NIGHTLY_DIR.parent) if not d.exists()]
     yield path
     make("nightly-remove", f"EXPERIMENT={path}")
     shutil.rmtree(nightly.NIGHTLY_DIR / path.stem, ignore_errors=True)
     path.unlink(missing_ok=True)
+    for directory in made:  # results/nightly (and results/) when the test made them, if empty
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def test_the_schedule_fires_runs_the_batch_and_is_removed(test_rack, scheduled_experiment):
