@@ -22,10 +22,24 @@ from typing import Any
 import paramiko
 from fabric import Connection
 
-from core.ssh_options import SshOptionError, SshOptions, ssh_options
+from core.remote_shell import (
+    DEFAULT_PYTHON,
+    DEFAULT_SHELL,
+    ShellSettingError,
+    for_login_shell,
+    shell_settings,
+)
+from core.ssh_options import SshOptionError, SshOptions, ansible_host_key_checking, ssh_options
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = PROJECT_DIR / "inventory" / "virtual" / "hosts.yml"
+# ssh's known hosts files when no UserKnownHostsFile is given (ssh_config(5)).
+SSH_KNOWN_HOSTS = (
+    "~/.ssh/known_hosts",
+    "~/.ssh/known_hosts2",
+    "/etc/ssh/ssh_known_hosts",
+    "/etc/ssh/ssh_known_hosts2",
+)
 
 
 class RackError(RuntimeError):
@@ -42,6 +56,12 @@ class Host:
     interfaces: Mapping[str, ipaddress.IPv4Interface]
     vars: Mapping[str, Any] = field(repr=False)
     ssh: SshOptions = field(default_factory=SshOptions, repr=False)
+    shell: str = DEFAULT_SHELL  # the POSIX shell that runs the runner's commands
+    python: str = DEFAULT_PYTHON
+
+    def command(self, command: str) -> str:
+        """``command`` as this host's login shell must receive it (core.remote_shell)."""
+        return for_login_shell(command, self.shell, self.python)
 
     def interface_towards(self, address: ipaddress.IPv4Address) -> str | None:
         """The interface whose subnet holds `address` (None when not directly attached)."""
@@ -133,6 +153,7 @@ class Rack:
                 groups_of.setdefault(name, []).append(group)
         all_vars = data.get("all", {}).get("vars", {})
         hosts = {}
+        checking = ansible_host_key_checking(PROJECT_DIR / "ansible.cfg")
         for name, hv in hostvars.items():
             chain = group_chain(data, groups_of.get(name, []))
             merged = {**group_vars(data, chain), **hv}
@@ -140,8 +161,9 @@ class Rack:
             address = merged.get("ansible_ssh_host") or merged.get("ansible_host") or name
             where = f"host {name} ({', '.join(map(str, inventory))})"
             try:
-                ssh = ssh_options(merged, address, where)
-            except SshOptionError as exc:
+                ssh = ssh_options(merged, address, where, checking)
+                shell, python = shell_settings(merged, where)
+            except (SshOptionError, ShellSettingError) as exc:
                 raise RackError(str(exc)) from None
             hosts[name] = Host(
                 name=name,
@@ -157,6 +179,8 @@ class Rack:
                 },
                 vars=merged,
                 ssh=ssh,
+                shell=shell,
+                python=python,
             )
         return cls(inventory, hosts, all_vars)
 
@@ -222,7 +246,9 @@ class Rack:
         (host_key_checking, which mitogen enforces over the inventory's arguments). Else the
         UserKnownHostsFile ones that exist, refusing an unknown key unless
         StrictHostKeyChecking is no or accept-new (a changed key is always refused); with
-        neither, Fabric's default (~/.ssh/known_hosts, an unknown key taken)."""
+        neither, ssh's own files (SSH_KNOWN_HOSTS, read, never written), an unknown key
+        refused as Ansible refuses it unless host_key_checking is off (Fabric's default took
+        any key: it reads no known hosts file and adds every key)."""
         conn.open = _failing_fast(conn.open, conn)  # type: ignore[method-assign]
         ours = host.vars.get("trialbed_known_hosts")
         if ours:
@@ -232,11 +258,16 @@ class Rack:
         for path in shlex.split(host.ssh.known_hosts or ""):
             if os.path.exists(os.path.expanduser(path)):  # as ssh: a missing file holds none
                 conn.client.load_host_keys(os.path.expanduser(path))
+        for path in () if host.ssh.known_hosts else SSH_KNOWN_HOSTS:
+            if os.path.exists(os.path.expanduser(path)):
+                conn.client.load_system_host_keys(os.path.expanduser(path))  # never written
         strict = (host.ssh.strict or "").lower()
         if strict in ("no", "off", "accept-new"):
             conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        elif host.ssh.known_hosts or strict in ("yes", "ask"):
+        elif host.ssh.known_hosts or strict in ("yes", "ask") or host.ssh.host_key_checking:
             conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:  # host_key_checking off: Ansible passes StrictHostKeyChecking=no
+            conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
         return conn
 
     def run(
@@ -246,8 +277,9 @@ class Rack:
         shown = command if len(command) < 160 else command[:150] + " ..."
         try:
             result = self.connection(name).run(
-                command, hide=True, warn=True, timeout=timeout, in_stream=False
-            )
+                self.host(name).command(command), hide=True, warn=True, timeout=timeout,
+                in_stream=False,
+            )  # fmt: skip
         except Exception as exc:  # paramiko/socket errors: name the host
             raise RackError(f"{name}: cannot run {shown!r}: {exc}") from exc
         if check and result.exited != 0:

@@ -13,9 +13,12 @@ another way, without a word.
 
 from __future__ import annotations
 
+import configparser
+import os
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 HONOURED = (
@@ -89,6 +92,7 @@ class SshOptions:
     proxy_command: str | None = None  # %h, %p, %r expanded; run by /bin/sh as ssh runs it
     known_hosts: str | None = None  # UserKnownHostsFile
     strict: str | None = None  # StrictHostKeyChecking as given (yes, no, accept-new, ...)
+    host_key_checking: bool = True  # Ansible's: False takes an unknown key
 
 
 def _words(text: Any, where: str, variable: str) -> list[str]:
@@ -168,10 +172,33 @@ def _expand(command: str, host: str, port: int, user: str) -> str:
     return "".join(out)
 
 
-def ssh_options(variables: dict[str, Any], address: str, where: str) -> SshOptions:
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_BOOLEAN = _TRUE | {"0", "false", "no", "off", "n", "f"}
+
+
+def ansible_host_key_checking(config: Path) -> bool:
+    """Ansible's host_key_checking before any inventory variable: ANSIBLE_HOST_KEY_CHECKING
+    (or ANSIBLE_SSH_HOST_KEY_CHECKING), else ``config`` (the project's ansible.cfg, which
+    every playbook runs with), else True."""
+    for name in ("ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_SSH_HOST_KEY_CHECKING"):
+        if os.environ.get(name, "").strip().lower() in _BOOLEAN:
+            return os.environ[name].strip().lower() in _TRUE
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(config)
+    for section in ("ssh_connection", "defaults"):
+        value = parser.get(section, "host_key_checking", fallback="").strip().lower()
+        if value in _BOOLEAN:
+            return value in _TRUE
+    return True
+
+
+def ssh_options(
+    variables: dict[str, Any], address: str, where: str, host_key_checking: bool = True
+) -> SshOptions:
     """The SSH options of a host from its merged inventory variables (``where`` names the
     host and inventory in errors). Of two variables for one setting, the one Ansible reads
-    last wins (ansible_ssh_port over ansible_port, ...)."""
+    last wins (ansible_ssh_port over ansible_port, ...). ``host_key_checking``: Ansible's
+    setting (ansible_host_key_checking), unless the host's variables set it."""
     given: dict[str, str] = {}
     for name, aliases in VARIABLES.items():
         for variable in aliases[::-1]:
@@ -196,6 +223,11 @@ def ssh_options(variables: dict[str, Any], address: str, where: str) -> SshOptio
     except ValueError:
         raise SshOptionError(f"{where}: port {given['Port']!r} is not a number") from None
     user = given.get("User", "root")
+    for variable in ("ansible_ssh_host_key_checking", "ansible_host_key_checking"):
+        value = str(variables.get(variable, "")).strip().lower()
+        if value in _BOOLEAN:
+            host_key_checking = value in _TRUE
+            break
     # ProxyJump and ProxyCommand: whichever comes first is the one (ssh_config(5))
     proxy = next((k for k in given if k in ("ProxyJump", "ProxyCommand")), None)
     value = given.get(proxy or "", "none")
@@ -211,4 +243,5 @@ def ssh_options(variables: dict[str, Any], address: str, where: str) -> SshOptio
         else None,
         known_hosts=given.get("UserKnownHostsFile"),
         strict=given.get("StrictHostKeyChecking"),
+        host_key_checking=host_key_checking,
     )

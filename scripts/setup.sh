@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 apt_packages=(
   iperf3 tcpreplay tcpdump openssh-server openssh-client nftables iptables iproute2
   ethtool kmod util-linux procps python3 python3-venv python3-dev build-essential
+  csh tcsh  # the runner's commands are tested under the login shells a lab host may have
   libnetfilter-queue-dev libnetfilter-queue1 git make
   tcptrace tshark  # make bench compares the analysis with them
   chromium  # the report test opens the HTML page headless (no console errors, a screenshot)

@@ -626,7 +626,8 @@ def clock_offset(rack: Rack, name: str) -> tuple[int, int]:
     read = rack.host(name).vars.get("trialbed_clock_read", "date +%s%N")
     conn = rack.connection(name)
     conn.open()
-    stdin, stdout, _ = conn.client.exec_command(f"while read -r _; do {read}; done", timeout=30)
+    loop = rack.host(name).command(f"while read -r _; do {read}; done")
+    stdin, stdout, _ = conn.client.exec_command(loop, timeout=30)
     best: tuple[int, int] | None = None
     try:
         for _ in range(CLOCK_SAMPLES + 1):  # the first read waits for the shell to start

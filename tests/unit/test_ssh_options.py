@@ -5,6 +5,7 @@ host, the variable and what it takes. Nothing is contacted: Fabric's Connection 
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -214,3 +215,42 @@ def test_a_rack_whose_host_asks_for_what_the_runner_cannot_do_is_refused_at_load
         f"host R ({tmp_path / 'hosts.yml'}): ansible_ssh_common_args: the runner cannot honour "
         "the ssh option 'Ciphers'"
     )
+
+
+def test_without_known_hosts_settings_ssh_files_are_read_and_unknown_keys_refused(
+    tmp_path, monkeypatch
+):
+    """With no trialbed_known_hosts and no UserKnownHostsFile, the runner trusts what ssh
+    would (~/.ssh/known_hosts and the system's files, read and never written) and refuses an
+    unknown key, as Ansible does (host_key_checking = True in ansible.cfg); host_key_checking
+    off, in the host's variables or Ansible's environment, takes it (Fabric's default took
+    every key, and read no file)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = home / "host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    line = "198.19.10.11 " + " ".join(key.with_suffix(".pub").read_text().split()[:2]) + "\n"
+    (home / ".ssh" / "known_hosts").write_text(line)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    monkeypatch.delenv("ANSIBLE_SSH_HOST_KEY_CHECKING", raising=False)
+    args = "ansible_ssh_common_args"
+    hosts = {
+        "A": {"ansible_host": "198.19.10.11"},
+        "B": {"ansible_host": "198.19.10.12", "ansible_host_key_checking": False},
+        "C": {"ansible_host": "198.19.10.13", args: "-o StrictHostKeyChecking=no"},
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+
+    def policies() -> list[str]:
+        rack = Rack.load([tmp_path / "hosts.yml"])
+        return [type(rack.connection(n).client._policy).__name__ for n in "ABC"]
+
+    assert policies() == ["RejectPolicy", "AutoAddPolicy", "AutoAddPolicy"]
+    known = Rack.load([tmp_path / "hosts.yml"]).connection("A").client.get_host_keys()
+    assert known.lookup("198.19.10.11") is None  # the read-only store holds it, not this one
+    system = Rack.load([tmp_path / "hosts.yml"]).connection("A").client._system_host_keys
+    assert "ssh-ed25519" in system.lookup("198.19.10.11")
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    assert policies() == ["AutoAddPolicy", "AutoAddPolicy", "AutoAddPolicy"]
+    assert (home / ".ssh" / "known_hosts").read_text() == line
