@@ -58,9 +58,12 @@ class Host:
     ssh: SshOptions = field(default_factory=SshOptions, repr=False)
     shell: str = DEFAULT_SHELL  # the POSIX shell that runs the runner's commands
     python: str = DEFAULT_PYTHON
+    shell_problem: str | None = None  # why the two cannot be used (said on the first command)
 
     def command(self, command: str) -> str:
         """``command`` as this host's login shell must receive it (core.remote_shell)."""
+        if self.shell_problem:
+            raise RackError(self.shell_problem)
         return for_login_shell(command, self.shell, self.python)
 
     def interface_towards(self, address: ipaddress.IPv4Address) -> str | None:
@@ -162,9 +165,13 @@ class Rack:
             where = f"host {name} ({', '.join(map(str, inventory))})"
             try:
                 ssh = ssh_options(merged, address, where, checking)
-                shell, python = shell_settings(merged, where)
-            except (SshOptionError, ShellSettingError) as exc:
+            except SshOptionError as exc:
                 raise RackError(str(exc)) from None
+            try:  # a bad one is said when the host is first asked to run a command: a
+                # localhost entry's "{{ ansible_playbook_python }}" must not stop the rack
+                shell, python, shell_problem = *shell_settings(merged, where), None
+            except ShellSettingError as exc:
+                shell, python, shell_problem = DEFAULT_SHELL, DEFAULT_PYTHON, str(exc)
             hosts[name] = Host(
                 name=name,
                 address=address,
@@ -181,6 +188,7 @@ class Rack:
                 ssh=ssh,
                 shell=shell,
                 python=python,
+                shell_problem=shell_problem,
             )
         return cls(inventory, hosts, all_vars)
 
@@ -243,31 +251,28 @@ class Rack:
     def _trusting(host: Host, conn: Connection) -> Connection:
         """conn failing fast, trusting the host keys the inventory names. trialbed_known_hosts
         (the project's: it must exist) refuses every key it lacks, as Ansible here does
-        (host_key_checking, which mitogen enforces over the inventory's arguments). Else the
-        UserKnownHostsFile ones that exist, refusing an unknown key unless
-        StrictHostKeyChecking is no or accept-new (a changed key is always refused); with
-        neither, ssh's own files (SSH_KNOWN_HOSTS, read, never written), an unknown key
-        refused as Ansible refuses it unless host_key_checking is off (Fabric's default took
-        any key: it reads no known hosts file and adds every key)."""
+        (host_key_checking, which mitogen enforces over the inventory's arguments). Else, with
+        Ansible's host_key_checking off, any key, as mitogen takes it (it reads no known hosts
+        file then). Else the UserKnownHostsFile ones that exist, or with none given ssh's own
+        (SSH_KNOWN_HOSTS), all read and never written, refusing an unknown key unless
+        StrictHostKeyChecking is no or accept-new (a changed key is always refused). Fabric's
+        default took any key: it reads no known hosts file and adds every key."""
         conn.open = _failing_fast(conn.open, conn)  # type: ignore[method-assign]
         ours = host.vars.get("trialbed_known_hosts")
         if ours:
             conn.client.load_host_keys(os.path.expanduser(ours))
             conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
             return conn
-        for path in shlex.split(host.ssh.known_hosts or ""):
+        if not host.ssh.host_key_checking:
+            conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+            return conn
+        files = shlex.split(host.ssh.known_hosts) if host.ssh.known_hosts else SSH_KNOWN_HOSTS
+        for path in files:
             if os.path.exists(os.path.expanduser(path)):  # as ssh: a missing file holds none
-                conn.client.load_host_keys(os.path.expanduser(path))
-        for path in () if host.ssh.known_hosts else SSH_KNOWN_HOSTS:
-            if os.path.exists(os.path.expanduser(path)):
-                conn.client.load_system_host_keys(os.path.expanduser(path))  # never written
+                _read_known_hosts(conn.client.get_host_keys(), os.path.expanduser(path))
         strict = (host.ssh.strict or "").lower()
-        if strict in ("no", "off", "accept-new"):
-            conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        elif host.ssh.known_hosts or strict in ("yes", "ask") or host.ssh.host_key_checking:
-            conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        else:  # host_key_checking off: Ansible passes StrictHostKeyChecking=no
-            conn.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        accept = paramiko.AutoAddPolicy() if strict in ("no", "off", "accept-new") else None
+        conn.client.set_missing_host_key_policy(accept or paramiko.RejectPolicy())
         return conn
 
     def run(
@@ -310,6 +315,23 @@ class Rack:
         for conn in self._connections.values():
             conn.close()
         self._connections.clear()
+
+
+def _read_known_hosts(keys: paramiko.HostKeys, path: str) -> None:
+    """The keys of one known_hosts file into ``keys``, which is never saved: a line paramiko
+    cannot take (@cert-authority, @revoked, a key type it lacks) is passed over, where its own
+    HostKeys.load fails on the whole file. A host presenting a certificate is refused."""
+    with open(path, errors="replace") as lines:
+        for line in lines:
+            line = line.strip()
+            if not line or line.startswith(("#", "@")):
+                continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line)
+            except Exception:  # SSHException, InvalidHostKey, bad base64: passed over
+                continue
+            for name in entry.hostnames if entry is not None else ():
+                keys.add(name, entry.key.get_name(), entry.key)
 
 
 class _Connection(Connection):

@@ -177,13 +177,13 @@ _BOOLEAN = _TRUE | {"0", "false", "no", "off", "n", "f"}
 
 
 def ansible_host_key_checking(config: Path) -> bool:
-    """Ansible's host_key_checking before any inventory variable: ANSIBLE_HOST_KEY_CHECKING
-    (or ANSIBLE_SSH_HOST_KEY_CHECKING), else ``config`` (the project's ansible.cfg, which
-    every playbook runs with), else True."""
-    for name in ("ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_SSH_HOST_KEY_CHECKING"):
+    """Ansible's host_key_checking before any inventory variable: ANSIBLE_SSH_HOST_KEY_CHECKING,
+    else ANSIBLE_HOST_KEY_CHECKING (where both are set, Ansible takes the first), else
+    ``config`` (the project's ansible.cfg, which every playbook runs with), else True."""
+    for name in ("ANSIBLE_SSH_HOST_KEY_CHECKING", "ANSIBLE_HOST_KEY_CHECKING"):
         if os.environ.get(name, "").strip().lower() in _BOOLEAN:
             return os.environ[name].strip().lower() in _TRUE
-    parser = configparser.ConfigParser(interpolation=None)
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
     parser.read(config)
     for section in ("ssh_connection", "defaults"):
         value = parser.get(section, "host_key_checking", fallback="").strip().lower()
@@ -198,7 +198,8 @@ def ssh_options(
     """The SSH options of a host from its merged inventory variables (``where`` names the
     host and inventory in errors). Of two variables for one setting, the one Ansible reads
     last wins (ansible_ssh_port over ansible_port, ...). ``host_key_checking``: Ansible's
-    setting (ansible_host_key_checking), unless the host's variables set it."""
+    setting from its environment and ansible.cfg (ansible_host_key_checking), unless the
+    host's variables set it."""
     given: dict[str, str] = {}
     for name, aliases in VARIABLES.items():
         for variable in aliases[::-1]:

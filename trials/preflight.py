@@ -603,6 +603,15 @@ def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
             "ansible_ssh_private_key_file in the inventory): write it first, e.g. "
             f"ssh-keyscan {host.address} >> {known or '~/.ssh/known_hosts'} for the host key"
         )
+    if "not found in known_hosts" in str(cause):  # paramiko's RejectPolicy: an unknown key
+        port = f"-p {ssh.port} " if ssh.port else ""
+        return (
+            f"{where}: its host key is in none of "
+            f"{known or '~/.ssh/known_hosts, /etc/ssh/ssh_known_hosts'}, and Ansible's "
+            f"host_key_checking refuses an unknown key: add it (ssh-keyscan {port}"
+            f"{host.address} >> {known or '~/.ssh/known_hosts'}, once you trust it), or turn "
+            "host_key_checking off for Ansible and the runner alike"
+        )
     if isinstance(cause, paramiko.BadHostKeyException) or "known_hosts" in str(cause):
         return (
             f"{where}: its host key is not the one in {known or 'known_hosts'}. If the host was "

@@ -221,6 +221,17 @@ def test_a_results_disk_filled_mid_trial_keeps_the_captures_on_the_host(test_rac
     restores = set(Path(tempfile.gettempdir()).glob("trialbed-restore-*"))
     mount_tmpfs(results, "300m")  # enough for preflight; filled while the trial runs
     try:
+        _fill_the_results_disk_mid_trial(test_rack, tmp_path, results, before)
+    finally:
+        # The restore's files went to a directory of their own (the results disk was full).
+        for leftover in set(Path(tempfile.gettempdir()).glob("trialbed-restore-*")) - restores:
+            subprocess.run(["rm", "-rf", str(leftover)], check=True)
+
+
+def _fill_the_results_disk_mid_trial(test_rack, tmp_path, results, before):
+    """The test's trial, its disk filled while it runs (the test removes what the restore
+    left in /tmp whatever happens here)."""
+    try:
         proc = start(test_rack, tmp_path, results=results, duration_s=20)
         wait_for_daemon(proc, test_rack, "A", "tcp_client")
         # All but 400 kB: room for the run's logs and small files, not for a 20-s capture
@@ -243,6 +254,3 @@ def test_a_results_disk_filled_mid_trial_keeps_the_captures_on_the_host(test_rac
     assert kept.stat().st_size > 400_000
     rack_is_clean(test_rack)
     subprocess.run(["rm", "-rf", str(kept.parent.parent)], check=True)
-    # The restore's files went to a directory of their own (the results disk was full).
-    for leftover in set(Path(tempfile.gettempdir()).glob("trialbed-restore-*")) - restores:
-        subprocess.run(["rm", "-rf", str(leftover)], check=True)

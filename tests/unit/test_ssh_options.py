@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from core.rack import Rack, RackError
-from core.ssh_options import Hop, SshOptionError, ssh_options
+from core.ssh_options import Hop, SshOptionError, ansible_host_key_checking, ssh_options
 
 WHERE = "host A (hosts.yml)"
 
@@ -230,6 +230,10 @@ def test_without_known_hosts_settings_ssh_files_are_read_and_unknown_keys_refuse
     key = home / "host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     line = "198.19.10.11 " + " ".join(key.with_suffix(".pub").read_text().split()[:2]) + "\n"
+    line = (  # lines paramiko cannot read are passed over (its own load fails on them)
+        "@cert-authority *.lab ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB\n"
+        "@revoked 198.19.10.99 ssh-rsa AAAA\n" + line
+    )
     (home / ".ssh" / "known_hosts").write_text(line)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
@@ -247,10 +251,32 @@ def test_without_known_hosts_settings_ssh_files_are_read_and_unknown_keys_refuse
         return [type(rack.connection(n).client._policy).__name__ for n in "ABC"]
 
     assert policies() == ["RejectPolicy", "AutoAddPolicy", "AutoAddPolicy"]
-    known = Rack.load([tmp_path / "hosts.yml"]).connection("A").client.get_host_keys()
-    assert known.lookup("198.19.10.11") is None  # the read-only store holds it, not this one
-    system = Rack.load([tmp_path / "hosts.yml"]).connection("A").client._system_host_keys
-    assert "ssh-ed25519" in system.lookup("198.19.10.11")
+    conn = Rack.load([tmp_path / "hosts.yml"]).connection("A")
+    assert "ssh-ed25519" in conn.client.get_host_keys().lookup("198.19.10.11")
+    assert conn.client._host_keys_filename is None  # nothing paramiko would write back
     monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
     assert policies() == ["AutoAddPolicy", "AutoAddPolicy", "AutoAddPolicy"]
+    # checking off: as mitogen, no known hosts file is read (a stale key would not refuse)
+    off = Rack.load([tmp_path / "hosts.yml"]).connection("A").client.get_host_keys()
+    assert off.lookup("198.19.10.11") is None
     assert (home / ".ssh" / "known_hosts").read_text() == line
+
+
+def test_host_key_checking_reads_ansibles_environment_then_its_config(tmp_path, monkeypatch):
+    """As `ansible-config dump` shows it: ANSIBLE_SSH_HOST_KEY_CHECKING over
+    ANSIBLE_HOST_KEY_CHECKING, either over ansible.cfg ([ssh_connection] over [defaults],
+    a ; comment ignored), True when nothing says."""
+    for name in ("ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_SSH_HOST_KEY_CHECKING"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = tmp_path / "ansible.cfg"
+    assert ansible_host_key_checking(cfg) is True  # no file
+    cfg.write_text("[defaults]\nhost_key_checking = False ; the lab's\n")
+    assert ansible_host_key_checking(cfg) is False
+    cfg.write_text(
+        "[defaults]\nhost_key_checking = False\n[ssh_connection]\nhost_key_checking = yes\n"
+    )
+    assert ansible_host_key_checking(cfg) is True
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    assert ansible_host_key_checking(cfg) is False
+    monkeypatch.setenv("ANSIBLE_SSH_HOST_KEY_CHECKING", "True")
+    assert ansible_host_key_checking(cfg) is True
