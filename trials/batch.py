@@ -86,6 +86,9 @@ def now_iso() -> str:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs. A zombie does not: a batch's worker SIGKILLed with its
+    parent stays one until init reaps it, which a batch started right after saw as the rack
+    lock's live holder (kill(pid, 0) succeeds on a zombie)."""
     if pid <= 0:  # kill(0) would ask about our own process group
         return False
     try:
@@ -93,8 +96,12 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (or it just went): kill's answer stands
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # field 3, after "(comm)"
 
 
 def create_new(path: Path) -> int | None:
@@ -192,10 +199,11 @@ def taking_over(path: Path) -> Iterator[None]:
 
 def stale_holder(path: Path) -> tuple[bool, dict[str, Any]]:
     """(whether the claim or lock at ``path`` may be taken over, its holder). A file still
-    blank after BLANK_CLAIM_S was never written (its writer died or found the disk full)."""
+    blank after BLANK_CLAIM_S was never written (its writer died or found the disk full).
+    Its age is read on the clock that stamped it (stamp_clock)."""
     try:
         text = path.read_text()
-        age = time.time() - path.stat().st_mtime
+        stamped = path.stat().st_mtime
     except FileNotFoundError:
         return True, {}
     except OSError:
@@ -204,9 +212,30 @@ def stale_holder(path: Path) -> tuple[bool, dict[str, Any]]:
         other = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
         other = {}
+    if other and other.get("host") == socket.gethostname():
+        return not holder_alive(other), other  # its pid tells: no age needed
+    age = stamp_clock(path.parent) - stamped
     if not other:
         return age > BLANK_CLAIM_S, {}
     return not holder_alive(other, age), other
+
+
+def stamp_clock(directory: Path) -> float:
+    """Now, on the clock that stamps the files of ``directory``: a file server's for a
+    results directory that controllers share (NFS stamps a touch with the server's time), so
+    that a file's age does not move with this controller's clock offset from the server
+    (one ahead by minutes judged a live holder on another machine silent). Read from a probe
+    file of this process, touched and removed; this machine's clock where none can be made."""
+    probe = directory / f".clock.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}"
+    try:
+        probe.touch()
+        os.utime(probe)  # a stamp by whoever stamps this directory's files
+        return probe.stat().st_mtime
+    except OSError:
+        return time.time()
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
 
 
 def holder_alive(holder: dict[str, Any], silent_s: float = 0.0) -> bool:

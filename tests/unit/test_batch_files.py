@@ -305,6 +305,45 @@ def test_a_holder_on_another_machine_is_alive_while_its_heartbeat_lasts(tmp_path
     assert stale_holder(path)[0] is True
 
 
+def test_a_holders_silence_is_timed_by_the_clock_that_stamps_its_file(tmp_path, monkeypatch):
+    """A controller whose clock runs an hour ahead of the file server that stamps the shared
+    results directory (here: time.time() ahead of the kernel's stamps) still sees a holder on
+    another machine that touched its file just now as alive, and a blank claim of a second ago
+    as being written; one silent for SILENT_HOLDER_S by the stamps is stale. Nothing of the
+    clock probe stays behind."""
+    path = tmp_path / "claims" / "t1.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**holder("far"), "host": "another-controller", "boot": "f" * 32}))
+    blank = tmp_path / "claims" / "t2.json"
+    blank.write_text("")
+    real = time.time
+    monkeypatch.setattr(batch_mod.time, "time", lambda: real() + 3600)
+    assert stale_holder(path)[0] is False
+    assert stale_holder(blank)[0] is False
+    silent = real() - batch_mod.SILENT_HOLDER_S - 1
+    os.utime(path, (silent, silent))
+    assert stale_holder(path)[0] is True
+    assert sorted(p.name for p in path.parent.iterdir()) == ["t1.json", "t2.json"]
+
+
+def test_a_zombie_holds_nothing():
+    """A worker killed with its batch is a zombie until init reaps it: not a live holder."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        me = {**batch_mod.this_process(), "pid": child.pid,
+              "started": batch_mod.process_started(child.pid)}  # fmt: skip
+        assert batch_mod.holder_alive(me)
+        child.kill()
+        deadline = time.time() + 5  # killed, not reaped (no wait yet): a zombie
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.time() < deadline
+            time.sleep(0.01)
+        assert not batch_mod.holder_alive(me)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_holder_from_before_a_reboot_or_a_reused_pid_is_gone(tmp_path):
     """The controller rebooted (another boot id) or its pid now belongs to another process
     (another start time): the claim is stale, although a process with that pid runs."""
