@@ -99,8 +99,10 @@ def pid_alive(pid: int) -> bool:
         pass
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:  # reaped since the kill, or no /proc at all
+        return not Path("/proc/self").exists()
     except OSError:
-        return True  # no /proc (or it just went): kill's answer stands
+        return True  # /proc hides it (hidepid): kill's answer stands
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # field 3, after "(comm)"
 
 
@@ -212,8 +214,8 @@ def stale_holder(path: Path) -> tuple[bool, dict[str, Any]]:
         other = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
         other = {}
-    if other and other.get("host") == socket.gethostname():
-        return not holder_alive(other), other  # its pid tells: no age needed
+    if other and (other.get("host") == socket.gethostname() or "boot" not in other):
+        return not holder_alive(other), other  # its pid tells, or it never beats: no age
     age = stamp_clock(path.parent) - stamped
     if not other:
         return age > BLANK_CLAIM_S, {}
@@ -226,16 +228,21 @@ def stamp_clock(directory: Path) -> float:
     that a file's age does not move with this controller's clock offset from the server
     (one ahead by minutes judged a live holder on another machine silent). Read from a probe
     file of this process, touched and removed; this machine's clock where none can be made."""
-    probe = directory / f".clock.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}"
+    import tempfile
+
+    try:  # a new file of a name no one could foresee (the lock directory is shared, 1777)
+        fd, probe = tempfile.mkstemp(prefix=".clock.", dir=directory)
+    except OSError:
+        return time.time()
     try:
-        probe.touch()
-        os.utime(probe)  # a stamp by whoever stamps this directory's files
-        return probe.stat().st_mtime
+        os.utime(fd)  # a stamp by whoever stamps this directory's files
+        return os.fstat(fd).st_mtime
     except OSError:
         return time.time()
     finally:
+        os.close(fd)
         with contextlib.suppress(OSError):
-            probe.unlink()
+            os.unlink(probe)
 
 
 def holder_alive(holder: dict[str, Any], silent_s: float = 0.0) -> bool:

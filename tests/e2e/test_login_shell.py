@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -30,24 +31,38 @@ def tcsh_root():
     """A uid-0 account of this machine whose login shell is tcsh (removed afterwards)."""
     tcsh = shutil.which("tcsh")
     assert tcsh, "make setup installs tcsh"
+    remove_the_account()  # a killed run's
     subprocess.run(
         ["useradd", "-o", "-u", "0", "-g", "0", "-M", "-d", "/root", "-s", tcsh, USER],
         check=True, capture_output=True,
     )  # fmt: skip
     try:
-        # an account with no password, not a locked one: sshd refuses a locked one's key
+        # '*': no password logs in (only the rack's key), but the account is not locked,
+        # whose key sshd would refuse
         subprocess.run(["usermod", "-p", "*", USER], check=True, capture_output=True)
         yield tcsh
     finally:
-        # -f: the uid is root's, whose processes userdel would otherwise count as the user's
-        subprocess.run(["userdel", "-f", USER], check=True, capture_output=True)
+        remove_the_account()
+
+
+def remove_the_account() -> None:
+    """Remove USER if it is there, and make sure it is gone."""
+    for _ in range(10):
+        if subprocess.run(["getent", "passwd", USER], capture_output=True).returncode:
+            return
+        # -f: the uid is root's, whose processes userdel would otherwise count as the user's;
+        # it exits 10 while another program holds /etc/passwd's lock
+        subprocess.run(["userdel", "-f", USER], capture_output=True)
+        time.sleep(0.5)
+    raise AssertionError(f"cannot remove the account {USER}: remove it by hand (userdel -f)")
 
 
 def test_a_tcsh_login_runs_the_runners_commands_and_ansibles(test_rack, tmp_path, tcsh_root):
     overlay = tmp_path / "toor.yml"
     overlay.write_text(yaml.safe_dump({"all": {"vars": {"ansible_user": USER}}}))
     inventories = [test_rack.inventory, overlay]
-    as_root, as_toor = Rack.load([test_rack.inventory]), Rack.load(inventories)
+    as_root = Rack.load([test_rack.inventory])
+    as_toor = Rack.load(inventories)
     try:
         assert as_toor.run("A", "echo $SHELL").strip() == tcsh_root  # the login shell
         assert as_toor.run("A", COMMAND) == as_root.run("A", COMMAND) == "['x']\na!b\n0\n"
@@ -60,7 +75,14 @@ def test_a_tcsh_login_runs_the_runners_commands_and_ansibles(test_rack, tmp_path
     finally:
         as_root.close()
         as_toor.close()
-    ansible = [str(PROJECT / ".venv/bin/ansible"), "A", "-m", "command", "-a", "id -u"]
+    ansible = [
+        str(PROJECT / ".venv/bin/ansible"),
+        "A",
+        "-m",
+        "command",
+        "-a",
+        "printenv LOGNAME SHELL",
+    ]
     ansible += [word for inventory in inventories for word in ("-i", str(inventory))]
     env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     done = subprocess.run(
@@ -68,4 +90,4 @@ def test_a_tcsh_login_runs_the_runners_commands_and_ansibles(test_rack, tmp_path
         timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines()[-1].strip() == "0", done.stdout
+    assert done.stdout.split()[-2:] == [USER, tcsh_root], done.stdout  # as USER, from tcsh
