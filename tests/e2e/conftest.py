@@ -324,3 +324,14 @@ iptables -t mangle -S
 
 def host_states(rack: Rack) -> dict[str, str]:
     return {h: rack.run(h, f"bash -c {shlex.quote(STATE)}") for h in rack.hosts}
+
+
+def ad_hoc(inventories: list[Path], host: str, module: str, args: str):
+    """`ansible HOST -m MODULE -a ARGS` on the inventories, with the project's ansible.cfg."""
+    cmd = [str(PROJECT / ".venv/bin/ansible"), host, "-m", module, "-a", args]
+    cmd += [word for inventory in inventories for word in ("-i", str(inventory))]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run(
+        cmd, cwd=PROJECT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=120,
+    )  # fmt: skip

@@ -8,7 +8,6 @@ the fourth (`2>` is an argument and a redirect of stdout there)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from core.rack import Rack
-from tests.e2e.conftest import PROJECT
+from tests.e2e.conftest import ad_hoc
 from trials.preflight import host_facts
 
 pytestmark = pytest.mark.rack
@@ -75,19 +74,6 @@ def test_a_tcsh_login_runs_the_runners_commands_and_ansibles(test_rack, tmp_path
     finally:
         as_root.close()
         as_toor.close()
-    ansible = [
-        str(PROJECT / ".venv/bin/ansible"),
-        "A",
-        "-m",
-        "command",
-        "-a",
-        "printenv LOGNAME SHELL",
-    ]
-    ansible += [word for inventory in inventories for word in ("-i", str(inventory))]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run(
-        ansible, cwd=PROJECT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-        timeout=120,
-    )  # fmt: skip
+    done = ad_hoc(inventories, "A", "command", "printenv LOGNAME SHELL")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split()[-2:] == [USER, tcsh_root], done.stdout  # as USER, from tcsh

@@ -6,14 +6,11 @@ ansible_port is where the runner knocks."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 import yaml
 
 from core.rack import Rack, RackError
-from tests.e2e.conftest import PROJECT
+from tests.e2e.conftest import ad_hoc
 from trials.preflight import reachability
 
 pytestmark = pytest.mark.rack
@@ -49,13 +46,7 @@ def test_b_through_a_by_proxycommand_for_the_runner_and_ansible(test_rack, tmp_p
     rack = Rack.load(inventories)
     assert client_of(rack, "B") == a_address
     rack.close()
-    ansible = [str(PROJECT / ".venv/bin/ansible"), "B", "-m", "shell", "-a", "echo $SSH_CONNECTION"]
-    ansible += [word for inventory in inventories for word in ("-i", str(inventory))]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run(
-        ansible, cwd=PROJECT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-        timeout=120,
-    )  # fmt: skip
+    done = ad_hoc(inventories, "B", "shell", "echo $SSH_CONNECTION")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].split()[0] == a_address, done.stdout
 
