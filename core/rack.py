@@ -270,9 +270,10 @@ class Rack:
         for path in files:
             if os.path.exists(os.path.expanduser(path)):  # as ssh: a missing file holds none
                 _read_known_hosts(conn.client.get_host_keys(), os.path.expanduser(path))
-        strict = (host.ssh.strict or "").lower()
-        accept = paramiko.AutoAddPolicy() if strict in ("no", "off", "accept-new") else None
-        conn.client.set_missing_host_key_policy(accept or paramiko.RejectPolicy())
+        accept = (host.ssh.strict or "").lower() in ("no", "off", "accept-new")
+        conn.client.set_missing_host_key_policy(
+            paramiko.AutoAddPolicy() if accept else paramiko.RejectPolicy()
+        )
         return conn
 
     def run(

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 HONOURED = (
     "Port",
     "User",
@@ -172,24 +174,27 @@ def _expand(command: str, host: str, port: int, user: str) -> str:
     return "".join(out)
 
 
-_TRUE = {"1", "true", "yes", "on", "y", "t"}
-_BOOLEAN = _TRUE | {"0", "false", "no", "off", "n", "f"}
+def _flag(value: Any) -> bool | None:
+    """An Ansible boolean as Ansible reads it (yes, no, true, off, 1, ...); None if not one."""
+    try:
+        return boolean(value, strict=True)  # a string lowered and stripped first
+    except TypeError:
+        return None
 
 
 def ansible_host_key_checking(config: Path) -> bool:
     """Ansible's host_key_checking before any inventory variable: ANSIBLE_SSH_HOST_KEY_CHECKING,
     else ANSIBLE_HOST_KEY_CHECKING (where both are set, Ansible takes the first), else
     ``config`` (the project's ansible.cfg, which every playbook runs with), else True."""
-    for name in ("ANSIBLE_SSH_HOST_KEY_CHECKING", "ANSIBLE_HOST_KEY_CHECKING"):
-        if os.environ.get(name, "").strip().lower() in _BOOLEAN:
-            return os.environ[name].strip().lower() in _TRUE
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
     parser.read(config)
-    for section in ("ssh_connection", "defaults"):
-        value = parser.get(section, "host_key_checking", fallback="").strip().lower()
-        if value in _BOOLEAN:
-            return value in _TRUE
-    return True
+    given = [
+        os.environ.get(n) for n in ("ANSIBLE_SSH_HOST_KEY_CHECKING", "ANSIBLE_HOST_KEY_CHECKING")
+    ]
+    given += [
+        parser.get(s, "host_key_checking", fallback=None) for s in ("ssh_connection", "defaults")
+    ]
+    return next((f for f in map(_flag, given) if f is not None), True)
 
 
 def ssh_options(
@@ -225,9 +230,8 @@ def ssh_options(
         raise SshOptionError(f"{where}: port {given['Port']!r} is not a number") from None
     user = given.get("User", "root")
     for variable in ("ansible_ssh_host_key_checking", "ansible_host_key_checking"):
-        value = str(variables.get(variable, "")).strip().lower()
-        if value in _BOOLEAN:
-            host_key_checking = value in _TRUE
+        if (flag := _flag(variables.get(variable))) is not None:
+            host_key_checking = flag
             break
     # ProxyJump and ProxyCommand: whichever comes first is the one (ssh_config(5))
     proxy = next((k for k in given if k in ("ProxyJump", "ProxyCommand")), None)

@@ -27,6 +27,7 @@ import shlex
 import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,12 +99,18 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         pass
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = _stat_fields(pid)[0]  # field 3
     except FileNotFoundError:  # reaped since the kill, or no /proc at all
         return not Path("/proc/self").exists()
     except OSError:
         return True  # /proc hides it (hidepid): kill's answer stands
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # field 3, after "(comm)"
+    return state not in ("Z", "X")
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat from the third on (the ones after "(comm)", which may
+    hold spaces and parentheses itself); OSError when it cannot be read."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 def create_new(path: Path) -> int | None:
@@ -130,10 +137,9 @@ def process_started(pid: int) -> int | None:
     """When process ``pid`` started, in clock ticks since boot (/proc/<pid>/stat field 22):
     a pid reused by another process has another."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(_stat_fields(pid)[19])
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at 3
 
 
 def this_process() -> dict[str, Any]:
@@ -214,12 +220,13 @@ def stale_holder(path: Path) -> tuple[bool, dict[str, Any]]:
         other = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
         other = {}
-    if other and (other.get("host") == socket.gethostname() or "boot" not in other):
-        return not holder_alive(other), other  # its pid tells, or it never beats: no age
-    age = stamp_clock(path.parent) - stamped
+
+    def silence() -> float:  # asked only where the answer depends on it (a probe file)
+        return stamp_clock(path.parent) - stamped
+
     if not other:
-        return age > BLANK_CLAIM_S, {}
-    return not holder_alive(other, age), other
+        return silence() > BLANK_CLAIM_S, {}
+    return not holder_alive(other, silence), other
 
 
 def stamp_clock(directory: Path) -> float:
@@ -228,8 +235,6 @@ def stamp_clock(directory: Path) -> float:
     that a file's age does not move with this controller's clock offset from the server
     (one ahead by minutes judged a live holder on another machine silent). Read from a probe
     file of this process, touched and removed; this machine's clock where none can be made."""
-    import tempfile
-
     try:  # a new file of a name no one could foresee (the lock directory is shared, 1777)
         fd, probe = tempfile.mkstemp(prefix=".clock.", dir=directory)
     except OSError:
@@ -245,15 +250,15 @@ def stamp_clock(directory: Path) -> float:
             os.unlink(probe)
 
 
-def holder_alive(holder: dict[str, Any], silent_s: float = 0.0) -> bool:
+def holder_alive(holder: dict[str, Any], silence: Callable[[], float] = lambda: 0.0) -> bool:
     """Whether the process a lock or claim names still runs. On this machine: its pid runs,
     since the same boot, and is the same process (not a reuse of the pid). On another (a
     controller sharing the results directory): its file was touched within SILENT_HOLDER_S
-    (``silent_s`` is how long ago)."""
+    (``silence()`` is how long ago)."""
     if holder.get("host") != socket.gethostname():
-        # Only a holder that beats (it records its boot) is judged by its silence; the file
-        # server stamps the touch, so clocks apart by more than minutes would mislead.
-        return "boot" not in holder or silent_s < SILENT_HOLDER_S
+        # Only a holder that beats (it records its boot) is judged by its silence, timed on
+        # the clock that stamped its file (stamp_clock).
+        return "boot" not in holder or silence() < SILENT_HOLDER_S
     if holder.get("boot") and holder["boot"] != boot_id():
         return False  # the machine rebooted since: a pid of before means nothing now
     pid = int(holder.get("pid", 0))
