@@ -36,7 +36,9 @@ from analysis.pcapscan import (
     _ipv4_at,
     _key_hash,
     _payload_head,
+    _plain_tcp,
     _record,
+    _tcp_headers,
     _u32,
 )
 
@@ -749,7 +751,10 @@ def _pass(
         if ip < 0:
             pos = left
             continue
-        ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _headers(b, ip, left)
+        if _plain_tcp(b, ip, left):  # branched here, not in a helper: see _tcp_headers
+            ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _tcp_headers(b, ip)
+        else:
+            ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _headers(b, ip, left)
         src = _u32(b, ip + 12, False)
         dst = _u32(b, ip + 16, False)
         k1 = _U(src) << _U(32) | _U(dst)

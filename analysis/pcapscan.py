@@ -144,6 +144,37 @@ def _headers(b, ip, left):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _plain_tcp(b, ip, left):
+    """Whether the IPv4 packet at ``ip`` is TCP, a first fragment, with its TCP header's first
+    20 bytes captured: nearly every packet of a trial, which _tcp_headers reads unchecked."""
+    ip_hl = (np.int64(b[ip]) & 0x0F) * 4
+    first_frag = (np.int64(b[ip + 6]) & 0x1F | np.int64(b[ip + 7])) == 0
+    return b[ip + 9] == 6 and first_frag and ip_hl >= 20 and ip + ip_hl + 20 <= left
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tcp_headers(b, ip):
+    """_headers of a packet for which _plain_tcp holds (the same values, no check).
+
+    The scans branch between this and _headers in their own loop: numba inlining a helper
+    that merges the two results in one returned tuple made the whole pass 1.5x slower
+    (measured: 28 against 18 ns a packet)."""
+    ip_hl = (np.int64(b[ip]) & 0x0F) * 4
+    l4 = ip + ip_hl
+    return (
+        ip_hl,
+        np.int64(b[ip + 2]) << 8 | np.int64(b[ip + 3]),
+        np.int64(6),
+        np.int64(b[l4]) << 8 | np.int64(b[l4 + 1]),
+        np.int64(b[l4 + 2]) << 8 | np.int64(b[l4 + 3]),
+        _u32(b, l4 + 4, False),
+        _u32(b, l4 + 8, False),
+        np.int64(b[l4 + 13]),
+        (np.int64(b[l4 + 12]) >> 4) * 4,
+    )
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _payload_head(b, at, left, plen):
     """The payload's first 8 bytes (fewer if it is shorter or cut off) as a big-endian
     integer, missing bytes 0."""
@@ -182,7 +213,10 @@ def _scan(  # one array per column keeps the loop free of Python objects
         ip = _ipv4_at(b, frame, left, l3_base, et_off, vlan)
         if ip < 0:
             continue
-        ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _headers(b, ip, left)
+        if _plain_tcp(b, ip, left):  # branched here, not in a helper: see _tcp_headers
+            ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _tcp_headers(b, ip)
+        else:
+            ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _headers(b, ip, left)
         plen = ip_len - ip_hl - l4_hl
         head = _payload_head(b, ip + ip_hl + l4_hl, left, plen)
         src = _u32(b, ip + 12, False)

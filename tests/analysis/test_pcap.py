@@ -169,6 +169,35 @@ def test_payload_head_beyond_snaplen_is_zero(tmp_path: Path) -> None:
     assert df["payload_len"].tolist() == [10]
 
 
+def _fragment(packet: bytes, flags_offset: int) -> bytes:
+    """The IPv4 packet with its flags and fragment offset field set (checksum not redone)."""
+    return packet[:6] + struct.pack("!H", flags_offset) + packet[8:]
+
+
+def test_fragments_carry_tcp_fields_on_the_first_only(tmp_path: Path) -> None:
+    """A first fragment (MF set, offset 0) is read as a whole TCP packet; a later one (offset
+    in either byte of the field) has no ports, sequence numbers or flags and its payload is
+    all it carries after the IP header, in read_pcap and in the fast path's scan alike."""
+    from analysis.fastpath import scan
+
+    seg = tcp_segment(5001, 40000, 7_000_000, 9, 0x18, b"0123456789abcdef")
+    packet = ipv4("198.18.0.1", "198.18.0.2", 6, seg, ip_id=3)
+    frames = [_fragment(packet, 0x2000), _fragment(packet, 0x2000 | 185), _fragment(packet, 0x1000)]
+    path = write_pcap(tmp_path / "frag.pcap", [(T0 + i, ethernet(f)) for i, f in enumerate(frames)])
+    df = read_pcap(path)
+    assert df[["sport", "dport", "seq", "ack", "tcp_flags"]].values.tolist() == [
+        [5001, 40000, 7_000_000, 9, 0x18],
+        [0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0],
+    ]
+    assert df["payload_len"].tolist() == [16, 36, 36]  # a later fragment: 20 + 16 bytes after IP
+    assert df["payload_head"].tolist()[0] == int.from_bytes(b"01234567", "big")
+    cap = scan(path)
+    assert cap.seq.tolist() == [7_000_000, 0, 0] and cap.tcp_flags.tolist() == [0x18, 0, 0]
+    assert cap.payload_len.tolist() == [16, 36, 36]
+    assert cap.directions["sport"][cap.direction].tolist() == [5001, 0, 0]
+
+
 @needs_tcpdump
 def test_linux_cooked(tmp_path: Path) -> None:
     recs = [(ts, sll(frame[14:])) for ts, frame in random_capture(seed=5, vlan_share=0)]
