@@ -324,10 +324,11 @@ def _put(slots, key, rank):
     slots[p, 0], slots[p, 1] = key, rank
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)  # not inline="always": LLVM inlines it better than numba does
 def _row(order, k):
     """The row of time rank k: ``order[k]``, or k itself where the rows are in time order
-    (``order`` empty)."""
+    (``order`` empty). Numba's own inlining of this choice kept the matching 1.4x slower
+    (0.068 against 0.049 s for the bench's 2 M crossing packets)."""
     return order[k] if len(order) else k
 
 
@@ -597,8 +598,9 @@ def _departure_order(rows, out_ts, n_fwd, out):
     return out
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)  # as _row: LLVM's inlining (queue 0.044 -> 0.037 s)
 def _next_arrival(out_ts, i):
+    """The first forwarded row from i on (len(out_ts) if none)."""
     while i < len(out_ts) and out_ts[i] < 0:
         i += 1
     return i
