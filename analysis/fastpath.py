@@ -127,13 +127,22 @@ def _directions(src, dst, sport, dport, proto):
 
 
 @njit(cache=True, nogil=True)
-def _counters(order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns):
-    """Per direction (index d < m): see tcp_flow_counters; rows visited in ``order``."""
-    first_data = np.full(m, _EMPTY)  # file row of the first payload packet
+def _first_payload(ids, m, plen):
+    """Per direction (index d < m): the file row of its first payload packet, -1 if none."""
+    first_data = np.full(m, _EMPTY)
     for i in range(len(ids)):
         d = ids[i]
         if d >= 0 and plen[i] > 0 and first_data[d] < 0:
             first_data[d] = i
+    return first_data
+
+
+@njit(cache=True, nogil=True)
+def _counters(
+    first_data, order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns
+):
+    """Per direction (index d < m): see tcp_flow_counters; rows visited in ``order``;
+    ``first_data``: _first_payload's rows (a scan records them as it reads)."""
     # data and FIN packets of flows, in time order
     started = np.zeros(m, np.bool_)
     prev_raw = np.zeros(m, np.int64)
@@ -229,7 +238,7 @@ def _counters(order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns
             a_hi = a_lo
         nbytes[d] = max(a_hi - a_lo, 0)
         span[d] = max(hi - lo[d], 0)
-    return first_data, packets, retx, retx_bytes, nbytes, span
+    return packets, retx, retx_bytes, nbytes, span
 
 
 @njit(cache=True, nogil=True)
@@ -423,8 +432,9 @@ def tcp_flow_counters(
     dport, proto, tcp_flags, seq, ack and payload_len as numpy arrays."""
     ts = np.ascontiguousarray(cols["ts_ns"], dtype=np.int64)
     ids, m, rev = _directions(cols["src"], cols["dst"], cols["sport"], cols["dport"], cols["proto"])
-    first_data, packets, retx, retx_bytes, nbytes, span = _counters(
-        _time_order(ts), ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
+    first_data = _first_payload(ids, m, cols["payload_len"])
+    packets, retx, retx_bytes, nbytes, span = _counters(
+        first_data, _time_order(ts), ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
         cols["payload_len"], start_ns is not None, 0 if start_ns is None else int(start_ns),
         end_ns is not None, 0 if end_ns is None else int(end_ns),
     )  # fmt: skip
@@ -698,7 +708,8 @@ class Capture:
     ``directions`` and the columns a trial's metrics need (read_pcap's names and values, but
     payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags
     are 0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto,
-    ``first`` (its first packet) and ``reverse`` (the opposite direction's row, -1 if none)
+    ``first`` (its first packet), ``first_payload`` (its first TCP packet with payload, -1
+    if none) and ``reverse`` (the opposite direction's row, -1 if none)
     per direction, in order of appearance; ``in_order``: timestamps never go back.
     ``crossing``: the rows of the packets crossing a bottleneck when the scan was given its
     (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
@@ -728,7 +739,7 @@ def _among(sorted_keys, key):
 @njit(cache=True, nogil=True, boundscheck=False)
 def _pass(
     b, limit, size, little, frac_ns, l3_base, et_off, vlan, n, last_ts, in_order,
-    table, keys1, keys2, first, crosses, m, pairs, k,
+    table, keys1, keys2, first, first_payload, crosses, m, pairs, k,
     o_dir, o_ts, o_hash, o_len, o_seq, o_ack, o_plen, o_flags, c_dir, c_ts, c_hash, c_len,
 ):  # fmt: skip
     """Parse the records of b[:size] from 0 while pos < limit (as pcapscan._scan) into the
@@ -770,7 +781,7 @@ def _pass(
             if 2 * (m + 1) > len(table) or m >= cap:
                 return rec, n, m, k, last_ts, in_order, _FULL
             table[s] = m
-            keys1[m], keys2[m], first[m] = k1, k2, n
+            keys1[m], keys2[m], first[m], first_payload[m] = k1, k2, n, -1
             crosses[m] = _among(pairs, k1)
             d = m
             m += 1
@@ -788,6 +799,8 @@ def _pass(
         if proto == 6:  # as read_pcap's columns (a later fragment: ports, seq, flags 0), but
             o_seq[n], o_ack[n], o_flags[n] = seq, ack, flags
             o_plen[n] = max(plen, 0)  # payload lengths below 0 (broken headers) count as 0
+            if plen > 0 and first_payload[d] < 0:
+                first_payload[d] = n
         else:
             o_seq[n], o_ack[n], o_plen[n], o_flags[n] = 0, 0, 0, 0
         if w_hash or crosses[d]:
@@ -938,7 +951,9 @@ def scan(
     ]
     table = np.full(_TABLE0, -1, np.int64)
     half = _TABLE0 // 2
-    keys1, keys2, first = (np.empty(half, t) for t in (np.uint64, np.uint64, np.int64))
+    keys1, keys2, first, first_payload = (
+        np.empty(half, t) for t in (np.uint64, np.uint64, np.int64, np.int64)
+    )
     crosses = np.empty(half, np.bool_)
     args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
     args = (*args, fmt.linktype == 1)
@@ -947,7 +962,8 @@ def scan(
     with _Blocks(name, _GLOBAL_HDR, size - _GLOBAL_HDR) as blocks:
         for buf, start, end in blocks:  # buf[start:end]: an unparsed record tail, then a block
             while True:
-                state = (n, last_ts, in_order, table, keys1, keys2, first, crosses, m, pairs, k)
+                state = (n, last_ts, in_order, table, keys1, keys2, first, first_payload)
+                state = (*state, crosses, m, pairs, k)
                 pos, n, m, k, last_ts, in_order, code = _pass(
                     buf[start:end], end - start, end - start, *args, *state, *cols, *across
                 )
@@ -956,8 +972,10 @@ def scan(
                 if code != _FULL:
                     break
                 table = np.full(2 * len(table), -1, np.int64)
-                grown = (np.resize(a, len(table) // 2) for a in (keys1, keys2, first, crosses))
-                keys1, keys2, first, crosses = grown
+                per_direction = (keys1, keys2, first, first_payload, crosses)
+                keys1, keys2, first, first_payload, crosses = (
+                    np.resize(a, len(table) // 2) for a in per_direction
+                )
                 _rehash(table, keys1, keys2, m)
             blocks.carry(buf[start:end])
             if code == 2:
@@ -979,6 +997,7 @@ def scan(
         "dport": (k2 & _U(0xFFFF)).astype(np.uint16),
         "proto": (k2 >> _U(32)).astype(np.uint8),
         "first": first[:m].copy(),
+        "first_payload": first_payload[:m].copy(),
         "reverse": _reverse(table, keys1, keys2, m),
     }
     rows = {c: _fit(a, k) for c, a, keep in zip(_CROSSING, across, kept, strict=True) if keep}
@@ -997,8 +1016,9 @@ def flow_counters(
 ) -> dict[str, np.ndarray]:
     """:func:`tcp_flow_counters` of a scanned capture (the same numbers, in the same order)."""
     ts = cap.ts_ns
-    first_data, packets, retx, retx_bytes, nbytes, span = _counters(
-        _time_order(ts, cap.in_order), cap.direction, len(cap.directions["src"]),
+    first_data = cap.directions["first_payload"]
+    packets, retx, retx_bytes, nbytes, span = _counters(
+        first_data, _time_order(ts, cap.in_order), cap.direction, len(cap.directions["src"]),
         cap.directions["reverse"], ts, cap.tcp_flags, cap.seq, cap.ack, cap.payload_len,
         start_ns is not None, 0 if start_ns is None else int(start_ns), end_ns is not None,
         0 if end_ns is None else int(end_ns),

@@ -307,6 +307,11 @@ def test_scan_is_read_columns(tmp_path: Path, snaplen: int) -> None:
     for c in ("src", "dst", "sport", "dport", "proto"):
         assert np.array_equal(d[c][cap.direction], cols[c]), c
     assert np.array_equal(d["first"], np.unique(cap.direction, return_index=True)[1])
+    payload = cap.payload_len > 0  # TCP only: 0 on other packets
+    first_payload = np.full(len(d["src"]), -1)
+    dirs, rows = np.unique(cap.direction[payload], return_index=True)
+    first_payload[dirs] = np.flatnonzero(payload)[rows]
+    assert np.array_equal(d["first_payload"], first_payload) and (first_payload >= 0).any()
     has = d["reverse"] >= 0
     assert has.any() and np.array_equal(d["reverse"][d["reverse"][has]], np.flatnonzero(has))
     assert np.array_equal(d["src"][d["reverse"][has]], d["dst"][has])
