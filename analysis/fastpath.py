@@ -483,6 +483,7 @@ def queue_levels(
     end_ns: int | None = None,
     departures: np.ndarray | None = None,
     header_bytes: int = 0,
+    rows: bool = False,
 ) -> dict[str, np.ndarray]:
     """The events and occupancy of ``analysis.queue.queue_occupancy`` as arrays (ts_ns,
     event code 0 departure / 1 arrival / 2 drop, frame_bytes, packets, bytes), from the
@@ -492,7 +493,8 @@ def queue_levels(
     departures not in arrival order (several FIFOs, or none) are taken in the order of
     ``departures`` (the rows by departure time, as :func:`match_rows` gives them), else
     sorted first. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
-    lengths). Sizes and occupancy come in the narrowest integers that hold them."""
+    lengths). Sizes and occupancy come in the narrowest integers that hold them. ``rows``:
+    also each event's row in the input (``row``: whose packet arrived, left or was dropped)."""
     ts = np.asarray(ts_ns, dtype=np.int64)
     out_ts = np.asarray(ts_out_ns, dtype=np.int64)
     size = np.asarray(frame_bytes)
@@ -516,9 +518,10 @@ def queue_levels(
         sizes = _alloc(n, np.uint16 if low >= 0 and high < 2**16 else np.int32)
         nbytes = _alloc(n, np.int32 if total < 2**31 else np.int64)
         t, code, packets = _alloc(n, np.int64), _alloc(n, np.int8), _alloc(n, np.int32)
+        row = _alloc(n if rows else 0, np.int32)
         _queue_merge(
             ts, out_ts, size, add, int(delay_ns), order, n_fwd, end_ns - int(max_delay_ns),
-            last_fwd, sizes, nbytes, t, code, packets,
+            last_fwd, sizes, nbytes, t, code, packets, row,
         )  # fmt: skip
         return {
             "ts_ns": t,
@@ -526,6 +529,7 @@ def queue_levels(
             "frame_bytes": sizes,
             "packets": packets,
             "bytes": nbytes,
+            **({"row": row} if rows else {}),
         }
     fwd = out_ts >= 0
     keep = np.flatnonzero(~undecided(ts, fwd, max_delay_ns=max_delay_ns, end_ns=end_ns))
@@ -546,6 +550,7 @@ def queue_levels(
         "frame_bytes": size,
         "packets": np.cumsum(sign),
         "bytes": np.cumsum(sign * size),
+        **({"row": np.r_[keep, keep[fwd]][order].astype(np.int32)} if rows else {}),
     }
 
 
@@ -625,18 +630,20 @@ def _next_drop(ts, out_ts, i, cut, last_fwd):
 
 @njit(cache=True, nogil=True)
 def _queue_merge(
-    ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, out_size, nbytes, t, code, packets
-):
+    ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, out_size, nbytes, t, code, packets,
+    row,
+):  # fmt: skip
     """queue_levels' events for arrivals in time order: a three-way merge of departures (in
     ``order``, else in row order), arrivals (forwarded rows) and drops (the others, but the
     undecided: after ``cut`` and ``last_fwd``); at equal times in that order, then in row
     order. Each event's time goes to ``t``, its code to ``code``, its frame size (size + add)
     to ``out_size``, the occupancy after it to ``packets`` (fewer than 2**31 rows:
-    queue_levels checks) and ``nbytes``."""
+    queue_levels checks) and ``nbytes``, and its packet's row to ``row`` if it has room."""
     n = len(nbytes)
     big = np.iinfo(np.int64).max
     rows = len(ts)
     by_order = len(order) > 0
+    rows_too = len(row) > 0
     i_arr = _next_arrival(out_ts, 0)
     i_drop = _next_drop(ts, out_ts, 0, cut, last_fwd)
     r_dep = _next_arrival(out_ts, 0)
@@ -650,15 +657,21 @@ def _queue_merge(
         if i_dep < n_fwd and td <= ta and td <= tx:
             t[k], code[k], s = td, 0, size[r] + add
             level, level_bytes = level - 1, level_bytes - s
+            if rows_too:
+                row[k] = r
             i_dep += 1
             if not by_order:
                 r_dep = _next_arrival(out_ts, r_dep + 1)
         elif i_arr < rows and ta <= tx:
             t[k], code[k], s = ta, 1, size[i_arr] + add
             level, level_bytes = level + 1, level_bytes + s
+            if rows_too:
+                row[k] = i_arr
             i_arr = _next_arrival(out_ts, i_arr + 1)
         else:
             t[k], code[k], s = tx, 2, size[i_drop] + add
+            if rows_too:
+                row[k] = i_drop
             i_drop = _next_drop(ts, out_ts, i_drop + 1, cut, last_fwd)
         out_size[k], packets[k], nbytes[k] = s, level, level_bytes
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.fastpath import queue_levels
 from analysis.match import KEY_COLUMNS
-from analysis.metrics import undecided
 from analysis.pcap import ip_strings
 from core.units import ETHERNET_HEADER
 
@@ -37,47 +37,36 @@ def queue_occupancy(
     proto, sport, dport, and the occupancy right after the event: packets, bytes.
     Unmatched packets that could still have been in transit at ``end_ns`` (default: the last
     departure) are left out, as in ``one_way_delay``. At equal timestamps departures come
-    before arrivals (a packet leaving frees room for one arriving).
+    before arrivals (a packet leaving frees room for one arriving). The events come from
+    analysis.fastpath.queue_levels' compiled merge (tests/analysis/queue_oracle.py computes
+    them a second way, with numpy sorts).
     """
-    ts = matched["ts_ns"].to_numpy(np.int64)
-    fwd = matched["forwarded"].to_numpy(bool)
-    out_ts = matched["ts_out_ns"].to_numpy(np.int64)
-    if end_ns is None:
-        end_ns = int(out_ts[fwd].max()) if fwd.any() else int(ts.max(initial=0))
-    keep = np.flatnonzero(~undecided(ts, fwd, max_delay_ns=max_delay_ns, end_ns=end_ns))
-    ts, fwd, out_ts = ts[keep], fwd[keep], out_ts[keep]
-    frame = matched["ip_len"].to_numpy()[keep].astype(np.int64) + ETHERNET_HEADER
-    n_fwd = int(fwd.sum())
-    rows = np.r_[np.arange(len(keep)), np.flatnonzero(fwd)]  # arrivals/drops, then departures
-    t = np.r_[ts + delay_ns, out_ts[fwd]]
-    code = np.r_[np.where(fwd, 1, 2), np.zeros(n_fwd, np.int64)].astype(np.int8)  # EVENTS
-    sign = np.r_[fwd.astype(np.int64), -np.ones(n_fwd, np.int64)]
-    order = _event_order(t, code)
-    rows, t, code, sign = rows[order], t[order], code[order], sign[order]
-    size = frame[rows]
-    src = keep[rows]  # row in ``matched``
+    events = queue_levels(
+        matched["ts_ns"].to_numpy(np.int64),
+        matched["ts_out_ns"].to_numpy(np.int64),
+        matched["ip_len"].to_numpy(),
+        delay_ns=delay_ns,
+        max_delay_ns=max_delay_ns,
+        end_ns=end_ns,
+        header_bytes=ETHERNET_HEADER,
+        rows=True,
+    )
+    src = events["row"]  # row in ``matched``
     return pd.DataFrame(
         {
-            "ts_ns": t,
-            "event": pd.Categorical.from_codes(code, dtype=EVENTS),
-            "frame_bytes": size.astype(np.int32),
+            "ts_ns": events["ts_ns"],
+            "event": pd.Categorical.from_codes(events["event"], dtype=EVENTS),
+            "frame_bytes": events["frame_bytes"].astype(np.int32),
             "src": ip_strings(matched["src"].to_numpy()[src]),
             "dst": ip_strings(matched["dst"].to_numpy()[src]),
             "proto": matched["proto"].to_numpy()[src],
             "sport": matched["sport"].to_numpy()[src],
             "dport": matched["dport"].to_numpy()[src],
-            "packets": np.cumsum(sign),
-            "bytes": np.cumsum(sign * size),
+            "packets": events["packets"].astype(np.int64),
+            "bytes": events["bytes"].astype(np.int64),
         },
         copy=False,
     )
-
-
-def _event_order(t: np.ndarray, code: np.ndarray) -> np.ndarray:
-    """Order by (time, event code): each half (arrivals, departures) is nearly sorted in
-    time already, so a stable argsort on time after one on the code is cheap."""
-    by_code = np.argsort(code, kind="stable")
-    return by_code[np.argsort(t[by_code], kind="stable")]
 
 
 QUEUE_COLUMNS = ["ts_ns", "ip_len", *KEY_COLUMNS]  # what matching and the queue read

@@ -24,6 +24,7 @@ from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, read_columns
 from analysis.queue import EVENTS, queue_occupancy
 
 from .greedy import greedy_match
+from .queue_oracle import queue_events
 from .pcapgen import write_pcap
 from .tcpgen import generate
 from .test_pcap import random_capture
@@ -90,7 +91,8 @@ def test_match_times_is_the_greedy_matching(
 @pytest.mark.parametrize("order", ["merge", "departures", "fifo", "sort"])
 @pytest.mark.parametrize("cut", [False, True], ids=["decided", "undecided"])
 def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cut: bool) -> None:
-    """Each path of queue_levels: arrivals in time order merged with departures that are not
+    """queue_levels and queue_occupancy (built on it) give the events of the numpy oracle
+    (tests/analysis/queue_oracle.py). Each path of queue_levels: arrivals in time order merged with departures that are not
     in arrival order (several flows: sorted first, or in the order match_rows gives) or are
     (one flow: one FIFO), and the general sort; with every packet decided, or the last
     ones undecided (the capture after the router ended first)."""
@@ -121,7 +123,9 @@ def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cu
         assert np.array_equal(ts_out[out >= 0], out[out >= 0])
         departures = departures[out[departures] >= 0]  # not the cut ones
         assert len(departure_order(departures, out, (out >= 0).sum()))  # used, not sorted
-    ref = queue_occupancy(matched, delay_ns=1000, max_delay_ns=DELAY)
+    ref = queue_events(matched, delay_ns=1000, max_delay_ns=DELAY)  # the numpy oracle
+    frame = queue_occupancy(matched, delay_ns=1000, max_delay_ns=DELAY)  # on queue_levels
+    pd.testing.assert_frame_equal(frame, ref)  # every column: rows, addresses, ports too
     got = queue_levels(
         matched.ts_ns.to_numpy(),
         matched.ts_out_ns.to_numpy(),
@@ -316,6 +320,7 @@ def test_scan_is_read_columns(tmp_path: Path, snaplen: int) -> None:
     assert has.any() and np.array_equal(d["reverse"][d["reverse"][has]], np.flatnonzero(has))
     assert np.array_equal(d["src"][d["reverse"][has]], d["dst"][has])
     assert np.array_equal(d["sport"][d["reverse"][has]], d["dport"][has])
+
 
 
 def _shuffled(path: Path, out: Path, seed: int) -> Path:

@@ -16,6 +16,7 @@ from analysis.queue import occupancy_at, queue_occupancy, queue_summary
 from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
 
 from .pcapgen import ethernet, ipv4, tcp_segment, udp_datagram, write_pcap
+from .queue_oracle import queue_events
 
 MS = 1_000_000
 T0 = 1_763_700_000 * 10**9
@@ -159,6 +160,7 @@ def test_queue_against_tc_samples_on_a_real_router() -> None:
     a = a[(a.src == sender) & (a.dst == receiver)]
     matched = match_packets(b, a, max_delay_ns=10**9)
     q = queue_occupancy(matched, max_delay_ns=10**9)
+    pd.testing.assert_frame_equal(q, queue_events(matched, max_delay_ns=10**9))
     leaf = leaf_samples(read_tc_samples(DATA / "tc_samples.jsonl.gz"), "tbr1")
     cmp = compare_with_samples(q, leaf)
     busy = cmp[(cmp.ts_ns > q.ts_ns.iloc[0]) & (cmp.ts_ns < q.ts_ns.iloc[-1])]
