@@ -91,15 +91,13 @@ def _find(table, keys1, keys2, k1, k2):
 
 
 @njit(cache=True, nogil=True)
-def _directions(src, dst, sport, dport, proto):
-    """Direction id of each TCP packet (-1 for others), ids in order of first appearance;
-    the number of directions; the id of each direction's reverse (-1 if never seen)."""
-    table = np.full(1024, -1, np.int64)  # grows at half full: sized by directions, not packets
-    keys1 = np.empty(512, np.uint64)
-    keys2 = np.empty(512, np.uint64)
-    ids = np.full(len(src), -1, np.int32)
-    m = 0
-    for i in range(len(src)):
+def _direction_ids(src, dst, sport, dport, proto, ids, start, table, keys1, keys2, m):
+    """_directions' ids of the TCP packets from row ``start`` on, until a new direction would
+    fill the table past half: (the row reached, directions so far).
+
+    The table grows in _directions, not here: arrays reassigned inside this loop made it
+    15x slower (68 against 4.5 ms for 3.2 M packets)."""
+    for i in range(start, len(src)):
         if proto[i] != 6:
             continue
         k1 = np.uint64(src[i]) << np.uint64(32) | np.uint64(dst[i])
@@ -108,16 +106,30 @@ def _directions(src, dst, sport, dport, proto):
         if table[s] >= 0:
             ids[i] = table[s]
             continue
+        if 2 * (m + 1) > len(table):
+            return i, m
         table[s] = m
         keys1[m], keys2[m] = k1, k2
         ids[i] = m
         m += 1
-        if 2 * m >= len(table):
-            keys1 = np.concatenate((keys1, np.empty(len(keys1), np.uint64)))
-            keys2 = np.concatenate((keys2, np.empty(len(keys2), np.uint64)))
-            table = np.full(2 * len(table), -1, np.int64)
-            for d in range(m):
-                table[_find(table, keys1, keys2, keys1[d], keys2[d])] = d
+    return len(src), m
+
+
+@njit(cache=True, nogil=True)
+def _directions(src, dst, sport, dport, proto):
+    """Direction id of each TCP packet (-1 for others), ids in order of first appearance;
+    the number of directions; the id of each direction's reverse (-1 if never seen)."""
+    table = np.full(1024, -1, np.int64)  # grows at half full: sized by directions, not packets
+    keys1 = np.empty(512, np.uint64)
+    keys2 = np.empty(512, np.uint64)
+    ids = np.full(len(src), -1, np.int32)
+    i, m = _direction_ids(src, dst, sport, dport, proto, ids, 0, table, keys1, keys2, 0)
+    while i < len(src):
+        keys1 = np.concatenate((keys1, np.empty(len(keys1), np.uint64)))
+        keys2 = np.concatenate((keys2, np.empty(len(keys2), np.uint64)))
+        table = np.full(2 * len(table), -1, np.int64)
+        _rehash(table, keys1, keys2, m)
+        i, m = _direction_ids(src, dst, sport, dport, proto, ids, i, table, keys1, keys2, m)
     rev = np.full(m, -1, np.int64)
     for d in range(m):
         k1 = keys1[d] << np.uint64(32) | keys1[d] >> np.uint64(32)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fastpath import _departure_order, flow_counters, match_rows, scan
+from analysis.fastpath import _departure_order, _directions, flow_counters, match_rows, scan
 from analysis.match import key_hash, match_packets
 from analysis.metrics import (
     match_times,
@@ -24,8 +24,8 @@ from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, read_columns
 from analysis.queue import EVENTS, queue_occupancy
 
 from .greedy import greedy_match
-from .queue_oracle import queue_events
 from .pcapgen import write_pcap
+from .queue_oracle import queue_events
 from .tcpgen import generate
 from .test_pcap import random_capture
 
@@ -92,10 +92,11 @@ def test_match_times_is_the_greedy_matching(
 @pytest.mark.parametrize("cut", [False, True], ids=["decided", "undecided"])
 def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cut: bool) -> None:
     """queue_levels and queue_occupancy (built on it) give the events of the numpy oracle
-    (tests/analysis/queue_oracle.py). Each path of queue_levels: arrivals in time order merged with departures that are not
-    in arrival order (several flows: sorted first, or in the order match_rows gives) or are
-    (one flow: one FIFO), and the general sort; with every packet decided, or the last
-    ones undecided (the capture after the router ended first)."""
+    (tests/analysis/queue_oracle.py). Each path of queue_levels: arrivals in time order
+    merged with departures that are not in arrival order (several flows: sorted first, or in
+    the order match_rows gives) or are (one flow: one FIFO), and the general sort; with
+    every packet decided, or the last ones undecided (the capture after the router ended
+    first)."""
     b, a = read_pcap(pair[0]), read_pcap(pair[1])
     matched = match_packets(b, a, max_delay_ns=DELAY)
     fwd = matched.ts_out_ns.to_numpy() >= 0
@@ -321,6 +322,24 @@ def test_scan_is_read_columns(tmp_path: Path, snaplen: int) -> None:
     assert np.array_equal(d["src"][d["reverse"][has]], d["dst"][has])
     assert np.array_equal(d["sport"][d["reverse"][has]], d["dport"][has])
 
+
+def test_directions_of_many_flows(tmp_path: Path) -> None:
+    """tcp_flow_counters' direction ids (fastpath._directions): one per (src, dst, sport,
+    dport) of the TCP packets in order of first appearance, -1 for other packets, and each
+    direction's reverse; thousands of them, so the table grows several times."""
+    path = write_pcap(tmp_path / "r.pcap", random_capture(seed=5, n=6000))
+    cols = read_columns(path, ["src", "dst", "sport", "dport", "proto"])
+    swap = {"src": "dst", "dst": "src", "sport": "dport", "dport": "sport", "proto": "proto"}
+    cols = {c: np.r_[cols[c], cols[swap[c]][:500]] for c in cols}  # some replies
+    ids, m, rev = _directions(cols["src"], cols["dst"], cols["sport"], cols["dport"], cols["proto"])
+    seen: dict[tuple[int, ...], int] = {}
+    want = []
+    for src, dst, sport, dport, proto in zip(*(cols[c].tolist() for c in cols), strict=True):
+        want.append(seen.setdefault((src, dst, sport, dport), len(seen)) if proto == 6 else -1)
+    assert ids.tolist() == want and m == len(seen) > 2 * 1024
+    keys = list(seen)
+    back = [seen.get((dst, src, dport, sport), -1) for src, dst, sport, dport in keys]
+    assert rev.tolist() == back and max(back) >= 0
 
 
 def _shuffled(path: Path, out: Path, seed: int) -> Path:
