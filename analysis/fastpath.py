@@ -270,14 +270,26 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
     closes (drops, a few reordered), not the capture: it stays in the CPU's cache. Writes
     ``out`` (one per before row) and ``dep`` (room for one per after row, or none); returns
     how many matched."""
+    slots = np.full((1024, 2), -1, np.int64)  # per slot: the key's bits, the time rank
+    out[:] = -1
+    state = np.zeros(4, np.int64)  # after packet, head, packets in the table, matched
+    while not _match_until_full(hb, tb, ha, ta, delay, order_b, order_a, out, dep, slots, state):
+        t = ta[_row(order_a, state[0])]  # at most half full: the closed ones go
+        slots, state[2] = _waiting_again(slots, tb, order_b, delay, t)
+    return state[3]
+
+
+@njit(cache=True, nogil=True)
+def _match_until_full(hb, tb, ha, ta, delay, order_b, order_a, out, dep, slots, state):
+    """_match's pass from ``state`` (the after packet's time rank, head, the packets in the
+    table, how many matched) on: True once every after packet is seen, False (and ``state``
+    where to resume) when a packet passed over would fill the table past half. _match
+    rebuilds the table between calls: numba's code for this loop was 6x slower when it
+    reassigned the table itself (44 against 7 ms for the bench's 2 M packets)."""
     nb, na = len(hb), len(ha)
     departures = len(dep) > 0
-    slots = np.full((1024, 2), -1, np.int64)  # per slot: the key's bits, the time rank
-    used = 0
-    out[:] = -1
-    matched = 0
-    head = 0  # time rank of the first before packet neither in the table nor passed
-    for ka in range(na):
+    ka, head, used, matched = state[0], state[1], state[2], state[3]
+    while ka < na:
         j = _row(order_a, ka)
         t = ta[j]
         h = np.int64(ha[j])
@@ -296,18 +308,20 @@ def _match(hb, tb, ha, ta, delay, order_b, order_a, out, dep):
             if np.int64(hb[i]) == h:
                 best_rank = head - 1
                 break
-            if 2 * (used + 1) > len(slots):  # at most half full: the closed ones go
-                slots, used = _waiting_again(slots, tb, order_b, delay, t)
+            if 2 * (used + 1) > len(slots):  # this packet again once the table is rebuilt
+                state[0], state[1], state[2], state[3] = ka, head - 1, used, matched
+                return False  # (the table held nothing of this key before: it still does not)
             _put(slots, np.int64(hb[i]), head - 1)  # passed over: it waits in the table
             used += 1
-        if best_rank < 0:
-            continue
-        i = _row(order_b, best_rank)
-        out[i] = t
-        if departures:
-            dep[matched] = i
-        matched += 1
-    return matched
+        if best_rank >= 0:
+            i = _row(order_b, best_rank)
+            out[i] = t
+            if departures:
+                dep[matched] = i
+            matched += 1
+        ka += 1
+    state[0], state[1], state[2], state[3] = ka, head, used, matched
+    return True
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -171,6 +171,33 @@ def test_matching_follows_the_greedy_rule_with_repeated_keys() -> None:
         assert (np.diff(want[departures]) >= 0).all(), case  # in the order they left
 
 
+@pytest.mark.parametrize("in_order", [True, False], ids=["in-order", "shuffled"])
+def test_matching_with_many_packets_passed_over(in_order: bool) -> None:
+    """Thousands of packets dropped or overtaken while their windows are open: the matcher's
+    table of packets passed over fills past half many times, is rebuilt (windows closed
+    since go) and grows; the matching stays the greedy one."""
+    rng = np.random.default_rng(3)
+    n = 20_000
+    tb = np.sort(rng.integers(0, 10**7, n)).astype(np.int64)
+    hb = rng.integers(0, 2**63, n).astype(np.uint64)
+    hb[rng.random(n) < 0.02] = 7  # a repeated key too
+    kept = rng.random(n) > 0.3  # the rest dropped
+    late = rng.random(n) < 0.05  # overtaken: leave later than their turn
+    ta = tb + 1000 + np.where(late, rng.integers(0, 10**6, n), 0)
+    ha, ta = hb[kept], ta[kept]
+    order = np.argsort(ta, kind="stable")
+    ha, ta = ha[order], ta[order]
+    if not in_order:
+        perm = rng.permutation(len(ha))
+        ha, ta = ha[perm], ta[perm]
+    for delay in (2 * 10**6, 10**5, 5000):  # windows long, shorter than some overtaking, short
+        want = greedy_match(hb, ha, tb, ta, delay)
+        got, departures = match_rows(hb, tb, ha, ta, max_delay_ns=delay)
+        assert np.array_equal(got, want), delay
+        assert sorted(departures) == sorted(np.flatnonzero(want >= 0)), delay
+    assert 0.9 * kept.sum() < (want >= 0).sum() < kept.sum()  # short: overtaken ones missed
+
+
 def test_a_shared_queue_keeps_arrival_order(fifo_pair: tuple[Path, Path]) -> None:
     """tests/analysis/tcpgen.py's shared queue is one FIFO: the packets that cross it (data
     and UDP; not the handshakes and FINs, which it does not queue) leave in the order they
