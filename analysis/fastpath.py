@@ -95,8 +95,8 @@ def _direction_ids(src, dst, sport, dport, proto, ids, start, table, keys1, keys
     """_directions' ids of the TCP packets from row ``start`` on, until a new direction would
     fill the table past half: (the row reached, directions so far).
 
-    The table grows in _directions, not here: arrays reassigned inside this loop made it
-    15x slower (68 against 4.5 ms for 3.2 M packets)."""
+    The table grows in _directions, not here: numba compiles a loop that reassigns its
+    arrays into much slower code (README, make bench)."""
     for i in range(start, len(src)):
         if proto[i] != 6:
             continue
@@ -139,7 +139,7 @@ def _directions(src, dst, sport, dport, proto):
 
 
 @njit(cache=True, nogil=True)
-def _first_payload(ids, m, plen):
+def _first_data(ids, m, plen):
     """Per direction (index d < m): the file row of its first payload packet, -1 if none."""
     first_data = np.full(m, _EMPTY)
     for i in range(len(ids)):
@@ -154,7 +154,7 @@ def _counters(
     first_data, order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns
 ):
     """Per direction (index d < m): see tcp_flow_counters; rows visited in ``order``;
-    ``first_data``: _first_payload's rows (a scan records them as it reads)."""
+    ``first_data``: _first_data's rows (a scan records them as it reads)."""
     # data and FIN packets of flows, in time order
     started = np.zeros(m, np.bool_)
     prev_raw = np.zeros(m, np.int64)
@@ -284,8 +284,8 @@ def _match_until_full(hb, tb, ha, ta, delay, order_b, order_a, out, dep, slots, 
     """_match's pass from ``state`` (the after packet's time rank, head, the packets in the
     table, how many matched) on: True once every after packet is seen, False (and ``state``
     where to resume) when a packet passed over would fill the table past half. _match
-    rebuilds the table between calls: numba's code for this loop was 6x slower when it
-    reassigned the table itself (44 against 7 ms for the bench's 2 M packets)."""
+    rebuilds the table between calls: numba compiles a loop that reassigns its table into
+    much slower code (README, make bench)."""
     nb, na = len(hb), len(ha)
     departures = len(dep) > 0
     ka, head, used, matched = state[0], state[1], state[2], state[3]
@@ -310,7 +310,8 @@ def _match_until_full(hb, tb, ha, ta, delay, order_b, order_a, out, dep, slots, 
                 break
             if 2 * (used + 1) > len(slots):  # this packet again once the table is rebuilt
                 state[0], state[1], state[2], state[3] = ka, head - 1, used, matched
-                return False  # (the table held nothing of this key before: it still does not)
+                return False  # _take found no open packet of this key; a rebuild keeps
+                # open ones only, so on resuming it finds none again
             _put(slots, np.int64(hb[i]), head - 1)  # passed over: it waits in the table
             used += 1
         if best_rank >= 0:
@@ -359,11 +360,10 @@ def _put(slots, key, rank):
     slots[p, 0], slots[p, 1] = key, rank
 
 
-@njit(cache=True, nogil=True)  # not inline="always": LLVM inlines it better than numba does
+@njit(cache=True, nogil=True)  # LLVM inlines it; numba's inline="always" made callers slower
 def _row(order, k):
     """The row of time rank k: ``order[k]``, or k itself where the rows are in time order
-    (``order`` empty). Numba's own inlining of this choice kept the matching 1.4x slower
-    (0.068 against 0.049 s for the bench's 2 M crossing packets)."""
+    (``order`` empty)."""
     return order[k] if len(order) else k
 
 
@@ -458,7 +458,7 @@ def tcp_flow_counters(
     dport, proto, tcp_flags, seq, ack and payload_len as numpy arrays."""
     ts = np.ascontiguousarray(cols["ts_ns"], dtype=np.int64)
     ids, m, rev = _directions(cols["src"], cols["dst"], cols["sport"], cols["dport"], cols["proto"])
-    first_data = _first_payload(ids, m, cols["payload_len"])
+    first_data = _first_data(ids, m, cols["payload_len"])
     packets, retx, retx_bytes, nbytes, span = _counters(
         first_data, _time_order(ts), ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
         cols["payload_len"], start_ns is not None, 0 if start_ns is None else int(start_ns),
@@ -639,7 +639,7 @@ def _departure_order(rows, out_ts, n_fwd, out):
     return out
 
 
-@njit(cache=True, nogil=True)  # as _row: LLVM's inlining (queue 0.044 -> 0.037 s)
+@njit(cache=True, nogil=True)  # as _row: inlined by LLVM, not numba
 def _next_arrival(out_ts, i):
     """The first forwarded row from i on (len(out_ts) if none)."""
     while i < len(out_ts) and out_ts[i] < 0:
@@ -747,7 +747,7 @@ class Capture:
     ``directions`` and the columns a trial's metrics need (read_pcap's names and values, but
     payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags
     are 0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto,
-    ``first`` (its first packet), ``first_payload`` (its first TCP packet with payload, -1
+    ``first`` (its first packet), ``first_data`` (its first TCP packet with payload, -1
     if none) and ``reverse`` (the opposite direction's row, -1 if none)
     per direction, in order of appearance; ``in_order``: timestamps never go back.
     ``crossing``: the rows of the packets crossing a bottleneck when the scan was given its
@@ -778,7 +778,7 @@ def _among(sorted_keys, key):
 @njit(cache=True, nogil=True, boundscheck=False)
 def _pass(
     b, limit, size, little, frac_ns, l3_base, et_off, vlan, n, last_ts, in_order,
-    table, keys1, keys2, first, first_payload, crosses, m, pairs, k,
+    table, keys1, keys2, first, first_data, crosses, m, pairs, k,
     o_dir, o_ts, o_hash, o_len, o_seq, o_ack, o_plen, o_flags, c_dir, c_ts, c_hash, c_len,
 ):  # fmt: skip
     """Parse the records of b[:size] from 0 while pos < limit (as pcapscan._scan) into the
@@ -820,7 +820,7 @@ def _pass(
             if 2 * (m + 1) > len(table) or m >= cap:
                 return rec, n, m, k, last_ts, in_order, _FULL
             table[s] = m
-            keys1[m], keys2[m], first[m], first_payload[m] = k1, k2, n, -1
+            keys1[m], keys2[m], first[m], first_data[m] = k1, k2, n, -1
             crosses[m] = _among(pairs, k1)
             d = m
             m += 1
@@ -838,8 +838,8 @@ def _pass(
         if proto == 6:  # as read_pcap's columns (a later fragment: ports, seq, flags 0), but
             o_seq[n], o_ack[n], o_flags[n] = seq, ack, flags
             o_plen[n] = max(plen, 0)  # payload lengths below 0 (broken headers) count as 0
-            if plen > 0 and first_payload[d] < 0:
-                first_payload[d] = n
+            if plen > 0 and first_data[d] < 0:
+                first_data[d] = n
         else:
             o_seq[n], o_ack[n], o_plen[n], o_flags[n] = 0, 0, 0, 0
         if w_hash or crosses[d]:
@@ -990,7 +990,7 @@ def scan(
     ]
     table = np.full(_TABLE0, -1, np.int64)
     half = _TABLE0 // 2
-    keys1, keys2, first, first_payload = (
+    keys1, keys2, first, first_data = (
         np.empty(half, t) for t in (np.uint64, np.uint64, np.int64, np.int64)
     )
     crosses = np.empty(half, np.bool_)
@@ -1001,7 +1001,7 @@ def scan(
     with _Blocks(name, _GLOBAL_HDR, size - _GLOBAL_HDR) as blocks:
         for buf, start, end in blocks:  # buf[start:end]: an unparsed record tail, then a block
             while True:
-                state = (n, last_ts, in_order, table, keys1, keys2, first, first_payload)
+                state = (n, last_ts, in_order, table, keys1, keys2, first, first_data)
                 state = (*state, crosses, m, pairs, k)
                 pos, n, m, k, last_ts, in_order, code = _pass(
                     buf[start:end], end - start, end - start, *args, *state, *cols, *across
@@ -1011,8 +1011,8 @@ def scan(
                 if code != _FULL:
                     break
                 table = np.full(2 * len(table), -1, np.int64)
-                per_direction = (keys1, keys2, first, first_payload, crosses)
-                keys1, keys2, first, first_payload, crosses = (
+                per_direction = (keys1, keys2, first, first_data, crosses)
+                keys1, keys2, first, first_data, crosses = (
                     np.resize(a, len(table) // 2) for a in per_direction
                 )
                 _rehash(table, keys1, keys2, m)
@@ -1036,7 +1036,7 @@ def scan(
         "dport": (k2 & _U(0xFFFF)).astype(np.uint16),
         "proto": (k2 >> _U(32)).astype(np.uint8),
         "first": first[:m].copy(),
-        "first_payload": first_payload[:m].copy(),
+        "first_data": first_data[:m].copy(),
         "reverse": _reverse(table, keys1, keys2, m),
     }
     rows = {c: _fit(a, k) for c, a, keep in zip(_CROSSING, across, kept, strict=True) if keep}
@@ -1055,7 +1055,7 @@ def flow_counters(
 ) -> dict[str, np.ndarray]:
     """:func:`tcp_flow_counters` of a scanned capture (the same numbers, in the same order)."""
     ts = cap.ts_ns
-    first_data = cap.directions["first_payload"]
+    first_data = cap.directions["first_data"]
     packets, retx, retx_bytes, nbytes, span = _counters(
         first_data, _time_order(ts, cap.in_order), cap.direction, len(cap.directions["src"]),
         cap.directions["reverse"], ts, cap.tcp_flags, cap.seq, cap.ack, cap.payload_len,

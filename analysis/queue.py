@@ -37,7 +37,8 @@ def queue_occupancy(
     proto, sport, dport, and the occupancy right after the event: packets, bytes.
     Unmatched packets that could still have been in transit at ``end_ns`` (default: the last
     departure) are left out, as in ``one_way_delay``. At equal timestamps departures come
-    before arrivals (a packet leaving frees room for one arriving). The events come from
+    before arrivals (a packet leaving frees room for one arriving). A packet was forwarded
+    when its ts_out_ns is 0 or more (match_packets' ``forwarded``). The events come from
     analysis.fastpath.queue_levels' compiled merge (tests/analysis/queue_oracle.py computes
     them a second way, with numpy sorts).
     """

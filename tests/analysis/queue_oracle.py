@@ -14,9 +14,15 @@ from analysis.queue import ETHERNET_HEADER, EVENTS
 
 
 def queue_events(
-    matched: pd.DataFrame, *, delay_ns: int = 0, max_delay_ns: int, end_ns: int | None = None
+    matched: pd.DataFrame,
+    *,
+    delay_ns: int = 0,
+    max_delay_ns: int,
+    end_ns: int | None = None,
+    with_rows: bool = False,
 ) -> pd.DataFrame:
-    """What queue_occupancy returns, from the same match_packets output."""
+    """What queue_occupancy returns, from the same match_packets output; ``with_rows``: also each
+    event's row in ``matched`` (column ``row``), as queue_levels(rows=True) gives it."""
     ts = matched["ts_ns"].to_numpy(np.int64)
     fwd = matched["forwarded"].to_numpy(bool)
     out_ts = matched["ts_out_ns"].to_numpy(np.int64)
@@ -47,5 +53,6 @@ def queue_events(
             "dport": matched["dport"].to_numpy()[src],
             "packets": np.cumsum(sign),
             "bytes": np.cumsum(sign * size),
+            **({"row": src} if with_rows else {}),
         }
     )

@@ -176,26 +176,29 @@ def _fragment(packet: bytes, flags_offset: int) -> bytes:
 
 def test_fragments_carry_tcp_fields_on_the_first_only(tmp_path: Path) -> None:
     """A first fragment (MF set, offset 0) is read as a whole TCP packet; a later one (offset
-    in either byte of the field) has no ports, sequence numbers or flags and its payload is
-    all it carries after the IP header, in read_pcap and in the fast path's scan alike."""
+    in either byte of the field), or one whose IP header length is below 20, has no ports,
+    sequence numbers or flags and its payload is all it carries after the IP header, in
+    read_pcap and in the fast path's scan alike."""
     from analysis.fastpath import scan
 
     seg = tcp_segment(5001, 40000, 7_000_000, 9, 0x18, b"0123456789abcdef")
     packet = ipv4("198.18.0.1", "198.18.0.2", 6, seg, ip_id=3)
     frames = [_fragment(packet, 0x2000), _fragment(packet, 0x2000 | 185), _fragment(packet, 0x1000)]
+    frames.append(b"\x44" + packet[1:])  # an IP header length of 16: no TCP fields either
     path = write_pcap(tmp_path / "frag.pcap", [(T0 + i, ethernet(f)) for i, f in enumerate(frames)])
     df = read_pcap(path)
     assert df[["sport", "dport", "seq", "ack", "tcp_flags"]].values.tolist() == [
         [5001, 40000, 7_000_000, 9, 0x18],
         [0, 0, 0, 0, 0],
         [0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0],
     ]
-    assert df["payload_len"].tolist() == [16, 36, 36]  # a later fragment: 20 + 16 bytes after IP
+    assert df["payload_len"].tolist() == [16, 36, 36, 40]  # all after the IP header
     assert df["payload_head"].tolist()[0] == int.from_bytes(b"01234567", "big")
     cap = scan(path)
-    assert cap.seq.tolist() == [7_000_000, 0, 0] and cap.tcp_flags.tolist() == [0x18, 0, 0]
-    assert cap.payload_len.tolist() == [16, 36, 36]
-    assert cap.directions["sport"][cap.direction].tolist() == [5001, 0, 0]
+    assert cap.seq.tolist() == [7_000_000, 0, 0, 0] and cap.tcp_flags.tolist() == [0x18, 0, 0, 0]
+    assert cap.payload_len.tolist() == [16, 36, 36, 40]
+    assert cap.directions["sport"][cap.direction].tolist() == [5001, 0, 0, 0]
 
 
 @needs_tcpdump
