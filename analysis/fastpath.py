@@ -151,10 +151,18 @@ def _first_data(ids, m, plen):
 
 @njit(cache=True, nogil=True)
 def _counters(
-    first_data, order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns
-):
+    first_data, order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns,
+    ack_rows,
+):  # fmt: skip
     """Per direction (index d < m): see tcp_flow_counters; rows visited in ``order``;
-    ``first_data``: _first_data's rows (a scan records them as it reads)."""
+    ``first_data``: _first_data's rows (a scan records them as it reads); ``ack_rows``: room
+    for a row per packet. The pass over the data lists the rows of the flows' ACKs as it
+    goes, without a branch, and the pass over the ACKs reads that list: skipping the packets
+    of the other kind in both passes was a third of the time (mispredicted branches)."""
+    acks_a_flow = np.zeros(m, np.bool_)  # the direction's packets ACK a flow's data
+    for d in range(m):
+        acks_a_flow[d] = rev[d] >= 0 and first_data[rev[d]] >= 0
+    n_acks = 0
     # data and FIN packets of flows, in time order
     started = np.zeros(m, np.bool_)
     prev_raw = np.zeros(m, np.int64)
@@ -170,7 +178,11 @@ def _counters(
     for k in range(len(ids)):
         i = _row(order, k)
         d = ids[i]
-        if d < 0 or first_data[d] < 0:
+        if d < 0:
+            continue
+        ack_rows[n_acks] = i
+        n_acks += acks_a_flow[d] and (flags[i] & _ACK) != 0
+        if first_data[d] < 0:
             continue
         p = np.int64(plen[i])
         is_fin = (flags[i] & _FIN) != 0
@@ -206,14 +218,9 @@ def _counters(
     last_adv = np.full(m, _EMPTY)
     seen_lo = np.zeros(m, np.bool_)
     seen_hi = np.zeros(m, np.bool_)
-    for k in range(len(ids)):
-        i = _row(order, k)
-        r = ids[i]
-        if r < 0 or (flags[i] & _ACK) == 0:
-            continue
-        f = rev[r]
-        if f < 0 or first_data[f] < 0:
-            continue
+    for a in range(n_acks):
+        i = ack_rows[a]
+        f = rev[ids[i]]
         raw = np.int64(ack[i])
         if a_started[f]:
             u = a_cur[f] + _s32(raw - a_raw[f])
@@ -462,12 +469,17 @@ def tcp_flow_counters(
     packets, retx, retx_bytes, nbytes, span = _counters(
         first_data, _time_order(ts), ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
         cols["payload_len"], start_ns is not None, 0 if start_ns is None else int(start_ns),
-        end_ns is not None, 0 if end_ns is None else int(end_ns),
+        end_ns is not None, 0 if end_ns is None else int(end_ns), _row_room(len(ts)),
     )  # fmt: skip
     flows = _in_first_data_order(first_data)
     rows = first_data[flows]
     ends = {c: cols[c][rows] for c in ("src", "dst", "sport", "dport")}
     return _flow_table(ends, flows, packets, retx, retx_bytes, nbytes, span)
+
+
+def _row_room(n: int) -> np.ndarray:
+    """Room for n row numbers (in huge pages: see pcapscan._alloc)."""
+    return _alloc(n, np.int32 if n < 2**31 else np.int64)
 
 
 def _in_first_data_order(first_data: np.ndarray) -> np.ndarray:
@@ -1060,7 +1072,7 @@ def flow_counters(
         first_data, _time_order(ts, cap.in_order), cap.direction, len(cap.directions["src"]),
         cap.directions["reverse"], ts, cap.tcp_flags, cap.seq, cap.ack, cap.payload_len,
         start_ns is not None, 0 if start_ns is None else int(start_ns), end_ns is not None,
-        0 if end_ns is None else int(end_ns),
+        0 if end_ns is None else int(end_ns), _row_room(len(ts)),
     )  # fmt: skip
     flows = _in_first_data_order(first_data)
     ends = {c: cap.directions[c][flows] for c in ("src", "dst", "sport", "dport")}

@@ -371,6 +371,29 @@ def test_directions_of_many_flows(tmp_path: Path) -> None:
     assert rev.tolist() == back and max(back) >= 0
 
 
+def test_acks_carried_by_data_count(pair: tuple[Path, Path]) -> None:
+    """A packet that acknowledges a flow's data counts as its ACK whether or not it carries
+    data of its own: each flow's counters stay as they are when a third of the packets of
+    its reverse direction (pure ACKs before) carry data, with and without a window."""
+    cols = read_columns(pair[0], COLUMNS)
+    four = ("src", "dst", "sport", "dport")
+    key = pd.MultiIndex.from_arrays([cols[c] for c in four])
+    sends = key[cols["payload_len"] > 0].unique()
+    reverse = ~key.isin(sends) & (cols["proto"] == 6)  # the directions of the ACKs
+    both = {**cols, "payload_len": cols["payload_len"].copy()}
+    answers = reverse & (np.random.default_rng(2).random(len(reverse)) < 1 / 3)
+    both["payload_len"][answers] = 700
+    t = np.sort(cols["ts_ns"])
+    for bounds in ({}, {"start_ns": int(t[len(t) // 3]), "end_ns": int(t[2 * len(t) // 3])}):
+        one_way = pd.DataFrame(tcp_flow_counters(cols, **bounds))
+        two_way = pd.DataFrame(tcp_flow_counters(both, **bounds))
+        assert len(two_way) == 2 * len(one_way) and one_way.bytes.gt(0).all()
+        same = one_way.merge(two_way, on=list(four), suffixes=("", "_both"))
+        assert len(same) == len(one_way)
+        for c in ("bytes", "span_ns", "data_packets", "retransmitted_packets"):
+            assert same[c].tolist() == same[f"{c}_both"].tolist(), c
+
+
 def _shuffled(path: Path, out: Path, seed: int) -> Path:
     """A copy of the capture with some records moved (timestamps out of file order)."""
     data = path.read_bytes()
