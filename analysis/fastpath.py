@@ -156,14 +156,16 @@ def _counters(
 ):  # fmt: skip
     """Per direction (index d < m): see tcp_flow_counters; rows visited in ``order``;
     ``first_data``: _first_data's rows (a scan records them as it reads); ``ack_rows``: room
-    for a row per packet. The pass over the data lists the rows of the flows' ACKs as it
-    goes, without a branch, and the pass over the ACKs reads that list: skipping the packets
-    of the other kind in both passes was a third of the time (mispredicted branches)."""
+    for a row per packet (len(ids)). The pass over the data also lists, in time order, the
+    rows of the packets that ACK a flow's data (every row is written, the count advances for
+    these), and the pass over the ACKs reads only that list: skipping every packet of the
+    other kind in a second full pass was a third of the time (mispredicted branches)."""
+    assert len(ack_rows) >= len(ids)
     acks_a_flow = np.zeros(m, np.bool_)  # the direction's packets ACK a flow's data
     for d in range(m):
         acks_a_flow[d] = rev[d] >= 0 and first_data[rev[d]] >= 0
     n_acks = 0
-    # data and FIN packets of flows, in time order
+    # data and FIN packets of flows, in time order; and the list of the flows' ACKs
     started = np.zeros(m, np.bool_)
     prev_raw = np.zeros(m, np.int64)
     cur = np.zeros(m, np.int64)
@@ -181,7 +183,7 @@ def _counters(
         if d < 0:
             continue
         ack_rows[n_acks] = i
-        n_acks += acks_a_flow[d] and (flags[i] & _ACK) != 0
+        n_acks += acks_a_flow[d] & ((flags[i] & _ACK) != 0)
         if first_data[d] < 0:
             continue
         p = np.int64(plen[i])
@@ -469,7 +471,7 @@ def tcp_flow_counters(
     packets, retx, retx_bytes, nbytes, span = _counters(
         first_data, _time_order(ts), ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
         cols["payload_len"], start_ns is not None, 0 if start_ns is None else int(start_ns),
-        end_ns is not None, 0 if end_ns is None else int(end_ns), _row_room(len(ts)),
+        end_ns is not None, 0 if end_ns is None else int(end_ns), _row_room(len(ids)),
     )  # fmt: skip
     flows = _in_first_data_order(first_data)
     rows = first_data[flows]
@@ -478,7 +480,7 @@ def tcp_flow_counters(
 
 
 def _row_room(n: int) -> np.ndarray:
-    """Room for n row numbers (in huge pages: see pcapscan._alloc)."""
+    """Room for n row numbers (pcapscan._alloc: in huge pages from 1 MB on)."""
     return _alloc(n, np.int32 if n < 2**31 else np.int64)
 
 
@@ -1072,7 +1074,7 @@ def flow_counters(
         first_data, _time_order(ts, cap.in_order), cap.direction, len(cap.directions["src"]),
         cap.directions["reverse"], ts, cap.tcp_flags, cap.seq, cap.ack, cap.payload_len,
         start_ns is not None, 0 if start_ns is None else int(start_ns), end_ns is not None,
-        0 if end_ns is None else int(end_ns), _row_room(len(ts)),
+        0 if end_ns is None else int(end_ns), _row_room(len(cap.direction)),
     )  # fmt: skip
     flows = _in_first_data_order(first_data)
     ends = {c: cap.directions[c][flows] for c in ("src", "dst", "sport", "dport")}
