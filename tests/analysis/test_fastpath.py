@@ -543,12 +543,16 @@ def test_scan_in_small_blocks(
         scan(path)
 
 
+@pytest.mark.parametrize("thread", ["pcap-blocks", "pcap-half"], ids=["reader", "second-half"])
 def test_a_read_that_fails_is_raised_by_scan(
-    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, thread: str
 ) -> None:
-    """The reader thread's error, whatever it is, reaches the caller: scan does not wait for a
-    block forever."""
+    """The error of the reader thread, or of the thread reading a second half, whatever it
+    is, reaches the caller: scan does not wait for a block forever, nor keeps the rows read
+    before it."""
     from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0 if thread == "pcap-half" else 1 << 40)
 
     real_open = open
 
@@ -562,6 +566,9 @@ def test_a_read_that_fails_is_raised_by_scan(
         def __exit__(self, *exc):
             self.f.close()
 
+        def close(self):
+            self.f.close()
+
         def seek(self, offset):
             self.f.seek(offset)
 
@@ -570,12 +577,12 @@ def test_a_read_that_fails_is_raised_by_scan(
 
     def failing_open(path, mode="r", *args, **kwargs):
         f = real_open(path, mode, *args, **kwargs)
-        return Failing(f) if threading.current_thread().name == "pcap-blocks" else f
+        return Failing(f) if threading.current_thread().name.startswith(thread) else f
 
     monkeypatch.setattr("builtins.open", failing_open)
     pool = ThreadPoolExecutor(max_workers=1)  # a scan that waits forever fails the test
     with pytest.raises(ValueError, match="closed file"):
-        pool.submit(fastpath.scan, pair[0]).result(timeout=30)
+        pool.submit(fastpath.scan, pair[0], threads=2).result(timeout=30)
     pool.shutdown(wait=False)
 
 
@@ -624,14 +631,23 @@ def test_a_column_cut_to_its_rows_gives_back_the_rest() -> None:
     assert np.array_equal(cut, np.arange(1000))
 
 
-def test_read_columns_keep_only_their_rows_resident(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-reading", "two-halves"])
+def test_read_columns_keep_only_their_rows_resident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
     """Each column read (read_columns, the fast path's scan) holds about its own bytes,
     however large the capacity allocated for the file's worst case (one record per 16
     bytes): on 300 k packets, without the cut, the huge pages holding the columns' ends were
-    resident whole."""
+    resident whole. Read as two halves, the second half's rows leave nothing resident where
+    they were written before they moved down."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+    joins = _count_joins(monkeypatch)
     truth = generate(tmp_path / "b.pcap", tmp_path / "a.pcap", packets=300_000, flows=2)
     read = read_columns(tmp_path / "b.pcap", [*COLUMNS, "key_hash"])
-    fast = scan(tmp_path / "b.pcap", crossing=truth.crossing)
+    fast = scan(tmp_path / "b.pcap", crossing=truth.crossing, threads=threads)
+    assert len(joins) == threads - 1
     cols = {**read, **{f"scan {c}": getattr(fast, c) for c in ("ts_ns", "seq", "direction")}}
     cols.update({f"crossing {c}": v for c, v in fast.crossing.items()})
     mapped = [c for c, column in cols.items() if isinstance(column.base.base, memoryview)]
@@ -639,3 +655,157 @@ def test_read_columns_keep_only_their_rows_resident(tmp_path: Path) -> None:
     for name in mapped:
         column, memory = cols[name], cols[name].base.base.obj
         assert resident_bytes(column, len(memory)) <= column.nbytes + 4096, name
+
+
+def _count_joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time scan joins two halves it read at once."""
+    from analysis import fastpath
+
+    joins: list[int] = []
+    join = fastpath._join
+
+    def counted(whole, second, *args):
+        joins.append(second.row0)
+        join(whole, second, *args)
+
+    monkeypatch.setattr(fastpath, "_join", counted)
+    return joins
+
+
+def _assert_same_scan(got, ref) -> None:
+    for c in ("direction", "ts_ns", "key_hash", "ip_len", "seq", "ack", "payload_len"):
+        assert np.array_equal(getattr(got, c), getattr(ref, c)), c
+    assert np.array_equal(got.tcp_flags, ref.tcp_flags)
+    assert list(got.directions) == list(ref.directions)
+    for c in ref.directions:
+        assert np.array_equal(got.directions[c], ref.directions[c]), c
+    assert got.in_order == ref.in_order
+    assert (got.crossing is None) == (ref.crossing is None)
+    for c in ref.crossing or {}:
+        assert np.array_equal(got.crossing[c], ref.crossing[c]), c
+
+
+def _record_offsets(data: bytes) -> list[int]:
+    offsets, pos = [], 24
+    while pos + 16 <= len(data):
+        offsets.append(pos)
+        pos += 16 + int.from_bytes(data[pos + 8 : pos + 12], "little")
+    return offsets
+
+
+@pytest.mark.parametrize("block", [1 << 20, 3000], ids=["blocks", "small-blocks"])
+def test_a_capture_read_as_two_halves(
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Two halves read at once (the second from a record found near the middle) give the
+    scan of one reading, column for column: directions numbered in order of appearance
+    across the halves, first rows, crossing packets, a scan into an earlier one's memory;
+    the guess at the middle is a record's start."""
+    from analysis import fastpath
+    from analysis.pcap import _read_global_header
+
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+    monkeypatch.setattr(fastpath, "_BLOCK", block)
+    joins = _count_joins(monkeypatch)
+    ends = scan(pair[0], threads=1).directions
+    pairs = np.unique(ends["src"].astype(np.uint64) << np.uint64(32) | ends["dst"])[::2]
+    prev = {1: None, 2: None}
+    for path, crossing, columns in (
+        (pair[0], None, fastpath._CROSSING),
+        (pair[0], pairs, fastpath._CROSSING),
+        (pair[1], pairs, ("ts_ns", "key_hash")),
+    ):
+        caps = {
+            t: scan(path, reuse=prev[t], crossing=crossing, crossing_columns=columns, threads=t)
+            for t in (1, 2)
+        }
+        _assert_same_scan(caps[2], caps[1])
+        prev = caps
+    assert len(joins) == 3
+    data = pair[0].read_bytes()
+    with open(pair[0], "rb") as f:
+        fmt = _read_global_header(f, str(pair[0]))
+    split, expected = fastpath._split_point(str(pair[0]), fmt, len(data))
+    offsets = _record_offsets(data)
+    assert split in offsets and abs(split - len(data) / 2) < 4096
+    assert offsets.index(split) <= expected <= 1.1 * offsets.index(split)
+
+
+def test_halves_with_many_directions_and_time_going_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Directions first seen in the second half join the first half's table (thousands: it
+    grows while they do), those seen in both keep the first half's number and first rows,
+    and time going back where the halves meet, or inside the second, is seen."""
+    from analysis import fastpath
+
+    records = random_capture(seed=11, n=9000)  # nearly every packet a new direction
+    records += [(ts + 10**10, frame) for ts, frame in records[:3000]]  # seen again
+    records += [(ts + 2 * 10**10, frame) for ts, frame in random_capture(seed=12, n=3000)]
+    middle = 7000
+    for name, back in (("meet", middle), ("second", middle + 2000), ("none", None)):
+        shifted = list(records)
+        if back is not None:  # this record is earlier than the one before it
+            shifted[back] = (shifted[back - 1][0] - 1000, shifted[back][1])
+        path = write_pcap(tmp_path / f"{name}.pcap", shifted)
+        split = _record_offsets(path.read_bytes())[middle]
+        monkeypatch.setattr(fastpath, "_split_point", lambda *_a, s=split: (s, middle + 100))
+        monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+        joins = _count_joins(monkeypatch)
+        ref, got = scan(path, threads=1), scan(path, threads=2)
+        _assert_same_scan(got, ref)
+        assert joins and ref.in_order == (back is None)
+        first = ref.directions["first"]
+        assert len(first) > 4096 and (first > len(first) // 2).any()  # new in the second half
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("guess", ["inside-a-record", "too-few-rows"])
+def test_a_wrong_guess_reads_on_from_the_first_half(
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, guess: str
+) -> None:
+    """A guessed middle that is not a record's start (the look of record headers inside a
+    payload), or a first half with more rows than guessed, is found by the first half's
+    reading, which then reads on alone: the same scan, no halves joined."""
+    from analysis import fastpath
+
+    offsets = _record_offsets(pair[0].read_bytes())
+    middle = len(offsets) // 2
+    split = offsets[middle] + 1 if guess == "inside-a-record" else offsets[middle]
+    rows = middle + 100 if guess == "inside-a-record" else middle // 2
+    monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, rows))
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+    joins = _count_joins(monkeypatch)
+    _assert_same_scan(scan(pair[0], threads=2), scan(pair[0], threads=1))
+    assert joins == []
+
+
+def test_a_damaged_second_half(
+    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A truncated end or a corrupt header in the second half is reported as one reading
+    reports it (the same offset, the same message); a corrupt header in the first half
+    too, whatever the second half read."""
+    from analysis import fastpath
+
+    data = pair[0].read_bytes()
+    offsets = _record_offsets(data)
+    split = offsets[len(offsets) // 2]
+    monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, len(offsets) // 2 + 9))
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+    joins = _count_joins(monkeypatch)
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:-7])
+    with pytest.warns(PcapTruncatedWarning) as w_ref:
+        ref = scan(path, threads=1)
+    with pytest.warns(PcapTruncatedWarning) as w:
+        got = scan(path, threads=2)
+    assert str(w[0].message) == str(w_ref[0].message) and len(joins) == 1
+    _assert_same_scan(got, ref)
+    for at in (offsets[-100], offsets[100]):  # in the second half, in the first
+        bad = bytearray(data)
+        bad[at + 8 : at + 12] = (10**9).to_bytes(4, "little")
+        path.write_bytes(bytes(bad))
+        for threads in (1, 2):
+            with pytest.raises(PcapError, match=rf"corrupt record header at byte {at} "):
+                scan(path, threads=threads)

@@ -25,9 +25,10 @@ analysis/trial.py calls) runs as a process too, and must give the same numbers. 
 over the same two files, one after the other (the issue's "on the same files"; cat of both is
 the read limit); tcptrace also runs on the capture before the router alone, against the
 project's share of that job (read it, count its flows). The project's bytes and retransmissions
-are checked against tcptrace's on the same file. A last line shows what a second core gives:
-both captures read and counted at once, each in a thread of its own (time, peak RSS, and
-whether the numbers are the same).
+are checked against tcptrace's on the same file. Each capture is read as two halves at once
+(scan's default where the process may use two CPUs; CPU times are printed beside wall times);
+a last line shows the same analysis with one thread (time, peak RSS, and whether the numbers
+are the same).
 
 Targets (issue 6): >= 5x faster than tcptrace, >= 50x faster than tshark on 3 M packets,
 within 10x of cat, peak RSS below the file size.
@@ -71,16 +72,15 @@ def _last_ns(capture) -> int:
     return int(capture.ts_ns.max()) if len(capture.ts_ns) else 0
 
 
-def analyse(before: Path, after: Path, crossing: list[int], two_threads: bool = False) -> dict:
+def analyse(before: Path, after: Path, crossing: list[int], threads: int | None = None) -> dict:
     """The analysis of one trial, stage by stage, on the array fast path (analysis/fastpath.py:
     one compiled pass per capture, no pandas). ``crossing``: the (src, dst) pairs through the
     bottleneck as src << 32 | dst (a trial's record names them). Each capture is scanned once:
     its flow counters, and the time, key and size of its packets crossing the bottleneck;
     the second is scanned into the first one's memory. One matching of the crossing packets
     gives the queue and the UDP stream's one-way delay (matching is per key: the UDP packets
-    pair as they would alone). ``two_threads``: both captures at once instead, each scanned
-    and counted in a thread of its own (the compiled passes release the GIL), so both
-    captures' columns are in memory together: what a second core buys, and what it costs."""
+    pair as they would alone). ``threads``: scan's (None: two halves of each capture at
+    once where the process may use two CPUs)."""
     import numpy as np
 
     from analysis.fastpath import (
@@ -102,22 +102,18 @@ def analyse(before: Path, after: Path, crossing: list[int], two_threads: bool = 
         t = now
 
     pairs = np.asarray(crossing, np.uint64)
-    if two_threads:
-        sent, arrivals, udp, goodput, departing, end_ns = _both_at_once(before, after, pairs)
-        stage("read and count, 2 threads")
-    else:
-        b = scan(before, crossing=pairs)
-        stage("read")
-        sent = flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
-        stage("retransmissions")
-        udp, arrivals = _udp_rows(b), b.crossing
-        a = scan(after, reuse=b, crossing=pairs, crossing_columns=DEPARTING)
-        del b
-        stage("read")
-        goodput = flow_counters(a)
-        stage("goodput")
-        departing, end_ns = a.crossing, _last_ns(a)
-        del a
+    b = scan(before, crossing=pairs, threads=threads)
+    stage("read")
+    sent = flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
+    stage("retransmissions")
+    udp, arrivals = _udp_rows(b), b.crossing
+    a = scan(after, reuse=b, crossing=pairs, crossing_columns=DEPARTING, threads=threads)
+    del b
+    stage("read")
+    goodput = flow_counters(a)
+    stage("goodput")
+    departing, end_ns = a.crossing, _last_ns(a)
+    del a
     ts_out, departures = match_rows(
         arrivals["key_hash"], arrivals["ts_ns"], departing["key_hash"], departing["ts_ns"],
         max_delay_ns=MAX_DELAY_NS,
@@ -150,26 +146,6 @@ def analyse(before: Path, after: Path, crossing: list[int], two_threads: bool = 
     }
 
 
-def _both_at_once(before: Path, after: Path, pairs):
-    """analyse's scans and flow counters, each capture in a thread of its own."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from analysis.fastpath import flow_counters, scan
-
-    def sender_side():
-        b = scan(before, crossing=pairs)
-        return flow_counters(b), b.crossing, _udp_rows(b)
-
-    def receiver_side():
-        a = scan(after, crossing=pairs, crossing_columns=DEPARTING)
-        return flow_counters(a), a.crossing, _last_ns(a)
-
-    with ThreadPoolExecutor(2) as pool:
-        b, a = pool.submit(sender_side), pool.submit(receiver_side)
-        (sent, arrivals, udp), (goodput, departing, end_ns) = b.result(), a.result()
-    return sent, arrivals, udp, goodput, departing, end_ns
-
-
 def analyse_frames(before: Path, after: Path, crossing: list[int]) -> dict:
     """The same analysis through the DataFrame API that analysis/trial.py uses (read_pcap,
     tcp_goodput, tcp_retransmissions, one_way_delay, match_packets, queue_occupancy)."""
@@ -198,15 +174,15 @@ def analyse_frames(before: Path, after: Path, crossing: list[int]) -> dict:
     }
 
 
-def analyse_twice(before: Path, after: Path, crossing: list[int], two_threads: bool) -> dict:
+def analyse_twice(before: Path, after: Path, crossing: list[int], threads: int | None) -> dict:
     """In one process: the first call (imports; compiled code loaded from numba's cache, or
     compiled when there is none) and a second one (what a process analysing several trials
     pays for each further trial); then tcptrace's job alone (one capture's flow counters)."""
     t = time.perf_counter()
-    first = analyse(before, after, crossing, two_threads)
+    first = analyse(before, after, crossing, threads)
     first_s = time.perf_counter() - t
     t, cpu = time.perf_counter(), time.process_time()
-    second = analyse(before, after, crossing, two_threads)
+    second = analyse(before, after, crossing, threads)
     second_s, second_cpu = time.perf_counter() - t, time.process_time() - cpu
     assert {k: v for k, v in first.items() if k != "stages"} == {
         k: v for k, v in second.items() if k != "stages"
@@ -214,7 +190,7 @@ def analyse_twice(before: Path, after: Path, crossing: list[int], two_threads: b
     from analysis.fastpath import flow_counters, scan
 
     t, cpu = time.perf_counter(), time.process_time()  # tcptrace's job alone: one capture
-    flow_counters(scan(before, crossing=[]))  # read, its flows counted (no packet kept)
+    flow_counters(scan(before, crossing=[], threads=threads))  # its flows (no packet kept)
     alone, alone_cpu = time.perf_counter() - t, time.process_time() - cpu
     return {
         **second,
@@ -288,10 +264,10 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
     run(me)  # fills the checkout's own cache, which a fresh clone does not have yet
     warm = best(me, repeat, True)
     twice = [json.loads(run([*me, "--twice"], True)[3]) for _ in range(repeat)]
-    threads = [*me, "--two-threads"]  # what a second core buys, and its memory
-    threads_warm = best(threads, repeat, True)
-    threads_twice = min(
-        (json.loads(run([*threads, "--twice"], True)[3]) for _ in range(repeat)),
+    alone = [*me, "--threads", "1"]  # what the second CPU buys
+    alone_warm = best(alone, repeat, True)
+    alone_twice = min(
+        (json.loads(run([*alone, "--twice"], True)[3]) for _ in range(repeat)),
         key=lambda r: r["second_call_s"],
     )
     result = min(twice, key=lambda r: r["second_call_s"])  # in-process figures: the best run
@@ -381,19 +357,19 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
         f"tcptrace on F: faster {one[1] / result['tcptrace_job_cpu_s']:.2f}x"
     )
     print(f"peak RSS {warm[2]:.0f} MB vs file {size / 1e6:.0f} MB (target: below)")
-    t2 = threads_twice["second_call_s"]
-    same_threads = all(
-        threads_twice[k] == result[k]
+    t1 = alone_twice["second_call_s"]
+    same_alone = all(
+        alone_twice[k] == result[k]
         for k in ("flows", "goodput_bytes_after", "udp_lost", "owd_median_ms", "queue_events")
     )
     print(
-        f"two threads (both captures read and counted at once, each in a thread of its own): "
-        f"in-process {t2:.2f} s, CPU {threads_twice['second_call_cpu_s']:.2f} s ("
-        + ", ".join(f"{k} {v:.2f}" for k, v in threads_twice["stages"].items())
-        + f"): faster than tcptrace {tools['tcptrace'] / t2:.2f}x (target 5x), time / cat "
-        f"{t2 / max(tools['cat'], 1e-3):.1f}; fresh process {threads_warm[0]:.2f} s, peak RSS "
-        f"{threads_warm[2]:.0f} MB vs file {size / 1e6:.0f} MB (target: below); numbers "
-        f"{'the same' if same_threads else 'DIFFERENT'} as in one thread"
+        f"one thread (each capture read from start to end): in-process {t1:.2f} s, CPU "
+        f"{alone_twice['second_call_cpu_s']:.2f} s ("
+        + ", ".join(f"{k} {v:.2f}" for k, v in alone_twice["stages"].items())
+        + f"): faster than tcptrace {tools['tcptrace'] / t1:.2f}x, time / cat "
+        f"{t1 / max(tools['cat'], 1e-3):.1f}; tcptrace's job {alone_twice['tcptrace_job_s']:.2f}"
+        f" s; fresh process {alone_warm[0]:.2f} s, peak RSS {alone_warm[2]:.0f} MB; numbers "
+        f"{'the same' if same_alone else 'DIFFERENT'} as with two"
     )
     same_api = all(
         json.loads(frames[3])[k] == result[k]
@@ -421,7 +397,7 @@ def main() -> None:
     ap.add_argument("--crossing", default="", help=argparse.SUPPRESS)
     ap.add_argument("--frames", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--twice", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--two-threads", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     crossing = [int(k) for k in args.crossing.split(",") if k]
     if args.analyse and not (args.frames or args.twice):  # a fresh process: where its time goes
@@ -432,14 +408,14 @@ def main() -> None:
 
         imports = time.perf_counter() - t
         t = time.perf_counter()
-        out = analyse(*args.analyse, crossing, args.two_threads)
+        out = analyse(*args.analyse, crossing, args.threads)
         print(json.dumps({**out, "imports_s": imports, "analysis_s": time.perf_counter() - t}))
         return
     if args.analyse:
         if args.frames:
             print(json.dumps(analyse_frames(*args.analyse, crossing)))
         else:
-            print(json.dumps(analyse_twice(*args.analyse, crossing, args.two_threads)))
+            print(json.dumps(analyse_twice(*args.analyse, crossing, args.threads)))
         return
     workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
     try:
