@@ -515,6 +515,9 @@ def undecided(ts_ns: np.ndarray, forwarded: np.ndarray, *, max_delay_ns: int, en
     return ~forwarded & (ts_ns > end_ns - max_delay_ns) & (ts_ns > last_fwd)
 
 
+_QUEUE_SPLIT_MIN = 1 << 20  # queue events from which queue_levels merges two halves at once
+
+
 def queue_levels(
     ts_ns: np.ndarray,
     ts_out_ns: np.ndarray,
@@ -526,6 +529,7 @@ def queue_levels(
     departures: np.ndarray | None = None,
     header_bytes: int = 0,
     rows: bool = False,
+    threads: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The events and occupancy of ``analysis.queue.queue_occupancy`` as arrays (ts_ns,
     event code 0 departure / 1 arrival / 2 drop, frame_bytes, packets, bytes), from the
@@ -536,7 +540,10 @@ def queue_levels(
     ``departures`` (the rows by departure time, as :func:`match_rows` gives them), else
     sorted first. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
     lengths). Sizes and occupancy come in the narrowest integers that hold them. ``rows``:
-    also each event's row in the input (``row``: whose packet arrived, left or was dropped)."""
+    also each event's row in the input (``row``: whose packet arrived, left or was dropped).
+    ``threads``: 2 (the default where the process may run on two CPUs) merges the two halves
+    of _QUEUE_SPLIT_MIN events or more at once, the second from the state before its first
+    arrival, counted from the arrivals and departures before it (the same events)."""
     ts = np.asarray(ts_ns, dtype=np.int64)
     out_ts = np.asarray(ts_out_ns, dtype=np.int64)
     size = np.asarray(frame_bytes)
@@ -561,10 +568,21 @@ def queue_levels(
         nbytes = _alloc(n, np.int32 if total < 2**31 else np.int64)
         t, code, packets = _alloc(n, np.int64), _alloc(n, np.int8), _alloc(n, np.int32)
         row = _alloc(n if rows else 0, np.int32)
-        _queue_merge(
-            ts, out_ts, size, add, int(delay_ns), order, n_fwd, end_ns - int(max_delay_ns),
-            last_fwd, sizes, nbytes, t, code, packets, row,
-        )  # fmt: skip
+        cut = end_ns - int(max_delay_ns)
+        streams = (ts, out_ts, size, add, int(delay_ns), order, n_fwd, cut, last_fwd)
+        outputs = (sizes, nbytes, t, code, packets, row)
+        start = _queue_start(ts, out_ts, cut, last_fwd)
+        threads = min(2, len(os.sched_getaffinity(0))) if threads is None else threads
+        middle = _next_arrival(out_ts, len(ts) // 2)
+        if threads > 1 and n >= _QUEUE_SPLIT_MIN and middle < len(ts):
+            # Two halves at once: the second from the state before the middle arrival.
+            half = _queue_state(*streams, middle)
+            with ThreadPoolExecutor(1, thread_name_prefix="queue-half") as pool:
+                later = pool.submit(_queue_merge, *streams, *outputs, half[0], n, *half[1:])
+                _queue_merge(*streams, *outputs, 0, half[0], *start[1:])
+                later.result()
+        else:
+            _queue_merge(*streams, *outputs, 0, n, *start[1:])
         return {
             "ts_ns": t,
             "event": code,
@@ -671,27 +689,72 @@ def _next_drop(ts, out_ts, i, cut, last_fwd):
 
 
 @njit(cache=True, nogil=True)
+def _queue_start(ts, out_ts, cut, last_fwd):
+    """_queue_merge's state before its first event: (0, first arrival, first drop, 0, first
+    departure in row order, level 0, 0 bytes)."""
+    first = _next_arrival(out_ts, 0)
+    return 0, first, _next_drop(ts, out_ts, 0, cut, last_fwd), 0, first, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def _queue_state(ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, j):
+    """_queue_merge's state before the event of the arrival of forwarded row j: (its event's
+    number, j, the next drop, departures before, the next departure in row order, packets
+    and bytes queued). Before it: the arrivals of the forwarded rows before j (rows are in
+    time order), the drops before its time (at its time, drops come after it), the
+    departures up to its time (at its time, they come first)."""
+    tj = ts[j]
+    arrivals, queued_bytes, drops = 0, 0, 0
+    for r in range(j):
+        if out_ts[r] >= 0:
+            arrivals += 1
+            queued_bytes += size[r] + add
+        elif ts[r] < tj and not (ts[r] > cut and ts[r] > last_fwd):
+            drops += 1
+    s = j
+    while s > 0 and ts[s - 1] == tj:
+        s -= 1
+    i_drop = _next_drop(ts, out_ts, s, cut, last_fwd)
+    ta = tj + delay
+    left, r_dep = 0, 0
+    if len(order) > 0:  # departures by time: the first after ta, by bisection
+        lo, hi = 0, n_fwd
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if out_ts[order[mid]] <= ta:
+                lo = mid + 1
+            else:
+                hi = mid
+        left = lo
+        for i in range(left):
+            queued_bytes -= size[order[i]] + add
+    else:  # departures in row order are in time order
+        r = _next_arrival(out_ts, 0)
+        while r < len(out_ts) and out_ts[r] <= ta:
+            left += 1
+            queued_bytes -= size[r] + add
+            r = _next_arrival(out_ts, r + 1)
+        r_dep = r
+    return arrivals + drops + left, j, i_drop, left, r_dep, arrivals - left, queued_bytes
+
+
+@njit(cache=True, nogil=True)
 def _queue_merge(
     ts, out_ts, size, add, delay, order, n_fwd, cut, last_fwd, out_size, nbytes, t, code, packets,
-    row,
+    row, k0, k1, i_arr, i_drop, i_dep, r_dep, level, level_bytes,
 ):  # fmt: skip
     """queue_levels' events for arrivals in time order: a three-way merge of departures (in
     ``order``, else in row order), arrivals (forwarded rows) and drops (the others, but the
     undecided: after ``cut`` and ``last_fwd``); at equal times in that order, then in row
     order. Each event's time goes to ``t``, its code to ``code``, its frame size (size + add)
     to ``out_size``, the occupancy after it to ``packets`` (fewer than 2**31 rows:
-    queue_levels checks) and ``nbytes``, and its packet's row to ``row`` if it has room."""
-    n = len(nbytes)
+    queue_levels checks) and ``nbytes``, and its packet's row to ``row`` if it has room.
+    Events k0 to k1 from the state before event k0 (see _queue_start and _queue_state)."""
     big = np.iinfo(np.int64).max
     rows = len(ts)
     by_order = len(order) > 0
     rows_too = len(row) > 0
-    i_arr = _next_arrival(out_ts, 0)
-    i_drop = _next_drop(ts, out_ts, 0, cut, last_fwd)
-    r_dep = _next_arrival(out_ts, 0)
-    i_dep = 0
-    level, level_bytes = 0, 0
-    for k in range(n):
+    for k in range(k0, k1):
         ta = ts[i_arr] + delay if i_arr < rows else big
         tx = ts[i_drop] + delay if i_drop < rows else big
         r = order[i_dep] if by_order and i_dep < n_fwd else r_dep

@@ -88,15 +88,21 @@ def test_match_times_is_the_greedy_matching(
         assert delay == DELAY or (ref < 0).sum() > len(b) // 10  # the short window cut some
 
 
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-merge", "two-halves"])
 @pytest.mark.parametrize("order", ["merge", "departures", "fifo", "sort"])
 @pytest.mark.parametrize("cut", [False, True], ids=["decided", "undecided"])
-def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cut: bool) -> None:
+def test_queue_levels_is_queue_occupancy(
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, order: str, cut: bool, threads: int
+) -> None:
     """queue_levels and queue_occupancy (built on it) give the events of the numpy oracle
     (tests/analysis/queue_oracle.py). Each path of queue_levels: arrivals in time order
     merged with departures that are not in arrival order (several flows: sorted first, or in
     the order match_rows gives) or are (one flow: one FIFO), and the general sort; with
     every packet decided, or the last ones undecided (the capture after the router ended
-    first)."""
+    first); merged at once or as two halves at once."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_QUEUE_SPLIT_MIN", 0 if threads == 2 else 1 << 40)
     b, a = read_pcap(pair[0]), read_pcap(pair[1])
     matched = match_packets(b, a, max_delay_ns=DELAY)
     fwd = matched.ts_out_ns.to_numpy() >= 0
@@ -140,6 +146,7 @@ def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cu
         departures=departures,
         header_bytes=14 if order in ("merge", "departures") else 0,
         rows=True,
+        threads=threads,
     )
     events = 2 * matched.forwarded.sum() + (~matched.forwarded).sum()
     assert len(ref) < events - 10 if cut else len(ref) == events  # undecided: left out
@@ -149,6 +156,49 @@ def test_queue_levels_is_queue_occupancy(pair: tuple[Path, Path], order: str, cu
     assert np.array_equal(got["row"], ref["row"].to_numpy())
     assert list(EVENTS.categories) == ["departure", "arrival", "drop"]
     assert (got["event"] == 2).sum() > (0 if order == "fifo" else 10)  # drops happened
+
+
+@pytest.mark.parametrize("departures", ["by-time", "row-order", "sorted"])
+def test_queue_levels_in_two_halves(monkeypatch: pytest.MonkeyPatch, departures: str) -> None:
+    """Merged as two halves at once (the second from the state counted before its first
+    arrival), the events are those of one merge, with ties of every kind where the halves
+    meet (departures, arrivals and drops at one time), undecided packets at the end, and
+    departures in the order given, in row order (one FIFO) or sorted."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_QUEUE_SPLIT_MIN", 0)
+    splits = []
+    state = fastpath._queue_state
+
+    def counted(*args):
+        splits.append(args[-1])
+        return state(*args)
+
+    monkeypatch.setattr(fastpath, "_queue_state", counted)
+    rng = np.random.default_rng(5)
+    for case in range(400):
+        n = int(rng.integers(2, 60))
+        ts = np.sort(rng.integers(0, 8, n)) * 1000  # a handful of times: ties everywhere
+        fwd = rng.random(n) < 0.7
+        wait = 2000 if departures == "row-order" else rng.integers(0, 4, n) * 1000
+        out = np.where(fwd, ts + wait, -1)
+        order = None
+        if departures == "by-time":
+            rows = np.flatnonzero(fwd)
+            order = rows[np.lexsort((rows, out[rows]))]
+        options = {
+            "delay_ns": int(rng.integers(0, 2)) * 1000,
+            "max_delay_ns": 3000,
+            "end_ns": None if case % 3 else int(ts.max()) + 500,  # the last ones undecided
+            "departures": order,
+            "rows": True,
+        }
+        sizes = rng.integers(40, 1500, n)
+        one = queue_levels(ts, out, sizes, threads=1, **options)
+        two = queue_levels(ts, out, sizes, threads=2, **options)
+        for c in one:
+            assert np.array_equal(two[c], one[c]), (case, c)
+    assert len(splits) > 300
 
 
 def test_matching_follows_the_greedy_rule_with_repeated_keys() -> None:
