@@ -518,6 +518,12 @@ def undecided(ts_ns: np.ndarray, forwarded: np.ndarray, *, max_delay_ns: int, en
 _QUEUE_SPLIT_MIN = 1 << 20  # queue events from which queue_levels merges two halves at once
 
 
+def _cpus() -> int:
+    """Threads a compiled pass may use by default: 2 where the process may run on two CPUs."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(2, cpus or 1)
+
+
 def queue_levels(
     ts_ns: np.ndarray,
     ts_out_ns: np.ndarray,
@@ -543,7 +549,7 @@ def queue_levels(
     also each event's row in the input (``row``: whose packet arrived, left or was dropped).
     ``threads``: 2 (the default where the process may run on two CPUs) merges the two halves
     of _QUEUE_SPLIT_MIN events or more at once, the second from the state before its first
-    arrival, counted from the arrivals and departures before it (the same events)."""
+    arrival, counted from the arrivals, drops and departures before it (the same events)."""
     ts = np.asarray(ts_ns, dtype=np.int64)
     out_ts = np.asarray(ts_out_ns, dtype=np.int64)
     size = np.asarray(frame_bytes)
@@ -572,7 +578,7 @@ def queue_levels(
         streams = (ts, out_ts, size, add, int(delay_ns), order, n_fwd, cut, last_fwd)
         outputs = (sizes, nbytes, t, code, packets, row)
         start = _queue_start(ts, out_ts, cut, last_fwd)
-        threads = min(2, len(os.sched_getaffinity(0))) if threads is None else threads
+        threads = _cpus() if threads is None else threads
         middle = _next_arrival(out_ts, len(ts) // 2)
         if threads > 1 and n >= _QUEUE_SPLIT_MIN and middle < len(ts):
             # Two halves at once: the second from the state before the middle arrival.
@@ -818,7 +824,7 @@ _CROSSING = ("direction", "ts_ns", "key_hash", "ip_len")  # of a crossing packet
 _CROSSING_ONLY = ("key_hash", "ip_len")  # kept for crossing packets only, if they are named
 _TABLE0 = 1 << 12  # initial slots of the direction table (it doubles when half full)
 _FULL = 3  # _pass stopped before a packet of a new direction: the table must grow first
-_ROWS = 4  # _pass stopped before a packet: its row would be the second half's first
+_ROWS = 4  # _pass stopped before an IPv4 packet: its row would be the second half's first
 _SPLIT_MIN = 32 << 20  # bytes from which a capture is read as two halves, each in a thread
 _CHAIN = 8  # whole record headers in a row that mark where the second half begins
 _SAMPLE = 1 << 18  # bytes read at the start and the middle to guess the first half's rows
@@ -880,8 +886,6 @@ def _pass(
     wc_dir, wc_ts, wc_hash, wc_len = len(c_dir) > 0, len(c_ts) > 0, len(c_hash) > 0, len(c_len) > 0
     last_k1, last_k2, last_d = _U(0), _U(1) << _U(63), np.int64(0)  # no packet's k2
     while pos < limit:
-        if n >= rows:
-            return pos, n, m, k, last_ts, in_order, _ROWS
         code, caplen = _record(b, pos, size, little)
         if code:
             return pos, n, m, k, last_ts, in_order, code
@@ -892,6 +896,8 @@ def _pass(
         if ip < 0:
             pos = left
             continue
+        if n >= rows:
+            return rec, n, m, k, last_ts, in_order, _ROWS
         if _plain_tcp(b, ip, left):  # branched here, not in a helper: see _tcp_headers
             ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _tcp_headers(b, ip)
         else:
@@ -1124,10 +1130,11 @@ def _read(
 
 
 @njit(cache=True, nogil=True)
-def _record_chain(b, little, snaplen, frac_limit, sec_lo, sec_hi, chain):
+def _record_chain(b, little, frac_limit, sec_lo, sec_hi, chain):
     """The first offset in b where ``chain`` whole records follow one another, each header
     plausible (time within [sec_lo, sec_hi] s, fraction below frac_limit, caplen at most
-    snaplen and origlen); -1 if none."""
+    libpcap's maximum and origlen: not the header's snaplen, which some files break); -1 if
+    none."""
     for p in range(len(b)):
         q = p
         for _ in range(chain):
@@ -1137,7 +1144,7 @@ def _record_chain(b, little, snaplen, frac_limit, sec_lo, sec_hi, chain):
             caplen, origlen = _u32(b, q + 8, little), _u32(b, q + 12, little)
             if sec < sec_lo or sec > sec_hi or frac >= frac_limit:
                 break
-            if caplen > snaplen or caplen > origlen or q + _REC_HDR + caplen > len(b):
+            if caplen > _MAX_CAPLEN or caplen > origlen or q + _REC_HDR + caplen > len(b):
                 break
             q += _REC_HDR + caplen
         else:
@@ -1163,7 +1170,7 @@ def _split_point(name: str, fmt, size: int) -> tuple[int, int]:
         for length in (_SAMPLE, _CHAIN * (_MAX_CAPLEN + _REC_HDR)):  # the second: long records
             f.seek(middle)
             window = np.frombuffer(f.read(length), np.uint8)
-            at = _record_chain(window, little, fmt.snaplen, frac_limit, lo, hi, _CHAIN)
+            at = _record_chain(window, little, frac_limit, lo, hi, _CHAIN)
             if at >= 0:
                 break
     if at < 0:
@@ -1243,8 +1250,9 @@ def _join(whole: _Reading, second: _Reading, cols, across) -> None:
 
 def _move(column: np.ndarray, src: int, dst: int, n: int, number: np.ndarray | None) -> None:
     """column[dst:dst + n] = column[src:src + n] (src > dst; directions renumbered through
-    ``number``), a piece at a time, each piece's source pages given back once no row will
-    land on them: the memory stays what one reading of the file would use."""
+    ``number``), a piece at a time (numpy copies an overlapping piece through a temporary),
+    each piece's source pages given back once no row will land on them (the bench trial's
+    peak: 313 MB, 317 MB when _fit alone gives back the pages past the rows at the end)."""
     if not len(column):  # a column this scan does not keep
         return
     step = max(_MOVE // column.itemsize, 1)
@@ -1305,11 +1313,11 @@ def scan(
         fmt = pcap._read_global_header(f, name)
     ip_offset, et_offset = pcap._LINKTYPES[fmt.linktype]
     size = os.path.getsize(name)
-    cap = max((size - _GLOBAL_HDR) // _REC_HDR, 0) + 2  # a packet per 16 bytes at most (+1: halves)
+    cap = max((size - _GLOBAL_HDR) // _REC_HDR, 0) + 2  # a packet per 16 B at most; +1: halves
     old = reuse.buffers if reuse is not None else [None] * len(_COLUMNS)
     every = cap if crossing is None else 0  # rows of key_hash and ip_len for every packet
     cols = [
-        b if b is not None and len(b) >= rows else _alloc(rows, t)
+        b if b is not None and len(b) >= rows > 0 else _alloc(rows, t)
         for b, t, rows in zip(
             old, _DTYPES, [every if c in _CROSSING_ONLY else cap for c in _COLUMNS], strict=True
         )
@@ -1323,7 +1331,7 @@ def scan(
     args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
     args = (*args, fmt.linktype == 1)
     whole = _Reading.at(0, _GLOBAL_HDR, cap)
-    threads = min(2, len(os.sched_getaffinity(0))) if threads is None else threads
+    threads = _cpus() if threads is None else threads
     split, expected = (
         _split_point(name, fmt, size) if threads > 1 and size >= _SPLIT_MIN else (-1, 0)
     )

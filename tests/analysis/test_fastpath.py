@@ -24,7 +24,7 @@ from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, read_columns
 from analysis.queue import EVENTS, queue_occupancy
 
 from .greedy import greedy_match
-from .pcapgen import write_pcap
+from .pcapgen import arp_frame, ethernet, ipv4, tcp_segment, udp_datagram, write_pcap
 from .queue_oracle import queue_events
 from .tcpgen import generate
 from .test_pcap import random_capture
@@ -688,8 +688,8 @@ def test_read_columns_keep_only_their_rows_resident(
     """Each column read (read_columns, the fast path's scan) holds about its own bytes,
     however large the capacity allocated for the file's worst case (one record per 16
     bytes): on 300 k packets, without the cut, the huge pages holding the columns' ends were
-    resident whole. Read as two halves, the second half's rows leave nothing resident where
-    they were written before they moved down."""
+    resident whole. Read as two halves, the same holds once the second half's rows have
+    moved down."""
     from analysis import fastpath
 
     monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
@@ -859,3 +859,84 @@ def test_a_damaged_second_half(
         for threads in (1, 2):
             with pytest.raises(PcapError, match=rf"corrupt record header at byte {at} "):
                 scan(path, threads=threads)
+
+
+def test_a_flow_whose_data_begins_in_the_second_half(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flow whose SYN is in the first half and whose first payload is in the second keeps
+    its first half's number and takes the second half's first payload row (the common case
+    at a split: flows open early and carry data throughout)."""
+    from analysis import fastpath
+
+    t0 = 1_763_700_000 * 10**9
+
+    def frame(i: int) -> bytes:
+        if i == 10:  # the flow's SYN
+            return ethernet(
+                ipv4("198.18.1.1", "198.18.2.2", 6, tcp_segment(1000, 5201, 7, 0, 0x02))
+            )
+        if i == 150:  # its first payload, after the split
+            seg = tcp_segment(1000, 5201, 8, 1, 0x18, b"x" * 100)
+            return ethernet(ipv4("198.18.1.1", "198.18.2.2", 6, seg))
+        return ethernet(ipv4("198.18.1.9", "198.18.2.9", 17, udp_datagram(2000 + i % 7, 9)))
+
+    path = write_pcap(tmp_path / "f.pcap", [(t0 + i * 1000, frame(i)) for i in range(200)])
+    split = _record_offsets(path.read_bytes())[100]
+    monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, 100))
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+    joins = _count_joins(monkeypatch)
+    ref, got = scan(path, threads=1), scan(path, threads=2)
+    _assert_same_scan(got, ref)
+    flow = int(ref.direction[10])
+    assert len(joins) == 1 and ref.directions["first_data"][flow] == 150
+
+
+def test_an_exact_guess_after_packets_that_take_no_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guess of exactly the first half's rows is enough when the records just before the
+    middle are not IPv4 (ARP, IPv6: they take no row): the halves are joined."""
+    from analysis import fastpath
+
+    t0 = 1_763_700_000 * 10**9
+    udp = ethernet(ipv4("198.18.1.9", "198.18.2.9", 17, udp_datagram(2000, 9)))
+    frames = [udp] * 100 + [arp_frame()] * 3 + [udp] * 100
+    path = write_pcap(tmp_path / "arp.pcap", [(t0 + i * 1000, f) for i, f in enumerate(frames)])
+    split = _record_offsets(path.read_bytes())[103]  # after the three ARP frames
+    monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, 100))
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+    joins = _count_joins(monkeypatch)
+    _assert_same_scan(scan(path, threads=2), scan(path, threads=1))
+    assert len(joins) == 1
+
+
+def test_a_crossing_scan_into_a_smaller_full_one(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """A scan given crossing pairs, into the memory of an earlier scan of a smaller capture
+    that kept every packet's key and length, keeps no key or length of every packet (it
+    wrote them past the smaller capture's columns before: memory corrupted, the process
+    crashed) and reads what a scan into new memory reads."""
+    small = write_pcap(tmp_path / "small.pcap", random_capture(seed=2, n=50))
+    prev = scan(small)
+    ends = scan(pair[0]).directions
+    pairs = np.unique(ends["src"].astype(np.uint64) << np.uint64(32) | ends["dst"])
+    got = scan(pair[0], reuse=prev, crossing=pairs)
+    assert len(got.key_hash) == len(got.ip_len) == 0
+    _assert_same_scan(got, scan(pair[0], crossing=pairs))
+
+
+def test_the_middle_of_a_capture_that_breaks_its_snaplen(tmp_path: Path) -> None:
+    """Records longer than the file header's snaplen (some writers do that) do not hide the
+    middle: the guess is a record's start, as it is for a file that keeps it."""
+    from analysis import fastpath
+    from analysis.pcap import _read_global_header
+
+    for snaplen in (60, None):
+        path = write_pcap(
+            tmp_path / f"s{snaplen}.pcap", random_capture(seed=9, n=3000), header_snaplen=snaplen
+        )
+        data = path.read_bytes()
+        with open(path, "rb") as f:
+            fmt = _read_global_header(f, str(path))
+        split, rows = fastpath._split_point(str(path), fmt, len(data))
+        assert split in _record_offsets(data) and rows > 1000, snaplen

@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -324,7 +325,7 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
         f"compiled code), best warm call {inside:.2f} s: "
         + ", ".join(f"{k} {v:.2f}" for k, v in result["stages"].items())
         + f"; the {len(calls)} warm calls of {len(twice)} processes: median "
-        f"{calls[len(calls) // 2]:.2f} s, slowest {calls[-1]:.2f} s (new memory's first "
+        f"{statistics.median(calls):.2f} s, slowest {calls[-1]:.2f} s (new memory's first "
         "writes cost more in some runs than in others: the kernel's time varies, the CPU's not)"
     )
     fresh = json.loads(warm[3])
