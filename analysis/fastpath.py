@@ -17,7 +17,6 @@ pay for importing pandas.
 
 from __future__ import annotations
 
-import mmap
 import os
 import queue
 import threading
@@ -34,6 +33,7 @@ from analysis.pcapscan import (
     _REC_HDR,
     _alloc,
     _fit,
+    _give_back,
     _headers,
     _ipv4_at,
     _key_hash,
@@ -1138,13 +1138,16 @@ def _record_chain(b, little, frac_limit, sec_lo, sec_hi, chain):
     for p in range(len(b)):
         q = p
         for _ in range(chain):
-            if q + _REC_HDR > len(b):
+            code, caplen = _record(b, q, len(b), little)  # whole, caplen at most the maximum
+            if code:
                 break
             sec, frac = _u32(b, q, little), _u32(b, q + 4, little)
-            caplen, origlen = _u32(b, q + 8, little), _u32(b, q + 12, little)
-            if sec < sec_lo or sec > sec_hi or frac >= frac_limit:
-                break
-            if caplen > _MAX_CAPLEN or caplen > origlen or q + _REC_HDR + caplen > len(b):
+            if (
+                sec < sec_lo
+                or sec > sec_hi
+                or frac >= frac_limit
+                or caplen > _u32(b, q + 12, little)
+            ):
                 break
             q += _REC_HDR + caplen
         else:
@@ -1183,11 +1186,11 @@ def _split_point(name: str, fmt, size: int) -> tuple[int, int]:
 def _record_bytes(b, p, little):
     """The mean size of the whole records of b from p on (header included; 0 if none)."""
     q, n = p, 0
-    while q + _REC_HDR <= len(b):
-        end = q + _REC_HDR + _u32(b, q + 8, little)
-        if end > len(b):
+    while True:
+        code, caplen = _record(b, q, len(b), little)
+        if code:
             break
-        q, n = end, n + 1
+        q, n = q + _REC_HDR + caplen, n + 1
     return (q - p) / n if n else 0.0
 
 
@@ -1223,9 +1226,9 @@ def _join(whole: _Reading, second: _Reading, cols, across) -> None:
     first's table, its rows moved down to follow the first half's."""
     number = np.empty(second.m, np.int32)
     done = 0
+    shift = second.row0 - whole.n
+    b = (second.keys1, second.keys2, second.first, second.first_data, second.crosses)
     while True:
-        shift = second.row0 - whole.n
-        b = (second.keys1, second.keys2, second.first, second.first_data, second.crosses)
         whole.m, done = _adopt(
             whole.table, whole.keys1, whole.keys2, whole.first, whole.first_data, whole.crosses,
             whole.m, *b, second.m, shift, number, done,
@@ -1270,18 +1273,6 @@ def _renumber(column, src, dst, n, number):
     """column[dst:dst + n] = number[column[src:src + n]], forward (dst < src)."""
     for i in range(n):
         column[dst + i] = number[column[src + i]]
-
-
-def _give_back(column: np.ndarray, lo: int, hi: int) -> None:
-    """The whole pages of column[lo:hi] given back to the system (an _alloc mapping's, whose
-    first row is at its start; the kernel gives zeroed pages if they are written again)."""
-    memory = column.base.obj if isinstance(column.base, memoryview) else None
-    if not isinstance(memory, mmap.mmap):
-        return
-    start = -(-lo * column.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
-    stop = min(hi * column.itemsize, len(memory)) // mmap.PAGESIZE * mmap.PAGESIZE
-    if stop > start:
-        memory.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 def scan(

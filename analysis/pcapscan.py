@@ -294,12 +294,22 @@ def _fit(column: np.ndarray, n: int) -> np.ndarray:
     2 MB whatever the rows (measured: a 0.98 M-packet capture's 17 read_pcap columns took
     100 MB for 55 MB of rows, a 0.13 M-packet one 35 MB for 7 MB). The kernel splits that
     huge page; later writes past n fault in zeroed pages."""
-    memory = column.base.obj if isinstance(column.base, memoryview) else None
-    if isinstance(memory, mmap.mmap):
-        used = -(-n * column.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
-        if used < len(memory):
-            memory.madvise(mmap.MADV_DONTNEED, used, len(memory) - used)
+    _give_back(column, n, len(column))
     return column[:n]
+
+
+def _give_back(column: np.ndarray, lo: int, hi: int) -> None:
+    """The pages of an :func:`_alloc` mapping that hold only rows lo to hi of ``column`` (its
+    whole mapping) given back to the system (the kernel gives zeroed pages if they are
+    written again): whole pages, and the last one too where hi is the mapping's end."""
+    memory = column.base.obj if isinstance(column.base, memoryview) else None
+    if not isinstance(memory, mmap.mmap):
+        return
+    start = -(-lo * column.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = hi * column.itemsize
+    stop = len(memory) if end >= len(memory) else end // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > start:
+        memory.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 def scan(

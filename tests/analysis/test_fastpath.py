@@ -581,10 +581,7 @@ def test_scan_in_small_blocks(
         ref = read_columns(path, ["ts_ns"])
     assert str(w[0].message) == str(w_ref[0].message)
     assert np.array_equal(cut.ts_ns, ref["ts_ns"])
-    offsets, pos = [], 24  # record offsets: corrupt one past the middle of the file
-    while pos < len(data):
-        offsets.append(pos)
-        pos += 16 + int.from_bytes(data[pos + 8 : pos + 12], "little")
+    offsets = _record_offsets(data)  # corrupt a record past the middle of the file
     at = offsets[len(offsets) // 2]
     bad = bytearray(data)
     bad[at + 8 : at + 12] = (10**9).to_bytes(4, "little")

@@ -22,15 +22,14 @@ first run of a checkout), with its time split into interpreter start/exit, impor
 and in-process (the analyses after the first in the same process: what each further trial
 of a batch costs; the best of them, with their median and slowest). The same analysis
 through the DataFrame API (read_pcap, tcp_goodput, ..., what analysis/trial.py calls) runs
-as a process too, and must give the same numbers. Each tool runs
-over the same two files, one after the other (the issue's "on the same files"; cat of both is
-the read limit); tcptrace also runs on the capture before the router alone, against the
-project's share of that job (read it, count its flows). The project's bytes and retransmissions
-are checked against tcptrace's on the same file. Each capture is read, and the queue merged,
-as two halves at once (the default where the process may use two CPUs; CPU times are printed
-beside wall times);
-a last line shows the same analysis with one thread (time, peak RSS, and whether the numbers
-are the same).
+as a process too, and must give the same numbers. Each tool runs over the same two files, one
+after the other (the issue's "on the same files"; cat of both is the read limit); tcptrace
+also runs on the capture before the router alone, against the project's share of that job
+(read it, count its flows). The project's bytes and retransmissions are checked against
+tcptrace's on the same file. Each capture is read, and the queue merged, as two halves at
+once (the default where the process may use two CPUs; CPU times are printed beside wall
+times); a last line shows the same analysis with one thread (time, peak RSS, and whether the
+numbers are the same).
 
 Targets (issue 6): >= 5x faster than tcptrace, >= 50x faster than tshark on 3 M packets,
 within 10x of cat, peak RSS below the file size.
@@ -178,7 +177,7 @@ def analyse_frames(before: Path, after: Path, crossing: list[int]) -> dict:
     }
 
 
-def analyse_twice(before: Path, after: Path, crossing: list[int], threads: int | None) -> dict:
+def analyse_warm(before: Path, after: Path, crossing: list[int], threads: int | None) -> dict:
     """In one process: the first call (imports; compiled code loaded from numba's cache, or
     compiled when there is none) and WARM_CALLS more (what a process analysing several
     trials pays for each further trial: the best, its stages and CPU time, and every call's
@@ -272,16 +271,16 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
         cold = run(me, True, env={"NUMBA_CACHE_DIR": cache})  # nothing cached: compiles
     run(me)  # fills the checkout's own cache, which a fresh clone does not have yet
     warm = best(me, repeat, True)
-    twice = [json.loads(run([*me, "--twice"], True)[3]) for _ in range(repeat)]
+    warm_runs = [json.loads(run([*me, "--warm"], True)[3]) for _ in range(repeat)]
     alone = [*me, "--threads", "1"]  # what the second CPU buys
     alone_warm = best(alone, repeat, True)
-    alone_twice = min(
-        (json.loads(run([*alone, "--twice"], True)[3]) for _ in range(repeat)),
+    alone_inside = min(
+        (json.loads(run([*alone, "--warm"], True)[3]) for _ in range(repeat)),
         key=lambda r: r["warm_call_s"],
     )
-    result = min(twice, key=lambda r: r["warm_call_s"])  # in-process figures: the best run
+    result = min(warm_runs, key=lambda r: r["warm_call_s"])  # in-process figures: the best run
     for job in ("tcptrace_job_s", "tcptrace_job_cpu_s"):  # and tcptrace's job: its best
-        result[job] = min(r[job] for r in twice)
+        result[job] = min(r[job] for r in warm_runs)
     frames = best([*me, "--frames"], repeat, True)
     rows = [
         ("project, fresh process, warm", *warm[:3]),
@@ -319,12 +318,12 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
             f"{name:34} {wall:8.2f} {cpu:8.2f} {rss:12.0f} {wall / inside:13.2f} "
             f"{wall / warm[0]:10.2f}"
         )
-    calls = sorted(c for r in twice for c in r["warm_calls_s"])
+    calls = sorted(c for r in warm_runs for c in r["warm_calls_s"])
     print(
         f"project in-process: 1st call {result['first_call_s']:.2f} s (imports, loads the cached "
         f"compiled code), best warm call {inside:.2f} s: "
         + ", ".join(f"{k} {v:.2f}" for k, v in result["stages"].items())
-        + f"; the {len(calls)} warm calls of {len(twice)} processes: median "
+        + f"; the {len(calls)} warm calls of {len(warm_runs)} processes: median "
         f"{statistics.median(calls):.2f} s, slowest {calls[-1]:.2f} s (new memory's first "
         "writes cost more in some runs than in others: the kernel's time varies, the CPU's not)"
     )
@@ -370,17 +369,17 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
         f"tcptrace on F: faster {one[1] / result['tcptrace_job_cpu_s']:.2f}x"
     )
     print(f"peak RSS {warm[2]:.0f} MB vs file {size / 1e6:.0f} MB (target: below)")
-    t1 = alone_twice["warm_call_s"]
+    t1 = alone_inside["warm_call_s"]
     same_alone = all(
-        alone_twice[k] == result[k]
+        alone_inside[k] == result[k]
         for k in ("flows", "goodput_bytes_after", "udp_lost", "owd_median_ms", "queue_events")
     )
     print(
         "one thread (captures read and the queue merged from start to end): in-process "
-        f"{t1:.2f} s, CPU {alone_twice['warm_call_cpu_s']:.2f} s ("
-        + ", ".join(f"{k} {v:.2f}" for k, v in alone_twice["stages"].items())
+        f"{t1:.2f} s, CPU {alone_inside['warm_call_cpu_s']:.2f} s ("
+        + ", ".join(f"{k} {v:.2f}" for k, v in alone_inside["stages"].items())
         + f"): faster than tcptrace {tools['tcptrace'] / t1:.2f}x, time / cat "
-        f"{t1 / max(tools['cat'], 1e-3):.1f}; tcptrace's job {alone_twice['tcptrace_job_s']:.2f}"
+        f"{t1 / max(tools['cat'], 1e-3):.1f}; tcptrace's job {alone_inside['tcptrace_job_s']:.2f}"
         f" s; fresh process {alone_warm[0]:.2f} s, peak RSS {alone_warm[2]:.0f} MB; numbers "
         f"{'the same' if same_alone else 'DIFFERENT'} as with two"
     )
@@ -409,11 +408,11 @@ def main() -> None:
     ap.add_argument("--analyse", nargs=2, type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--crossing", default="", help=argparse.SUPPRESS)
     ap.add_argument("--frames", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--twice", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     crossing = [int(k) for k in args.crossing.split(",") if k]
-    if args.analyse and not (args.frames or args.twice):  # a fresh process: where its time goes
+    if args.analyse and not (args.frames or args.warm):  # a fresh process: where its time goes
         t = time.perf_counter()
         import numpy  # noqa: F401
 
@@ -428,7 +427,7 @@ def main() -> None:
         if args.frames:
             print(json.dumps(analyse_frames(*args.analyse, crossing)))
         else:
-            print(json.dumps(analyse_twice(*args.analyse, crossing, args.threads)))
+            print(json.dumps(analyse_warm(*args.analyse, crossing, args.threads)))
         return
     workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
     try:
