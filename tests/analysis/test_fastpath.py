@@ -21,6 +21,7 @@ from analysis.metrics import (
     tcp_retransmissions,
 )
 from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, read_columns, read_pcap
+from analysis.pcapscan import _alloc
 from analysis.queue import EVENTS, queue_occupancy
 
 from .greedy import greedy_match
@@ -33,7 +34,7 @@ DELAY = 2 * 10**9
 
 
 def departure_order(rows: np.ndarray, out_ts: np.ndarray, n_fwd: int) -> np.ndarray:
-    return _departure_order(rows, out_ts, n_fwd, np.empty(len(rows), rows.dtype))
+    return _departure_order(rows.copy(), out_ts, n_fwd)
 
 
 @pytest.fixture(scope="module")
@@ -290,6 +291,33 @@ def test_departures_within_one_tick_are_put_in_row_order() -> None:
         assert np.array_equal(got[c], ref[c]), c
 
 
+def test_departures_are_put_in_order_in_place() -> None:
+    """Departures out of arrival order (two FIFOs) listed as the capture after them saw them
+    (equal times in any order): queue_levels puts a writable int32 list in order where it
+    is, and copies one it may not write; the events are those of its own sort."""
+    rng = np.random.default_rng(4)
+    ts = np.arange(6000, dtype=np.int64) * 1000
+    out = ts + np.where(np.arange(6000) % 2 == 0, 5, 20) * 1000  # the odd rows wait longer
+    out = out // 4000 * 4000  # 4 µs ticks: runs of equal departure times
+    out[rng.random(6000) < 0.05] = -1
+    want = np.argsort(out, kind="stable")[(out < 0).sum() :].astype(np.int32)
+    seen = want.copy()
+    for t in np.unique(out[want]):
+        run = np.flatnonzero(out[seen] == t)
+        seen[run] = seen[run][::-1]
+    assert not np.array_equal(seen, want) and not (np.diff(out[out >= 0]) >= 0).all()
+    size = np.full(len(out), 100)
+    ref = queue_levels(ts, out, size, max_delay_ns=DELAY)
+    frozen, listed = seen.copy(), seen.copy()
+    frozen.flags.writeable = False
+    for given in (listed, frozen):
+        got = queue_levels(ts, out, size, max_delay_ns=DELAY, departures=given)
+        for c in ref:
+            assert np.array_equal(got[c], ref[c]), c
+    assert np.array_equal(listed, want)  # in order where it was: no copy
+    assert np.array_equal(frozen, seen)
+
+
 def _signed(steps: pd.Series) -> pd.Series:
     """32-bit sequence-number steps as signed numbers (unwrapping, summed)."""
     return ((steps + 2**31) % 2**32) - 2**31
@@ -538,6 +566,50 @@ def test_crossing_scan_keeps_the_packets_of_its_pairs(tmp_path: Path, snaplen: i
     assert len(scan(path, crossing=[]).crossing["ts_ns"]) == 0
     with pytest.raises(ValueError, match=r"crossing_columns: \['size'\] not among"):
         scan(path, crossing=pairs, crossing_columns=("ts_ns", "size"))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_crossing_times_taken_from_a_spent_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """take_crossing_times gives what a crossing scan keeps as ts_ns (read whole or as two
+    halves), from the capture's own column: the capture is left without ts_ns, its other
+    columns as they were, and a scan reusing it allocates that column anew (the times
+    taken stay as they are); the pages past the times taken are given back."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
+    path = write_pcap(tmp_path / "r.pcap", random_capture(seed=5, n=40_000))
+    ends = scan(path).directions
+    pairs = np.unique(ends["src"].astype(np.uint64) << np.uint64(32) | ends["dst"])[::3]
+    kept = scan(path, crossing=pairs, threads=threads)
+    cap = scan(path, crossing=pairs, crossing_columns=("key_hash",), threads=threads)
+    assert set(cap.crossing) == {"key_hash"}
+    flags = cap.tcp_flags.copy()
+    taken = fastpath.take_crossing_times(cap, pairs)
+    assert 0 < len(taken) < len(kept.ts_ns)
+    assert np.array_equal(taken, kept.crossing["ts_ns"])
+    assert len(cap.ts_ns) == 0 and np.array_equal(cap.tcp_flags, flags)
+    copy = taken.copy()
+    again = scan(path, reuse=cap, crossing=pairs, threads=threads)
+    assert np.array_equal(again.ts_ns, kept.ts_ns) and np.array_equal(taken, copy)
+    big = _alloc(1 << 20, np.int64)  # 8 MB of times, a crossing packet in 64
+    rows = len(big) - 1000  # as a scan's columns: the rows, a view of a longer allocation
+    big[:rows] = np.arange(rows)
+    spent = fastpath.Capture(
+        "", (np.arange(rows) % 64 != 0).astype(np.int32), big[:rows], *[np.empty(0)] * 6,
+        {"src": np.array([1, 1], np.uint32), "dst": np.array([2, 3], np.uint32)}, True,
+        buffers=[None, big],
+    )  # fmt: skip
+    before = _resident_kib()
+    taken = fastpath.take_crossing_times(spent, [1 << 32 | 2])
+    assert np.array_equal(taken, np.arange(0, rows, 64))
+    assert before - _resident_kib() > 6000  # KiB: all but the 128 KB taken
+
+
+def _resident_kib() -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0])
 
 
 def test_scan_of_a_truncated_or_corrupt_capture(tmp_path: Path) -> None:

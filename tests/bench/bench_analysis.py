@@ -9,7 +9,9 @@ after it (8 bulk TCP flows with handshake, delayed ACKs, losses, fast retransmis
 sequence wraparound, plus a UDP stream, all through one FIFO queue as at a real bottleneck).
 Every contender runs as its own process; wall time is the best of --repeat runs (tshark: one
 run; in-process figures: the best of --repeat processes), with that run's CPU time and the
-process's peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes). The project's
+process's peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes; for the project,
+also how much of it is the process's own, anonymous memory and how much pages of the libraries
+it maps, whose count depends on the page cache, not on the analysis). The project's
 analysis of the trial: read both captures, goodput (after), retransmissions (before), one-way
 delay of the UDP stream, the bottleneck queue (match before/after + occupancy over time), on the
 array fast path of analysis/fastpath.py (one compiled pass per capture, then compiled passes
@@ -58,7 +60,7 @@ TSHARK_FIELDS = (
 )
 MAX_DELAY_NS = 2 * 10**9
 FLOWS = ("src", "dst", "sport", "dport")
-DEPARTING = ("ts_ns", "key_hash")  # what matching reads of the capture after the router
+DEPARTING = ("key_hash",)  # matching reads these and ts_ns of the capture after the router
 WARM_CALLS = 4  # analyses after the first in each in-process run (their times vary)
 
 
@@ -75,12 +77,22 @@ def _last_ns(capture) -> int:
     return int(capture.ts_ns.max()) if len(capture.ts_ns) else 0
 
 
+def _memory_mb() -> dict[str, float]:
+    """This process's peak RSS and its resident memory now, anonymous (its own: interpreter,
+    numba, the analysis's arrays) and pages of mapped files (libraries: shared, clean, and
+    as many as the page cache maps per fault), in MB (10^6 bytes)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    kib = {k: int(fields[k].split()[0]) for k in ("VmHWM", "RssAnon", "RssFile", "RssShmem")}
+    return {k: v * 1024 / 1e6 for k, v in kib.items()}
+
+
 def analyse(before: Path, after: Path, crossing: list[int], threads: int | None = None) -> dict:
     """The analysis of one trial, stage by stage, on the array fast path (analysis/fastpath.py:
     one compiled pass per capture, no pandas). ``crossing``: the (src, dst) pairs through the
     bottleneck as src << 32 | dst (a trial's record names them). Each capture is scanned once:
     its flow counters, and the time, key and size of its packets crossing the bottleneck;
-    the second is scanned into the first one's memory. One matching of the crossing packets
+    the second is scanned into the first one's memory, and its crossing packets' times are
+    taken from its own time column once its counters are done. One matching of the crossing packets
     gives the queue and the UDP stream's one-way delay (matching is per key: the UDP packets
     pair as they would alone). ``threads``: scan's (None: two halves of each capture at
     once where the process may use two CPUs)."""
@@ -92,6 +104,7 @@ def analyse(before: Path, after: Path, crossing: list[int], threads: int | None 
         queue_levels,
         scan,
         summarize_owd,
+        take_crossing_times,
         undecided,
     )
 
@@ -116,6 +129,7 @@ def analyse(before: Path, after: Path, crossing: list[int], threads: int | None 
     goodput = flow_counters(a)
     stage("goodput")
     departing, end_ns = a.crossing, _last_ns(a)
+    departing["ts_ns"] = take_crossing_times(a, pairs)  # b's are a column: a reuses b's
     del a
     ts_out, departures = match_rows(
         arrivals["key_hash"], arrivals["ts_ns"], departing["key_hash"], departing["ts_ns"],
@@ -185,6 +199,10 @@ def analyse_warm(before: Path, after: Path, crossing: list[int], threads: int | 
     t = time.perf_counter()
     first = analyse(before, after, crossing, threads)
     first_s = time.perf_counter() - t
+    # Every library the analysis maps is mapped now: the peak RSS of the calls below (the
+    # high-water mark reset to the present RSS) less the file pages mapped is their own.
+    Path("/proc/self/clear_refs").write_text("5")
+    files_before = _memory_mb()["RssFile"]
     calls = []
     for _ in range(WARM_CALLS):
         t, cpu = time.perf_counter(), time.process_time()
@@ -194,6 +212,9 @@ def analyse_warm(before: Path, after: Path, crossing: list[int], threads: int | 
             k: v for k, v in out.items() if k != "stages"
         }
     second_s, second_cpu, second = min(calls, key=lambda c: c[0])
+    memory = _memory_mb()
+    if memory["RssFile"] != files_before:  # a file mapped or dropped: no exact split
+        memory["RssAnon"] = float("nan")
     from analysis.fastpath import flow_counters, scan
 
     t, cpu = time.perf_counter(), time.process_time()  # tcptrace's job alone: one capture
@@ -207,6 +228,9 @@ def analyse_warm(before: Path, after: Path, crossing: list[int], threads: int | 
         "warm_calls_s": [c[0] for c in calls],
         "tcptrace_job_s": alone,
         "tcptrace_job_cpu_s": alone_cpu,
+        "warm_peak_mb": memory["VmHWM"],
+        "warm_peak_own_mb": memory["VmHWM"] - memory["RssFile"] - memory["RssShmem"],
+        "file_pages_mb": memory["RssFile"],
     }
 
 
@@ -368,7 +392,16 @@ def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
         f"CPU-time ratio, tcptrace's job {result['tcptrace_job_cpu_s']:.2f} s against "
         f"tcptrace on F: faster {one[1] / result['tcptrace_job_cpu_s']:.2f}x"
     )
-    print(f"peak RSS {warm[2]:.0f} MB vs file {size / 1e6:.0f} MB (target: below)")
+    owns = [r["warm_peak_own_mb"] for r in warm_runs]
+    own = max(owns) if all(o == o for o in owns) else float("nan")  # nan: a file was mapped
+    print(
+        f"peak RSS {warm[2]:.0f} MB vs file {size / 1e6:.0f} MB (target: below), a fresh process;"
+        f" of its resident memory at exit, {fresh['RssFile']:.0f} MB are pages of mapped files "
+        f"(libraries: how many a fault maps depends on how the page cache holds the file) and "
+        f"{fresh['RssAnon']:.0f} MB its own. Calls after the first in one process: peak "
+        f"{max(r['warm_peak_mb'] for r in warm_runs):.0f} MB, of it at most {own:.0f} MB the "
+        f"process's own (anonymous) memory, the rest library pages ({len(warm_runs)} processes)"
+    )
     t1 = alone_inside["warm_call_s"]
     same_alone = all(
         alone_inside[k] == result[k]
@@ -421,7 +454,8 @@ def main() -> None:
         imports = time.perf_counter() - t
         t = time.perf_counter()
         out = analyse(*args.analyse, crossing, args.threads)
-        print(json.dumps({**out, "imports_s": imports, "analysis_s": time.perf_counter() - t}))
+        spent = time.perf_counter() - t
+        print(json.dumps({**out, "imports_s": imports, "analysis_s": spent, **_memory_mb()}))
         return
     if args.analyse:
         if args.frames:
