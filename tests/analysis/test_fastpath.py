@@ -570,7 +570,7 @@ def test_crossing_scan_keeps_the_packets_of_its_pairs(tmp_path: Path, snaplen: i
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_crossing_times_taken_from_a_spent_capture(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+    tmp_path: Path, joins: list[int], threads: int
 ) -> None:
     """take_crossing_times gives what a crossing scan keeps as ts_ns (read whole or as two
     halves), from the capture's own column: the capture is left without ts_ns, its other
@@ -578,9 +578,8 @@ def test_crossing_times_taken_from_a_spent_capture(
     taken stay as they are); the pages past the times taken are given back."""
     from analysis import fastpath
 
-    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
     path = write_pcap(tmp_path / "r.pcap", random_capture(seed=5, n=40_000))
-    ends = scan(path).directions
+    ends = scan(path, threads=1).directions
     pairs = np.unique(ends["src"].astype(np.uint64) << np.uint64(32) | ends["dst"])[::3]
     kept = scan(path, crossing=pairs, threads=threads)
     cap = scan(path, crossing=pairs, crossing_columns=("key_hash",), threads=threads)
@@ -593,6 +592,7 @@ def test_crossing_times_taken_from_a_spent_capture(
     copy = taken.copy()
     again = scan(path, reuse=cap, crossing=pairs, threads=threads)
     assert np.array_equal(again.ts_ns, kept.ts_ns) and np.array_equal(taken, copy)
+    assert len(joins) == (3 if threads == 2 else 0)
     big = _alloc(1 << 20, np.int64)  # 8 MB of times, a crossing packet in 64
     rows = len(big) - 1000  # as a scan's columns: the rows, a view of a longer allocation
     big[:rows] = np.arange(rows)
@@ -752,17 +752,13 @@ def test_a_column_cut_to_its_rows_gives_back_the_rest() -> None:
 
 @pytest.mark.parametrize("threads", [1, 2], ids=["one-reading", "two-halves"])
 def test_read_columns_keep_only_their_rows_resident(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+    tmp_path: Path, joins: list[int], threads: int
 ) -> None:
     """Each column read (read_columns, the fast path's scan) holds about its own bytes,
     however large the capacity allocated for the file's worst case (one record per 16
     bytes): on 300 k packets, without the cut, the huge pages holding the columns' ends were
     resident whole. Read as two halves, the same holds once the second half's rows have
     moved down."""
-    from analysis import fastpath
-
-    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
-    joins = _count_joins(monkeypatch)
     truth = generate(tmp_path / "b.pcap", tmp_path / "a.pcap", packets=300_000, flows=2)
     read = read_columns(tmp_path / "b.pcap", [*COLUMNS, "key_hash"])
     fast = scan(tmp_path / "b.pcap", crossing=truth.crossing, threads=threads)
@@ -776,10 +772,13 @@ def test_read_columns_keep_only_their_rows_resident(
         assert resident_bytes(column, len(memory)) <= column.nbytes + 4096, name
 
 
-def _count_joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one each time scan joins two halves it read at once."""
+@pytest.fixture
+def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Captures of any size read as two halves at once where a scan may use two threads
+    (_SPLIT_MIN 0), and a list that grows by one each time scan joins two halves."""
     from analysis import fastpath
 
+    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
     joins: list[int] = []
     join = fastpath._join
 
@@ -814,7 +813,7 @@ def _record_offsets(data: bytes) -> list[int]:
 
 @pytest.mark.parametrize("block", [1 << 20, 3000], ids=["blocks", "small-blocks"])
 def test_a_capture_read_as_two_halves(
-    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, block: int
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, joins: list[int], block: int
 ) -> None:
     """Two halves read at once (the second from a record found near the middle) give the
     scan of one reading, column for column: directions numbered in order of appearance
@@ -823,9 +822,7 @@ def test_a_capture_read_as_two_halves(
     from analysis import fastpath
     from analysis.pcap import _read_global_header
 
-    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
     monkeypatch.setattr(fastpath, "_BLOCK", block)
-    joins = _count_joins(monkeypatch)
     ends = scan(pair[0], threads=1).directions
     pairs = np.unique(ends["src"].astype(np.uint64) << np.uint64(32) | ends["dst"])[::2]
     prev = {1: None, 2: None}
@@ -851,7 +848,7 @@ def test_a_capture_read_as_two_halves(
 
 
 def test_halves_with_many_directions_and_time_going_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, joins: list[int]
 ) -> None:
     """Directions first seen in the second half join the first half's table (thousands: it
     grows while they do), those seen in both keep the first half's number and first rows,
@@ -869,19 +866,17 @@ def test_halves_with_many_directions_and_time_going_back(
         path = write_pcap(tmp_path / f"{name}.pcap", shifted)
         split = _record_offsets(path.read_bytes())[middle]
         monkeypatch.setattr(fastpath, "_split_point", lambda *_a, s=split: (s, middle + 100))
-        monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
-        joins = _count_joins(monkeypatch)
+        joins.clear()
         ref, got = scan(path, threads=1), scan(path, threads=2)
         _assert_same_scan(got, ref)
         assert joins and ref.in_order == (back is None)
         first = ref.directions["first"]
         assert len(first) > 4096 and (first > len(first) // 2).any()  # new in the second half
-        monkeypatch.undo()
 
 
 @pytest.mark.parametrize("guess", ["inside-a-record", "too-few-rows"])
 def test_a_wrong_guess_reads_on_from_the_first_half(
-    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, guess: str
+    pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, joins: list[int], guess: str
 ) -> None:
     """A guessed middle that is not a record's start (the look of record headers inside a
     payload), or a first half with more rows than guessed, is found by the first half's
@@ -893,14 +888,12 @@ def test_a_wrong_guess_reads_on_from_the_first_half(
     split = offsets[middle] + 1 if guess == "inside-a-record" else offsets[middle]
     rows = middle + 100 if guess == "inside-a-record" else middle // 2
     monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, rows))
-    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
-    joins = _count_joins(monkeypatch)
     _assert_same_scan(scan(pair[0], threads=2), scan(pair[0], threads=1))
     assert joins == []
 
 
 def test_a_damaged_second_half(
-    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, joins: list[int]
 ) -> None:
     """A truncated end or a corrupt header in the second half is reported as one reading
     reports it (the same offset, the same message); a corrupt header in the first half
@@ -911,8 +904,6 @@ def test_a_damaged_second_half(
     offsets = _record_offsets(data)
     split = offsets[len(offsets) // 2]
     monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, len(offsets) // 2 + 9))
-    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
-    joins = _count_joins(monkeypatch)
     path = tmp_path / "cut.pcap"
     path.write_bytes(data[:-7])
     with pytest.warns(PcapTruncatedWarning) as w_ref:
@@ -931,7 +922,7 @@ def test_a_damaged_second_half(
 
 
 def test_a_flow_whose_data_begins_in_the_second_half(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, joins: list[int]
 ) -> None:
     """A flow whose SYN is in the first half and whose first payload is in the second keeps
     its first half's number and takes the second half's first payload row (the common case
@@ -953,8 +944,6 @@ def test_a_flow_whose_data_begins_in_the_second_half(
     path = write_pcap(tmp_path / "f.pcap", [(t0 + i * 1000, frame(i)) for i in range(200)])
     split = _record_offsets(path.read_bytes())[100]
     monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, 100))
-    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
-    joins = _count_joins(monkeypatch)
     ref, got = scan(path, threads=1), scan(path, threads=2)
     _assert_same_scan(got, ref)
     flow = int(ref.direction[10])
@@ -962,7 +951,7 @@ def test_a_flow_whose_data_begins_in_the_second_half(
 
 
 def test_an_exact_guess_after_packets_that_take_no_row(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, joins: list[int]
 ) -> None:
     """A guess of exactly the first half's rows is enough when the records just before the
     middle are not IPv4 (ARP, IPv6: they take no row): the halves are joined."""
@@ -974,8 +963,6 @@ def test_an_exact_guess_after_packets_that_take_no_row(
     path = write_pcap(tmp_path / "arp.pcap", [(t0 + i * 1000, f) for i, f in enumerate(frames)])
     split = _record_offsets(path.read_bytes())[103]  # after the three ARP frames
     monkeypatch.setattr(fastpath, "_split_point", lambda *_a: (split, 100))
-    monkeypatch.setattr(fastpath, "_SPLIT_MIN", 0)
-    joins = _count_joins(monkeypatch)
     _assert_same_scan(scan(path, threads=2), scan(path, threads=1))
     assert len(joins) == 1
 
