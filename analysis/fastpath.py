@@ -518,10 +518,22 @@ def undecided(ts_ns: np.ndarray, forwarded: np.ndarray, *, max_delay_ns: int, en
 _QUEUE_SPLIT_MIN = 1 << 20  # queue events from which queue_levels merges two halves at once
 
 
+_sharing = 1  # processes analysing side by side on this process's CPUs (see share_cpus)
+
+
+def share_cpus(processes: int) -> None:
+    """This process is one of ``processes`` that analyse side by side on the same CPUs
+    (analysis.workers' worker processes): its compiled passes take their share of the CPUs
+    by default, not two threads each in every process."""
+    global _sharing
+    _sharing = max(int(processes), 1)
+
+
 def _cpus() -> int:
-    """Threads a compiled pass may use by default: 2 where the process may run on two CPUs."""
+    """Threads a compiled pass may use by default: 2 where the process's share of the CPUs
+    it may run on (all of them, unless share_cpus said otherwise) is two or more."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(2, cpus or 1)
+    return max(min(2, (cpus or 1) // _sharing), 1)
 
 
 def queue_levels(

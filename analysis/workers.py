@@ -149,8 +149,7 @@ def _analysed(dirs: list[Path], jobs: int) -> Iterator[tuple[Path, dict[str, Any
             except Exception as exc:  # yielded, not raised: the caller sorts the causes
                 yield trial_dir, exc
         return
-    # forkserver: workers start from a clean process, not a fork of this one's threads
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("forkserver"))
+    pool = _pool(jobs)
     try:
         with _main_left_alone():  # the workers start here, as the jobs are submitted
             futures = [pool.submit(_analyse_one, trial_dir) for trial_dir in dirs]
@@ -164,6 +163,19 @@ def _analysed(dirs: list[Path], jobs: int) -> Iterator[tuple[Path, dict[str, Any
             yield trial_dir, future.result() if exc is None else exc
     finally:  # the caller stopped early (an error it raises, Ctrl-C): no new trial starts
         pool.shutdown(cancel_futures=True)
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    """``jobs`` worker processes, each started from a clean process (forkserver, not a fork
+    of this one's threads) and told it shares the CPUs with the others."""
+    context = multiprocessing.get_context("forkserver")
+    return ProcessPoolExecutor(jobs, mp_context=context, initializer=_share_cpus, initargs=(jobs,))
+
+
+def _share_cpus(jobs: int) -> None:
+    from analysis.fastpath import share_cpus
+
+    share_cpus(jobs)
 
 
 @contextmanager

@@ -47,6 +47,21 @@ def test_each_trial_gets_its_own_failure_back_from_the_workers(tmp_path: Path) -
     assert all("Traceback" in str(e.__cause__) for _, e in got)  # they came from a worker
 
 
+def test_workers_share_the_cpus() -> None:
+    """Each of two analysis workers on two CPUs runs its compiled passes (two halves of a
+    capture, of a queue) in one thread, not two threads each (four threads on two CPUs);
+    one worker alone, or a process that is not a worker, may use two."""
+    from analysis import fastpath
+    from analysis.workers import _pool
+
+    cpus = len(os.sched_getaffinity(0))
+    with _pool(2) as pool:
+        assert pool.submit(fastpath._cpus).result() == max(min(2, cpus // 2), 1)
+    with _pool(1) as pool:
+        assert pool.submit(fastpath._cpus).result() == min(2, cpus)
+    assert fastpath._cpus() == min(2, cpus)  # this process: not a worker
+
+
 def test_a_bad_jobs_setting_stops_the_command_before_it_starts() -> None:
     """The analysis runs after the trials: its setting is checked when the command starts."""
     root = Path(__file__).resolve().parents[2]
