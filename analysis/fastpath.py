@@ -557,9 +557,8 @@ def queue_levels(
     departures not in arrival order (several FIFOs, or none) are taken in the order of
     ``departures`` (the rows by departure time, as :func:`match_rows` gives them), else
     sorted first; a writable int32 ``departures`` is put in that order in place, not copied
-    (4 bytes a departure less at the peak, and no temporary left in malloc's heap to raise
-    the next analysis's peak: 6-7 MB at 2 M packets), and holds the same rows afterwards,
-    perhaps reordered. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
+    (4 bytes a departure less at the peak), and holds the same rows afterwards, perhaps
+    reordered. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
     lengths). Sizes and occupancy come in the narrowest integers that hold them. ``rows``:
     also each event's row in the input (``row``: whose packet arrived, left or was dropped).
     ``threads``: 2 (the default where the process may run on two CPUs) merges the two halves
@@ -692,6 +691,7 @@ def _departure_order(out, out_ts, n_fwd):
             j -= 1
             budget -= 1
             if budget < 0:
+                out[j] = r  # the same rows, for a caller that reads them again
                 return none
         out[j] = r
     for k in range(1, len(out)):  # strictly increasing: no row twice
@@ -1304,17 +1304,17 @@ def scan(
     crossing_columns: tuple[str, ...] = _CROSSING,
     threads: int | None = None,
 ) -> Capture:
-    """One compiled pass over the classic pcap file ``path`` (its size when reading began):
-    see :class:`Capture`. Errors and truncation as :func:`analysis.pcap.read_columns`.
-    ``reuse``: a capture no longer needed, whose column memory this scan writes over (its
-    pages are resident already: no page faults). ``crossing``: (src, dst) pairs as
-    src << 32 | dst (the traffic crossing a bottleneck, as a trial's record names it): the
-    ``crossing_columns`` of their packets (any of direction, ts_ns, key_hash and ip_len) are
-    kept in ``crossing``, and key_hash and ip_len of every packet are not (what matching and
-    the queue read, in a third of the memory). ``threads``: 2 (the default where the process
-    may run on two CPUs) reads a capture of _SPLIT_MIN bytes or more as two halves at once,
-    the second from a record found near the middle; the first half's reading checks that it
-    ends exactly there (else it reads on alone), so the result is the same in every way."""
+    """One compiled pass over the classic pcap file ``path`` (its size when reading began): see
+    :class:`Capture`. Errors and truncation as :func:`analysis.pcap.read_columns`. ``reuse``: a
+    capture no longer needed, whose column memory this scan writes over (its pages are resident
+    already: no page faults) and keeps (no later scan reuses it again). ``crossing``: (src, dst)
+    pairs as src << 32 | dst (the traffic crossing a bottleneck, as a trial's record names it):
+    the ``crossing_columns`` of their packets (any of direction, ts_ns, key_hash and ip_len) are
+    kept in ``crossing``, and key_hash and ip_len of every packet are not (what matching and the
+    queue read, in a third of the memory). ``threads``: 2 (the default where the process may run
+    on two CPUs) reads a capture of _SPLIT_MIN bytes or more as two halves at once, the second
+    from a record found near the middle; the first half's reading checks that it ends exactly
+    there (else it reads on alone), so the result is the same in every way."""
     from analysis import pcap
 
     unknown = set(crossing_columns) - set(_CROSSING)
@@ -1334,6 +1334,8 @@ def scan(
             old, _DTYPES, [every if c in _CROSSING_ONLY else cap for c in _COLUMNS], strict=True
         )
     ]
+    if reuse is not None:  # its memory is this scan's now: no later scan may take it too
+        reuse.buffers = [None] * len(_COLUMNS)
     pairs = np.unique(np.asarray([] if crossing is None else crossing, np.uint64))
     kept = [crossing is not None and c in crossing_columns for c in _CROSSING]
     across = [
@@ -1410,15 +1412,24 @@ def take_crossing_times(cap: Capture, crossing) -> np.ndarray:
     gives its ts_ns up: the times move to the front of that column in place, its pages past
     them are given back, cap.ts_ns is left empty, and a scan reusing the capture allocates
     that column anew."""
+    _check_not_spent(cap)
+    column = cap.buffers[_COLUMNS.index("ts_ns")] if cap.buffers else None
+    if column is None:
+        raise ValueError(f"{cap.path}: not a scan's capture, or its ts_ns memory is taken")
     ends = cap.directions
     keys = ends["src"].astype(_U) << _U(32) | ends["dst"].astype(_U)
     crosses = np.isin(keys, np.asarray(crossing, np.uint64))
-    ts, column = cap.ts_ns, cap.buffers[_COLUMNS.index("ts_ns")]  # ts_ns: column[:rows]
+    ts = cap.ts_ns  # column[:rows]
     kept = _compact(ts, cap.direction, crosses)
-    _give_back(column, kept, len(ts))  # a view's pages are not found through the view
+    _give_back(column, kept, len(column))  # a view's pages are not found through the view
     cap.ts_ns = ts[:0]
     cap.buffers[_COLUMNS.index("ts_ns")] = None
     return ts[:kept]
+
+
+def _check_not_spent(cap: Capture) -> None:
+    if len(cap.ts_ns) != len(cap.direction):
+        raise ValueError(f"{cap.path}: its times were taken (take_crossing_times)")
 
 
 @njit(cache=True, nogil=True)
@@ -1437,6 +1448,7 @@ def flow_counters(
     cap: Capture, *, start_ns: int | None = None, end_ns: int | None = None
 ) -> dict[str, np.ndarray]:
     """:func:`tcp_flow_counters` of a scanned capture (the same numbers, in the same order)."""
+    _check_not_spent(cap)
     ts = cap.ts_ns
     first_data = cap.directions["first_data"]
     packets, retx, retx_bytes, nbytes, span = _counters(

@@ -316,6 +316,11 @@ def test_departures_are_put_in_order_in_place() -> None:
             assert np.array_equal(got[c], ref[c]), c
     assert np.array_equal(listed, want)  # in order where it was: no copy
     assert np.array_equal(frozen, seen)
+    scrambled = want[::-1].copy()  # too far from the order for insertion: sorted instead
+    got = queue_levels(ts, out, size, max_delay_ns=DELAY, departures=scrambled)
+    for c in ref:
+        assert np.array_equal(got[c], ref[c]), c
+    assert np.array_equal(np.sort(scrambled), np.sort(want))  # the same rows, none lost
 
 
 def _signed(steps: pd.Series) -> pd.Series:
@@ -590,9 +595,17 @@ def test_crossing_times_taken_from_a_spent_capture(
     assert np.array_equal(taken, kept.crossing["ts_ns"])
     assert len(cap.ts_ns) == 0 and np.array_equal(cap.tcp_flags, flags)
     copy = taken.copy()
+    with pytest.raises(ValueError, match="its times were taken"):
+        flow_counters(cap)
+    with pytest.raises(ValueError, match="its times were taken"):
+        fastpath.take_crossing_times(cap, pairs)
     again = scan(path, reuse=cap, crossing=pairs, threads=threads)
     assert np.array_equal(again.ts_ns, kept.ts_ns) and np.array_equal(taken, copy)
-    assert len(joins) == (3 if threads == 2 else 0)
+    seq = again.seq.copy()
+    other = write_pcap(tmp_path / "o.pcap", random_capture(seed=6, n=40_000))
+    scan(other, reuse=cap, threads=threads)  # cap's memory is again's now: not taken twice
+    assert np.array_equal(again.seq, seq) and np.array_equal(taken, copy)
+    assert len(joins) == (4 if threads == 2 else 0)
     big = _alloc(1 << 20, np.int64)  # 8 MB of times, a crossing packet in 64
     rows = len(big) - 1000  # as a scan's columns: the rows, a view of a longer allocation
     big[:rows] = np.arange(rows)

@@ -129,7 +129,7 @@ def analyse(before: Path, after: Path, crossing: list[int], threads: int | None 
     goodput = flow_counters(a)
     stage("goodput")
     departing, end_ns = a.crossing, _last_ns(a)
-    departing["ts_ns"] = take_crossing_times(a, pairs)  # b's are a column: a reuses b's
+    departing["ts_ns"] = take_crossing_times(a, pairs)  # from a's own ts_ns; a is spent
     del a
     ts_out, departures = match_rows(
         arrivals["key_hash"], arrivals["ts_ns"], departing["key_hash"], departing["ts_ns"],
@@ -213,8 +213,9 @@ def analyse_warm(before: Path, after: Path, crossing: list[int], threads: int | 
         }
     second_s, second_cpu, second = min(calls, key=lambda c: c[0])
     memory = _memory_mb()
+    own = memory["VmHWM"] - memory["RssFile"] - memory["RssShmem"]
     if memory["RssFile"] != files_before:  # a file mapped or dropped: no exact split
-        memory["RssAnon"] = float("nan")
+        own = float("nan")
     from analysis.fastpath import flow_counters, scan
 
     t, cpu = time.perf_counter(), time.process_time()  # tcptrace's job alone: one capture
@@ -229,7 +230,7 @@ def analyse_warm(before: Path, after: Path, crossing: list[int], threads: int | 
         "tcptrace_job_s": alone,
         "tcptrace_job_cpu_s": alone_cpu,
         "warm_peak_mb": memory["VmHWM"],
-        "warm_peak_own_mb": memory["VmHWM"] - memory["RssFile"] - memory["RssShmem"],
+        "warm_peak_own_mb": own,
         "file_pages_mb": memory["RssFile"],
     }
 
