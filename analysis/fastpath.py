@@ -858,13 +858,13 @@ _MOVE = 1 << 22  # bytes of a column moved at a time when the halves are joined
 class Capture:
     """One pass over a capture (:func:`scan`): per IPv4 packet, in file order, its row in
     ``directions`` and the columns a trial's metrics need (read_pcap's names and values, but
-    payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags
-    are 0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto,
-    ``first`` (its first packet), ``first_data`` (its first TCP packet with payload, -1
-    if none) and ``reverse`` (the opposite direction's row, -1 if none)
-    per direction, in order of appearance; ``in_order``: timestamps never go back.
-    ``crossing``: the rows of the packets crossing a bottleneck when the scan was given its
-    (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
+    payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags are
+    0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto, ``first``
+    (its first packet), ``first_data`` (its first TCP packet with payload, -1 if none),
+    ``reverse`` (the opposite direction's row, -1 if none) and ``crossing`` (its (src, dst)
+    among the scan's crossing pairs) per direction, in order of appearance; ``in_order``:
+    timestamps never go back. ``crossing``: the rows of the packets crossing a bottleneck when
+    the scan was given its (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
 
     path: str
     direction: np.ndarray
@@ -1392,6 +1392,7 @@ def scan(
         "first": whole.first[:m].copy(),
         "first_data": whole.first_data[:m].copy(),
         "reverse": _reverse(whole.table, whole.keys1, whole.keys2, m),
+        "crossing": whole.crosses[:m].copy(),
     }
     rows = {c: _fit(a, k) for c, a, keep in zip(_CROSSING, across, kept, strict=True) if keep}
     return Capture(
@@ -1404,23 +1405,19 @@ def scan(
     )
 
 
-def take_crossing_times(cap: Capture, crossing) -> np.ndarray:
-    """The times of ``cap``'s packets from src to dst of one of the ``crossing`` pairs (as
-    :func:`scan`'s), in file order: scan's crossing ts_ns column, taken from the capture's
-    own ts_ns once the capture is done with, rather than written a second time while it is
-    in use (8 bytes a crossing packet less at the peak: 16 MB at 2 M packets). The capture
-    gives its ts_ns up: the times move to the front of that column in place, its pages past
-    them are given back, cap.ts_ns is left empty, and a scan reusing the capture allocates
-    that column anew."""
+def take_crossing_times(cap: Capture) -> np.ndarray:
+    """The times of ``cap``'s packets crossing the bottleneck (its directions marked ``crossing``
+    by :func:`scan`), in file order: scan's crossing ts_ns column, taken from the capture's own
+    ts_ns once the capture is done with, rather than written a second time while it is in use (8
+    bytes a crossing packet less at the peak: 16 MB at 2 M packets). The capture gives its ts_ns
+    up: the times move to the front of that column in place, its pages past them are given back,
+    cap.ts_ns is left empty, and a scan reusing the capture allocates that column anew."""
     _check_not_spent(cap)
     column = cap.buffers[_COLUMNS.index("ts_ns")] if cap.buffers else None
     if column is None:
         raise ValueError(f"{cap.path}: not a scan's capture, or its ts_ns memory is taken")
-    ends = cap.directions
-    keys = ends["src"].astype(_U) << _U(32) | ends["dst"].astype(_U)
-    crosses = np.isin(keys, np.asarray(crossing, np.uint64))
     ts = cap.ts_ns  # column[:rows]
-    kept = _compact(ts, cap.direction, crosses)
+    kept = _compact(ts, cap.direction, cap.directions["crossing"])
     _give_back(column, kept, len(column))  # a view's pages are not found through the view
     cap.ts_ns = ts[:0]
     cap.buffers[_COLUMNS.index("ts_ns")] = None

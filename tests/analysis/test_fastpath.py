@@ -590,7 +590,7 @@ def test_crossing_times_taken_from_a_spent_capture(
     cap = scan(path, crossing=pairs, crossing_columns=("key_hash",), threads=threads)
     assert set(cap.crossing) == {"key_hash"}
     flags = cap.tcp_flags.copy()
-    taken = fastpath.take_crossing_times(cap, pairs)
+    taken = fastpath.take_crossing_times(cap)
     assert 0 < len(taken) < len(kept.ts_ns)
     assert np.array_equal(taken, kept.crossing["ts_ns"])
     assert len(cap.ts_ns) == 0 and np.array_equal(cap.tcp_flags, flags)
@@ -598,7 +598,7 @@ def test_crossing_times_taken_from_a_spent_capture(
     with pytest.raises(ValueError, match="its times were taken"):
         flow_counters(cap)
     with pytest.raises(ValueError, match="its times were taken"):
-        fastpath.take_crossing_times(cap, pairs)
+        fastpath.take_crossing_times(cap)
     again = scan(path, reuse=cap, crossing=pairs, threads=threads)
     assert np.array_equal(again.ts_ns, kept.ts_ns) and np.array_equal(taken, copy)
     seq = again.seq.copy()
@@ -611,11 +611,11 @@ def test_crossing_times_taken_from_a_spent_capture(
     big[:rows] = np.arange(rows)
     spent = fastpath.Capture(
         "", (np.arange(rows) % 64 != 0).astype(np.int32), big[:rows], *[np.empty(0)] * 6,
-        {"src": np.array([1, 1], np.uint32), "dst": np.array([2, 3], np.uint32)}, True,
+        {"crossing": np.array([True, False])}, True,
         buffers=[None, big],
     )  # fmt: skip
     before = _resident_kib()
-    taken = fastpath.take_crossing_times(spent, [1 << 32 | 2])
+    taken = fastpath.take_crossing_times(spent)
     assert np.array_equal(taken, np.arange(0, rows, 64))
     assert before - _resident_kib() > 6000  # KiB: all but the 128 KB taken
 

@@ -129,7 +129,7 @@ def analyse(before: Path, after: Path, crossing: list[int], threads: int | None 
     goodput = flow_counters(a)
     stage("goodput")
     departing, end_ns = a.crossing, _last_ns(a)
-    departing["ts_ns"] = take_crossing_times(a, pairs)  # from a's own ts_ns; a is spent
+    departing["ts_ns"] = take_crossing_times(a)  # from a's own ts_ns; a is spent
     del a
     ts_out, departures = match_rows(
         arrivals["key_hash"], arrivals["ts_ns"], departing["key_hash"], departing["ts_ns"],
