@@ -559,7 +559,10 @@ def queue_levels(
     sorted first; a writable int32 ``departures`` is put in that order in place, not copied
     (4 bytes a departure less at the peak), and holds the same rows afterwards, perhaps
     reordered. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
-    lengths). Sizes and occupancy come in the narrowest integers that hold them. ``rows``:
+    lengths). Sizes and occupancy come in the narrowest integers that hold them: the
+    occupancy is first written in 16-bit packets and 32-bit bytes (a queue rarely holds
+    more) and merged again in the types its measured range needs where it did not fit
+    (4.1 M events: 25 MB less at the peak than 32-bit packets and 64-bit bytes). ``rows``:
     also each event's row in the input (``row``: whose packet arrived, left or was dropped).
     ``threads``: 2 (the default where the process may run on two CPUs) merges the two halves
     of _QUEUE_SPLIT_MIN events or more at once, the second from the state before its first
@@ -591,24 +594,21 @@ def queue_levels(
         n = len(ts) - n_cut + n_fwd
         total = max(abs(low), abs(high)) * len(size)  # bound of the occupancy in bytes
         sizes = _alloc(n, np.uint16 if low >= 0 and high < 2**16 else np.int32)
-        nbytes = _alloc(n, np.int32 if total < 2**31 else np.int64)
-        t, code, packets = _alloc(n, np.int64), _alloc(n, np.int8), _alloc(n, np.int32)
+        t, code = _alloc(n, np.int64), _alloc(n, np.int8)
         row = _alloc(n if rows else 0, np.int32)
         cut = end_ns - int(max_delay_ns)
         streams = (ts, out_ts, size, add, int(delay_ns), order, n_fwd, cut, last_fwd)
-        outputs = (sizes, nbytes, t, code, packets, row)
-        start = _queue_start(ts, out_ts, cut, last_fwd)
         threads = _cpus() if threads is None else threads
-        middle = _next_arrival(out_ts, len(ts) // 2)
-        if threads > 1 and n >= _QUEUE_SPLIT_MIN and middle < len(ts):
-            # Two halves at once: the second from the state before the middle arrival.
-            half = _queue_state(*streams, middle)
-            with ThreadPoolExecutor(1, thread_name_prefix="queue-half") as pool:
-                later = pool.submit(_queue_merge, *streams, *outputs, half[0], n, *half[1:])
-                _queue_merge(*streams, *outputs, 0, half[0], *start[1:])
-                later.result()
-        else:
-            _queue_merge(*streams, *outputs, 0, n, *start[1:])
+        bound = _signed(-total, total, np.int16)  # what the sizes allow, else 32 bits first
+        kinds = (np.int16, bound if np.dtype(bound).itemsize < 4 else np.int32)
+        while True:
+            packets, nbytes = _alloc(n, kinds[0]), _alloc(n, kinds[1])
+            outputs = (sizes, nbytes, t, code, packets, row)
+            seen = _queue_merged(streams, outputs, n, threads)
+            need = (_signed(*seen[:2], np.int16), _signed(*seen[2:], np.int16))
+            if all(_wide_enough(k, w) for k, w in zip(kinds, need, strict=True)):
+                break
+            kinds = need  # written in too few bits: merged again in the types its range needs
         return {
             "ts_ns": t,
             "event": code,
@@ -638,6 +638,40 @@ def queue_levels(
         "bytes": np.cumsum(sign * size),
         **({"row": np.r_[keep, keep[fwd]][order].astype(np.int32)} if rows else {}),
     }
+
+
+def _signed(lo: int, hi: int, narrowest) -> type:
+    """The narrowest signed integer type from ``narrowest`` up that holds lo to hi."""
+    for kind in (np.int16, np.int32, np.int64):
+        if np.dtype(kind).itemsize >= np.dtype(narrowest).itemsize:
+            info = np.iinfo(kind)
+            if info.min <= lo and hi <= info.max:
+                return kind
+    raise ValueError(f"queue occupancy {lo} to {hi}: beyond 64 bits")
+
+
+def _wide_enough(kind, needed) -> bool:
+    return np.dtype(kind).itemsize >= np.dtype(needed).itemsize
+
+
+def _queue_merged(streams, outputs, n: int, threads: int) -> tuple[int, int, int, int]:
+    """_queue_merge over all n events, as two halves at once where ``threads`` and n allow;
+    the least and most packets and bytes queued (the levels written must hold them)."""
+    ts, out_ts, cut, last_fwd = streams[0], streams[1], streams[7], streams[8]
+    start = _queue_start(ts, out_ts, cut, last_fwd)
+    middle = _next_arrival(out_ts, len(ts) // 2)
+    if threads > 1 and n >= _QUEUE_SPLIT_MIN and middle < len(ts):
+        # Two halves at once: the second from the state before the middle arrival.
+        half = _queue_state(*streams, middle)
+        with ThreadPoolExecutor(1, thread_name_prefix="queue-half") as pool:
+            later = pool.submit(_queue_merge, *streams, *outputs, half[0], n, *half[1:])
+            first = _queue_merge(*streams, *outputs, 0, half[0], *start[1:])
+            second = later.result()
+        return (
+            min(first[0], second[0]), max(first[1], second[1]),
+            min(first[2], second[2]), max(first[3], second[3]),
+        )  # fmt: skip
+    return _queue_merge(*streams, *outputs, 0, n, *start[1:])
 
 
 @njit(cache=True, nogil=True)
@@ -774,10 +808,13 @@ def _queue_merge(
     ``order``, else in row order), arrivals (forwarded rows) and drops (the others, but the
     undecided: after ``cut`` and ``last_fwd``); at equal times in that order, then in row
     order. Each event's time goes to ``t``, its code to ``code``, its frame size (size + add)
-    to ``out_size``, the occupancy after it to ``packets`` (fewer than 2**31 rows:
-    queue_levels checks) and ``nbytes``, and its packet's row to ``row`` if it has room.
-    Events k0 to k1 from the state before event k0 (see _queue_start and _queue_state)."""
+    to ``out_size``, the occupancy after it to ``packets`` and ``nbytes`` (the least and
+    most of both are returned: the caller checks their types held them), and its packet's
+    row to ``row`` if it has room. Events k0 to k1 from the state before event k0 (see
+    _queue_start and _queue_state)."""
     big = np.iinfo(np.int64).max
+    lo_p = hi_p = np.int64(level)
+    lo_b = hi_b = np.int64(level_bytes)
     rows = len(ts)
     by_order = len(order) > 0
     rows_too = len(row) > 0
@@ -806,6 +843,9 @@ def _queue_merge(
                 row[k] = i_drop
             i_drop = _next_drop(ts, out_ts, i_drop + 1, cut, last_fwd)
         out_size[k], packets[k], nbytes[k] = s, level, level_bytes
+        lo_p, hi_p = min(lo_p, level), max(hi_p, level)
+        lo_b, hi_b = min(lo_b, level_bytes), max(hi_b, level_bytes)
+    return lo_p, hi_p, lo_b, hi_b
 
 
 def summarize_owd(owd_df) -> dict:

@@ -202,6 +202,29 @@ def test_queue_levels_in_two_halves(monkeypatch: pytest.MonkeyPatch, departures:
     assert len(splits) > 300
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_queue_levels_widen_what_did_not_fit(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """The occupancy is written in 16-bit packets and 32-bit bytes first; a queue that held
+    more (40,000 packets of 60,000 bytes: 2.4 GB) is merged again in the types its range
+    needs, with the levels a running sum gives; a small queue keeps the narrow types."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_QUEUE_SPLIT_MIN", 0)
+    n = 40_000
+    ts = np.arange(n, dtype=np.int64) * 1000
+    out = ts + 10**9  # every packet arrives before the first leaves
+    size = np.full(n, 60_000)
+    got = queue_levels(ts, out, size, max_delay_ns=2 * 10**9, threads=threads)
+    level = np.r_[np.arange(1, n + 1), np.arange(n - 1, -1, -1)]
+    assert got["packets"].dtype == np.int32 and got["bytes"].dtype == np.int64
+    assert np.array_equal(got["packets"], level)
+    assert np.array_equal(got["bytes"], level.astype(np.int64) * 60_000)
+    assert got["bytes"].max() == n * 60_000 > 2**31
+    small = queue_levels(ts, ts + 1500, size, max_delay_ns=10**4, threads=threads)
+    assert small["packets"].dtype == np.int16 and small["bytes"].dtype == np.int32
+    assert small["packets"].max() == 2 and small["bytes"].max() == 120_000
+
+
 def test_matching_follows_the_greedy_rule_with_repeated_keys() -> None:
     """Keys that repeat (IP IDs wrap, UDP payloads repeat) within and across windows, times
     with ties, both sides in and out of time order: match_rows gives analysis.match's greedy
