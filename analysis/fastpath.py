@@ -48,6 +48,7 @@ _U = np.uint64
 
 __all__ = [
     "Capture",
+    "crossing_times",
     "flow_counters",
     "key_hashes",
     "match_rows",
@@ -1445,6 +1446,17 @@ def scan(
     )
 
 
+def crossing_times(cap: Capture) -> np.ndarray:
+    """The times of ``cap``'s packets crossing the bottleneck (its directions marked
+    ``crossing`` by :func:`scan`), in file order, copied out of its ts_ns: what scan keeps as
+    its crossing ts_ns column, written once the capture's counters are done instead of while
+    it is read (a scan of the capture before the router, whose memory the next scan reuses:
+    8 bytes a crossing packet less at the scan's peak, 16 MB at 2 M packets)."""
+    _check_not_spent(cap)
+    out = _alloc(len(cap.ts_ns), np.int64)
+    return _fit(out, _compact(cap.ts_ns, cap.direction, cap.directions["crossing"], out))
+
+
 def take_crossing_times(cap: Capture) -> np.ndarray:
     """The times of ``cap``'s packets crossing the bottleneck (its directions marked ``crossing``
     by :func:`scan`), in file order: scan's crossing ts_ns column, taken from the capture's own
@@ -1457,7 +1469,7 @@ def take_crossing_times(cap: Capture) -> np.ndarray:
     if column is None:
         raise ValueError(f"{cap.path}: not a scan's capture, or its ts_ns memory is taken")
     ts = cap.ts_ns  # column[:rows]
-    kept = _compact(ts, cap.direction, cap.directions["crossing"])
+    kept = _compact(ts, cap.direction, cap.directions["crossing"], ts)
     _give_back(column, kept, len(column))  # a view's pages are not found through the view
     cap.ts_ns = ts[:0]
     cap.buffers[_COLUMNS.index("ts_ns")] = None
@@ -1470,14 +1482,15 @@ def _check_not_spent(cap: Capture) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _compact(values, direction, crosses):
-    """The rows of directions marked in ``crosses`` moved to the front of ``values``, in
-    order (row k never moves forward: in place); their count."""
+def _compact(values, direction, crosses, out):
+    """The rows of directions marked in ``crosses`` written to the front of ``out``, in order
+    (``out`` may be ``values``: row k never moves forward); their count. Every row is
+    written where the next kept one goes, and the count advances for the kept ones: a branch
+    per row was three times slower (mispredicted: crossing packets and their ACKs alternate)."""
     kept = 0
     for i in range(len(values)):
-        if crosses[direction[i]]:
-            values[kept] = values[i]
-            kept += 1
+        out[kept] = values[i]
+        kept += crosses[direction[i]]
     return kept
 
 

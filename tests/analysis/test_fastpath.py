@@ -600,8 +600,9 @@ def test_crossing_scan_keeps_the_packets_of_its_pairs(tmp_path: Path, snaplen: i
 def test_crossing_times_taken_from_a_spent_capture(
     tmp_path: Path, joins: list[int], threads: int
 ) -> None:
-    """take_crossing_times gives what a crossing scan keeps as ts_ns (read whole or as two
-    halves), from the capture's own column: the capture is left without ts_ns, its other
+    """crossing_times (a copy) and take_crossing_times give what a crossing scan keeps as
+    ts_ns (read whole or as two halves), from the capture's own column; taken, the capture
+    is left without ts_ns, its other
     columns as they were, and a scan reusing it allocates that column anew (the times
     taken stay as they are); the pages past the times taken are given back."""
     from analysis import fastpath
@@ -613,6 +614,9 @@ def test_crossing_times_taken_from_a_spent_capture(
     cap = scan(path, crossing=pairs, crossing_columns=("key_hash",), threads=threads)
     assert set(cap.crossing) == {"key_hash"}
     flags = cap.tcp_flags.copy()
+    copied = fastpath.crossing_times(cap)  # a copy: cap keeps its times
+    assert np.array_equal(copied, kept.crossing["ts_ns"])
+    assert np.array_equal(cap.ts_ns, kept.ts_ns) and len(flow_counters(cap)["src"])
     taken = fastpath.take_crossing_times(cap)
     assert 0 < len(taken) < len(kept.ts_ns)
     assert np.array_equal(taken, kept.crossing["ts_ns"])

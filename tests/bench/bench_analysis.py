@@ -60,6 +60,7 @@ TSHARK_FIELDS = (
 )
 MAX_DELAY_NS = 2 * 10**9
 FLOWS = ("src", "dst", "sport", "dport")
+ARRIVING = ("direction", "key_hash", "ip_len")  # and its ts_ns, copied once counted
 DEPARTING = ("key_hash",)  # matching reads these and ts_ns of the capture after the router
 WARM_CALLS = 4  # analyses after the first in each in-process run (their times vary)
 
@@ -88,17 +89,19 @@ def _memory_mb() -> dict[str, float]:
 
 def analyse(before: Path, after: Path, crossing: list[int], threads: int | None = None) -> dict:
     """The analysis of one trial, stage by stage, on the array fast path (analysis/fastpath.py:
-    one compiled pass per capture, no pandas). ``crossing``: the (src, dst) pairs through the
-    bottleneck as src << 32 | dst (a trial's record names them). Each capture is scanned once:
-    its flow counters, and the time, key and size of its packets crossing the bottleneck;
-    the second is scanned into the first one's memory, and its crossing packets' times are
-    taken from its own time column once its counters are done. One matching of the crossing packets
-    gives the queue and the UDP stream's one-way delay (matching is per key: the UDP packets
-    pair as they would alone). ``threads``: scan's (None: two halves of each capture at
-    once where the process may use two CPUs)."""
+    one compiled pass per capture, no pandas). ``crossing``: the (src, dst) pairs through
+    the bottleneck as src << 32 | dst (a trial's record names them). Each capture is scanned
+    once: its flow counters, and the time, key and size of its packets crossing the
+    bottleneck; the second is scanned into the first one's memory. The crossing packets'
+    times come from each capture's own time column once its counters are done (the first's
+    copied, the second's taken in place), not written a second time while it is read. One
+    matching of the crossing packets gives the queue and the UDP stream's one-way delay
+    (matching is per key: the UDP packets pair as they would alone). ``threads``: scan's
+    (None: two halves of each capture at once where the process may use two CPUs)."""
     import numpy as np
 
     from analysis.fastpath import (
+        crossing_times,
         flow_counters,
         match_rows,
         queue_levels,
@@ -118,11 +121,12 @@ def analyse(before: Path, after: Path, crossing: list[int], threads: int | None 
         t = now
 
     pairs = np.asarray(crossing, np.uint64)
-    b = scan(before, crossing=pairs, threads=threads)
+    b = scan(before, crossing=pairs, crossing_columns=ARRIVING, threads=threads)
     stage("read")
     sent = flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
     stage("retransmissions")
     udp, arrivals = _udp_rows(b), b.crossing
+    arrivals["ts_ns"] = crossing_times(b)  # b's memory is the next scan's
     a = scan(after, reuse=b, crossing=pairs, crossing_columns=DEPARTING, threads=threads)
     del b
     stage("read")
