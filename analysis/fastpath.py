@@ -881,12 +881,14 @@ def summarize_owd(owd_df) -> dict:
 # the pass builds) and only what a trial's metrics use is kept, in narrow columns.
 _BLOCK = 1 << 20  # bytes read at a time: the buffer stays in the CPU's cache
 _COLUMNS = ("direction", "ts_ns", "key_hash", "ip_len", "seq", "ack", "payload_len", "tcp_flags")
-_DTYPES = (np.int32, np.int64, np.uint64, np.uint16, np.uint32, np.uint32, np.uint16, np.uint8)
+_DTYPES = (np.uint8, np.int64, np.uint64, np.uint16, np.uint32, np.uint32, np.uint16, np.uint8)
 _CROSSING = ("direction", "ts_ns", "key_hash", "ip_len")  # of a crossing packet
 _CROSSING_ONLY = ("key_hash", "ip_len")  # kept for crossing packets only, if they are named
 _TABLE0 = 1 << 12  # initial slots of the direction table (it doubles when half full)
 _FULL = 3  # _pass stopped before a packet of a new direction: the table must grow first
 _ROWS = 4  # _pass stopped before an IPv4 packet: its row would be the second half's first
+_WIDE = 5  # _pass stopped before a packet of a new direction: its id would not fit the column
+_ID_KINDS = (np.uint8, np.uint16, np.int32)  # direction ids: the narrowest that numbers them
 _SPLIT_MIN = 32 << 20  # bytes from which a capture is read as two halves, each in a thread
 _CHAIN = 8  # whole record headers in a row that mark where the second half begins
 _SAMPLE = 1 << 18  # bytes read at the start and the middle to guess the first half's rows
@@ -903,7 +905,9 @@ class Capture:
     0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto, ``first``
     (its first packet), ``first_data`` (its first TCP packet with payload, -1 if none),
     ``reverse`` (the opposite direction's row, -1 if none) and ``crossing`` (its (src, dst)
-    among the scan's crossing pairs) per direction, in order of appearance; ``in_order``:
+    among the scan's crossing pairs) per direction, in order of appearance; ``direction`` in
+    the narrowest of uint8, uint16 and int32 that numbers them (a scan reusing a capture's
+    memory: its type, or wider); ``in_order``:
     timestamps never go back. ``crossing``: the rows of the packets crossing a bottleneck when
     the scan was given its (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
 
@@ -932,7 +936,7 @@ def _among(sorted_keys, key):
 @njit(cache=True, nogil=True, boundscheck=False)
 def _pass(
     b, limit, size, little, frac_ns, l3_base, et_off, vlan, n, last_ts, in_order,
-    table, keys1, keys2, first, first_data, crosses, m, pairs, k, rows,
+    table, keys1, keys2, first, first_data, crosses, m, pairs, k, rows, ids,
     o_dir, o_ts, o_hash, o_len, o_seq, o_ack, o_plen, o_flags, c_dir, c_ts, c_hash, c_len,
 ):  # fmt: skip
     """Parse the records of b[:size] from 0 while pos < limit (as pcapscan._scan) into the
@@ -941,6 +945,7 @@ def _pass(
     crossing columns c_* from row k; returns (pos, n, m, k, last_ts, in_order, code): code 0
     when ``limit`` was reached, 1 when the record at pos is incomplete, 2 when its caplen is
     above libpcap's maximum, _FULL when its direction is new and the table is half full,
+    _WIDE when it is new and ``ids`` directions are numbered already (what o_dir holds),
     _ROWS when row n would be ``rows``."""
     pos = 0
     cap = len(keys1)
@@ -974,6 +979,8 @@ def _pass(
             s = _find(table, keys1, keys2, k1, k2)
             d = table[s]
         if d < 0:
+            if m >= ids:
+                return rec, n, m, k, last_ts, in_order, _WIDE
             if 2 * (m + 1) > len(table) or m >= cap:
                 return rec, n, m, k, last_ts, in_order, _FULL
             table[s] = m
@@ -1177,6 +1184,7 @@ def _read(
                 limit = room if stop < 0 else min(room, stop - r.base)
                 state = (r.n, r.last_ts, r.in_order, r.table, r.keys1, r.keys2, r.first)
                 state = (*state, r.first_data, r.crosses, r.m, pairs, r.k, r.rows)
+                state = (*state, _ids(cols[0].dtype))
                 pos, r.n, r.m, r.k, r.last_ts, r.in_order, r.code = _pass(
                     buf[start:end], limit, room, *args, *state, *cols, *across
                 )
@@ -1186,7 +1194,7 @@ def _read(
                     break
                 r.grow()
             blocks.carry(buf[start:end])
-            if r.code in (2, _ROWS) or r.base >= stop >= 0 or r.cancelled:
+            if r.code in (2, _ROWS, _WIDE) or r.base >= stop >= 0 or r.cancelled:
                 break
     r.tail = blocks.tail
 
@@ -1283,9 +1291,15 @@ def _adopt(
     return m, mb
 
 
-def _join(whole: _Reading, second: _Reading, cols, across) -> None:
+def _ids(kind) -> int:
+    """How many direction ids a column of ``kind`` holds."""
+    return int(np.iinfo(kind).max) + (kind != np.int32)
+
+
+def _join(whole: _Reading, second: _Reading, cols, across) -> bool:
     """The second half's reading appended to the first's: its directions renumbered into the
-    first's table, its rows moved down to follow the first half's."""
+    first's table, its rows moved down to follow the first half's; False (nothing moved)
+    when the two halves' directions together are more than the direction column numbers."""
     number = np.empty(second.m, np.int32)
     done = 0
     shift = second.row0 - whole.n
@@ -1298,6 +1312,8 @@ def _join(whole: _Reading, second: _Reading, cols, across) -> None:
         if done == second.m:
             break
         whole.grow()
+    if whole.m > _ids(cols[0].dtype):
+        return False
     n, k = second.n - second.row0, second.k - second.row0
     if n:
         ts = cols[_COLUMNS.index("ts_ns")]
@@ -1311,6 +1327,7 @@ def _join(whole: _Reading, second: _Reading, cols, across) -> None:
         _move(column, second.row0, whole.k, k, number if c == "direction" else None)
     whole.n, whole.k = whole.n + n, whole.k + k
     whole.code, whole.base, whole.tail = second.code, second.base, second.tail
+    return True
 
 
 def _move(column: np.ndarray, src: int, dst: int, n: int, number: np.ndarray | None) -> None:
@@ -1335,6 +1352,38 @@ def _renumber(column, src, dst, n, number):
     """column[dst:dst + n] = number[column[src:src + n]], forward (dst < src)."""
     for i in range(n):
         column[dst + i] = number[column[src + i]]
+
+
+def _read_whole(name, args, pairs, cols, across, size, cap, split, expected) -> _Reading:
+    """The whole capture read into the columns (see scan), as two halves at once where
+    ``split`` (a record's offset) is given; a reading with code _WIDE when the direction
+    column cannot number its directions."""
+    whole = _Reading.at(0, _GLOBAL_HDR, cap)
+    if split < 0:
+        _read(name, args, pairs, cols, across, whole, size)
+        return whole
+    # The second half's rows go where the first half's should end (guessed from the records'
+    # sizes), at most above any row of it (a record takes 16 bytes at least); the first
+    # half's reading stops there if it has more rows, and reads on alone.
+    above = (split - _GLOBAL_HDR) // _REC_HDR + 1
+    second = _Reading.at(min(expected, above), split, cap)
+    whole.rows = second.row0
+    with ThreadPoolExecutor(1, thread_name_prefix="pcap-half") as pool:
+        half = pool.submit(_read, name, args, pairs, cols, across, second, size, -1, False)
+        try:  # both halves read their blocks themselves: see _Blocks
+            _read(name, args, pairs, cols, across, whole, size, stop=split, ahead=False)
+        finally:
+            second.cancelled = whole.code != 0 or whole.base != split
+            error = half.exception()  # the second half is done before anything else
+    if not second.cancelled:  # the second half began at a record, the rows fit
+        if error is not None:
+            raise error
+        if second.code == _WIDE or not _join(whole, second, cols, across):
+            whole.code = _WIDE
+    elif whole.code in (0, _ROWS):  # a guess was wrong: the first half reads on alone
+        whole.rows = cap
+        _read(name, args, pairs, cols, across, whole, size)
+    return whole
 
 
 def scan(
@@ -1385,34 +1434,21 @@ def scan(
     ]
     args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
     args = (*args, fmt.linktype == 1)
-    whole = _Reading.at(0, _GLOBAL_HDR, cap)
     threads = _cpus() if threads is None else threads
     split, expected = (
         _split_point(name, fmt, size) if threads > 1 and size >= _SPLIT_MIN else (-1, 0)
     )
-    if split < 0:
-        _read(name, args, pairs, cols, across, whole, size)
-    else:
-        # The second half's rows go where the first half's should end (guessed from the
-        # records' sizes), at most above any row of it (a record takes 16 bytes at least); the
-        # first half's reading stops there if it has more rows, and reads on alone.
-        above = (split - _GLOBAL_HDR) // _REC_HDR + 1
-        second = _Reading.at(min(expected, above), split, cap)
-        whole.rows = second.row0
-        with ThreadPoolExecutor(1, thread_name_prefix="pcap-half") as pool:
-            half = pool.submit(_read, name, args, pairs, cols, across, second, size, -1, False)
-            try:  # both halves read their blocks themselves: see _Blocks
-                _read(name, args, pairs, cols, across, whole, size, stop=split, ahead=False)
-            finally:
-                second.cancelled = whole.code != 0 or whole.base != split
-                error = half.exception()  # the second half is done before anything else
-        if not second.cancelled:  # the second half began at a record, the rows fit
-            if error is not None:
-                raise error
-            _join(whole, second, cols, across)
-        elif whole.code in (0, _ROWS):  # a guess was wrong: the first half reads on alone
-            whole.rows = cap
-            _read(name, args, pairs, cols, across, whole, size)
+    # Direction ids in the narrowest type that numbers the capture's directions: first the
+    # reused capture's (the other side of the same trial), else 8 bits; a reading that finds
+    # more directions stops there, and the capture is read again with wider ids.
+    start = cols[0].dtype if old[0] is not None and cols[0] is old[0] else _ID_KINDS[0]
+    for kind in _ID_KINDS[_ID_KINDS.index(start) :]:
+        if cols[0].dtype != kind:
+            cols[0] = _alloc(cap, kind)
+            across[0] = _alloc(len(across[0]), kind)
+        whole = _read_whole(name, args, pairs, cols, across, size, cap, split, expected)
+        if whole.code != _WIDE:
+            break
     n, m, k, code, base = whole.n, whole.m, whole.k, whole.code, whole.base
     if code == 2 or code == 1:  # whole.tail: the record the reading stopped at, at byte base
         header = whole.tail[8:12].tobytes()

@@ -28,7 +28,7 @@ from .greedy import greedy_match
 from .pcapgen import arp_frame, ethernet, ipv4, tcp_segment, udp_datagram, write_pcap
 from .queue_oracle import queue_events
 from .tcpgen import generate
-from .test_pcap import random_capture
+from .test_pcap import T0, random_capture
 
 DELAY = 2 * 10**9
 
@@ -671,6 +671,53 @@ def test_scan_of_a_truncated_or_corrupt_capture(tmp_path: Path) -> None:
         scan(path)
 
 
+def _flows_capture(path: Path, flows: int, *, first: int = 0, twice: bool = False) -> Path:
+    """One TCP data packet per flow ``first`` to ``first + flows`` (a direction each: its
+    source address and port), in order; ``twice``: the same packets again, a second later."""
+    records = [
+        (
+            T0 + r * 10**9 + i * 1000,
+            ethernet(
+                ipv4(
+                    f"198.18.{i // 60_000}.1", "198.19.0.1", 6,
+                    tcp_segment(1024 + i % 60_000, 5001, 7 * i, 0, 0x18, b"x" * 9),
+                )
+            ),
+        )
+        for r in range(2 if twice else 1)
+        for i in range(first, first + flows)
+    ]  # fmt: skip
+    return write_pcap(path, records)
+
+
+def test_direction_ids_in_the_narrowest_type(tmp_path: Path, joins: list[int]) -> None:
+    """A scan numbers directions in 8 bits while they fit, and reads a capture again with
+    16 or 32-bit ids when it finds more: 300 and 70,000 flows give read_columns' flow
+    counters; two halves of 200 flows each (each half fits 8 bits, not both: the join reads
+    again); a scan into a capture's memory keeps its (wider) type."""
+    few = _flows_capture(tmp_path / "few.pcap", 200, twice=True)
+    assert scan(few, threads=1).direction.dtype == np.uint8
+    for n, kind in ((300, np.uint16), (70_000, np.int32)):
+        path = _flows_capture(tmp_path / f"{n}.pcap", n)
+        cap = scan(path, threads=1)
+        assert cap.direction.dtype == kind and len(cap.directions["src"]) == n
+        assert np.array_equal(cap.direction, np.arange(n))
+        ref = tcp_flow_counters(read_columns(path, COLUMNS))
+        got = flow_counters(cap)
+        for c in ref:
+            assert np.array_equal(got[c], ref[c]), (n, c)
+    halves = _flows_capture(tmp_path / "halves.pcap", 400)
+    alone = scan(halves, threads=1)
+    joins.clear()
+    both = scan(halves, threads=2)
+    assert len(joins) == 2  # 8 bits, then 16
+    assert both.direction.dtype == alone.direction.dtype == np.uint16
+    _assert_same_scan(both, alone)
+    wide = scan(few, reuse=both, threads=1)
+    assert wide.direction.dtype == np.uint16
+    _assert_same_scan(wide, scan(few, threads=1))
+
+
 def test_scan_in_small_blocks(
     pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -824,7 +871,7 @@ def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def counted(whole, second, *args):
         joins.append(second.row0)
-        join(whole, second, *args)
+        return join(whole, second, *args)
 
     monkeypatch.setattr(fastpath, "_join", counted)
     return joins
