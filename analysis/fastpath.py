@@ -560,10 +560,11 @@ def queue_levels(
     sorted first; a writable int32 ``departures`` is put in that order in place, not copied
     (4 bytes a departure less at the peak), and holds the same rows afterwards, perhaps
     reordered. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
-    lengths). Sizes and occupancy come in the narrowest integers that hold them: the
-    occupancy is first written in 16-bit packets and 32-bit bytes (a queue rarely holds
-    more) and merged again in the types its measured range needs where it did not fit
-    (4.1 M events: 25 MB less at the peak than 32-bit packets and 64-bit bytes). ``rows``:
+    lengths). Sizes come in the narrowest integers that hold them; the occupancy is first
+    written in 16-bit packets and 32-bit bytes (16-bit where the frame sizes bound them so), a
+    queue rarely holding more, and merged again in the narrowest types its measured range
+    needs where it did not fit (4.1 M events: 25 MB less at the peak than 32-bit packets and
+    64-bit bytes; arithmetic on them wants a wider type first). ``rows``:
     also each event's row in the input (``row``: whose packet arrived, left or was dropped).
     ``threads``: 2 (the default where the process may run on two CPUs) merges the two halves
     of _QUEUE_SPLIT_MIN events or more at once, the second from the state before its first
@@ -610,6 +611,7 @@ def queue_levels(
             if all(_wide_enough(k, w) for k, w in zip(kinds, need, strict=True)):
                 break
             kinds = need  # written in too few bits: merged again in the types its range needs
+            packets = nbytes = outputs = None  # not held beside the wider ones
         return {
             "ts_ns": t,
             "event": code,
@@ -907,7 +909,7 @@ class Capture:
     ``reverse`` (the opposite direction's row, -1 if none) and ``crossing`` (its (src, dst)
     among the scan's crossing pairs) per direction, in order of appearance; ``direction`` in
     the narrowest of uint8, uint16 and int32 that numbers them (a scan reusing a capture's
-    memory: its type, or wider); ``in_order``:
+    memory: its type, or wider), as ``crossing["direction"]``; ``in_order``:
     timestamps never go back. ``crossing``: the rows of the packets crossing a bottleneck when
     the scan was given its (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
 
@@ -1292,14 +1294,14 @@ def _adopt(
 
 
 def _ids(kind) -> int:
-    """How many direction ids a column of ``kind`` holds."""
-    return int(np.iinfo(kind).max) + (kind != np.int32)
+    """How many direction ids (0 on) a column of ``kind`` holds."""
+    return int(np.iinfo(kind).max) + 1
 
 
-def _join(whole: _Reading, second: _Reading, cols, across) -> bool:
+def _join(whole: _Reading, second: _Reading, cols, across) -> None:
     """The second half's reading appended to the first's: its directions renumbered into the
-    first's table, its rows moved down to follow the first half's; False (nothing moved)
-    when the two halves' directions together are more than the direction column numbers."""
+    first's table (the direction columns widened first where the two halves' directions
+    together need it), its rows moved down to follow the first half's."""
     number = np.empty(second.m, np.int32)
     done = 0
     shift = second.row0 - whole.n
@@ -1313,7 +1315,7 @@ def _join(whole: _Reading, second: _Reading, cols, across) -> bool:
             break
         whole.grow()
     if whole.m > _ids(cols[0].dtype):
-        return False
+        _widen(cols, across, (whole, second), whole.m)
     n, k = second.n - second.row0, second.k - second.row0
     if n:
         ts = cols[_COLUMNS.index("ts_ns")]
@@ -1327,7 +1329,6 @@ def _join(whole: _Reading, second: _Reading, cols, across) -> bool:
         _move(column, second.row0, whole.k, k, number if c == "direction" else None)
     whole.n, whole.k = whole.n + n, whole.k + k
     whole.code, whole.base, whole.tail = second.code, second.base, second.tail
-    return True
 
 
 def _move(column: np.ndarray, src: int, dst: int, n: int, number: np.ndarray | None) -> None:
@@ -1356,11 +1357,12 @@ def _renumber(column, src, dst, n, number):
 
 def _read_whole(name, args, pairs, cols, across, size, cap, split, expected) -> _Reading:
     """The whole capture read into the columns (see scan), as two halves at once where
-    ``split`` (a record's offset) is given; a reading with code _WIDE when the direction
-    column cannot number its directions."""
+    ``split`` (a record's offset) is given. A reading that meets more directions than its
+    direction column numbers stops there (_WIDE); once no thread writes, the direction
+    columns are widened (_widen) and it reads on."""
     whole = _Reading.at(0, _GLOBAL_HDR, cap)
     if split < 0:
-        _read(name, args, pairs, cols, across, whole, size)
+        _read_widening(name, args, pairs, cols, across, whole, size)
         return whole
     # The second half's rows go where the first half's should end (guessed from the records'
     # sizes), at most above any row of it (a record takes 16 bytes at least); the first
@@ -1373,17 +1375,58 @@ def _read_whole(name, args, pairs, cols, across, size, cap, split, expected) -> 
         try:  # both halves read their blocks themselves: see _Blocks
             _read(name, args, pairs, cols, across, whole, size, stop=split, ahead=False)
         finally:
-            second.cancelled = whole.code != 0 or whole.base != split
+            second.cancelled = not _used(whole, split)
             error = half.exception()  # the second half is done before anything else
+    while True:  # no thread writes now: widen the direction columns where a half needs it
+        second_wide = error is None and second.code == _WIDE and _used(whole, split)
+        if whole.code != _WIDE and not second_wide:
+            break
+        _widen(cols, across, (whole, second), max(whole.m, second.m) + 1)
+        if whole.code == _WIDE:
+            _read(name, args, pairs, cols, across, whole, size, stop=split, ahead=False)
+        if second_wide and _used(whole, split):
+            _read(name, args, pairs, cols, across, second, size, -1, False)
+    second.cancelled = whole.code != 0 or whole.base != split
     if not second.cancelled:  # the second half began at a record, the rows fit
         if error is not None:
             raise error
-        if second.code == _WIDE or not _join(whole, second, cols, across):
-            whole.code = _WIDE
+        _join(whole, second, cols, across)
     elif whole.code in (0, _ROWS):  # a guess was wrong: the first half reads on alone
         whole.rows = cap
-        _read(name, args, pairs, cols, across, whole, size)
+        _read_widening(name, args, pairs, cols, across, whole, size)
     return whole
+
+
+def _short(whole: _Reading, split: int) -> bool:
+    """The first half's reading ended without a code elsewhere than at the second's start."""
+    return whole.code == 0 and whole.base != split
+
+
+def _used(whole: _Reading, split: int) -> bool:
+    """The second half's reading is still to be joined to the first's (as far as it got)."""
+    return whole.code in (0, _WIDE) and not _short(whole, split)
+
+
+def _read_widening(name, args, pairs, cols, across, r: _Reading, size: int) -> None:
+    """_read to the end of the file, the direction columns widened where it needs."""
+    _read(name, args, pairs, cols, across, r, size)
+    while r.code == _WIDE:
+        _widen(cols, across, (r,), r.m + 1)
+        _read(name, args, pairs, cols, across, r, size)
+
+
+def _widen(cols, across, readings, directions: int) -> None:
+    """The direction columns (cols[0], across[0]) replaced by ones of the narrowest type that
+    numbers ``directions``, holding the rows the ``readings`` wrote."""
+    kind = next((k for k in _ID_KINDS if _ids(k) >= directions), None)
+    if kind is None:
+        raise ValueError(f"{directions} directions: more than 32-bit ids number")
+    for columns, end in ((cols, "n"), (across, "k")):
+        old = columns[0]
+        new = _alloc(len(old), kind)
+        for r in readings:
+            new[r.row0 : getattr(r, end)] = old[r.row0 : getattr(r, end)]
+        columns[0] = new
 
 
 def scan(
@@ -1428,8 +1471,10 @@ def scan(
         reuse.buffers = [None] * len(_COLUMNS)
     pairs = np.unique(np.asarray([] if crossing is None else crossing, np.uint64))
     kept = [crossing is not None and c in crossing_columns for c in _CROSSING]
-    across = [
-        _alloc(cap if keep else 0, _DTYPES[_COLUMNS.index(c)])
+    across = [  # direction ids: the direction column's type (a reused capture's, or 8 bits)
+        _alloc(
+            cap if keep else 0, cols[0].dtype if c == "direction" else _DTYPES[_COLUMNS.index(c)]
+        )
         for c, keep in zip(_CROSSING, kept, strict=True)
     ]
     args = (fmt.endian == "<", fmt.frac_ns, ip_offset, -1 if et_offset is None else et_offset)
@@ -1438,17 +1483,7 @@ def scan(
     split, expected = (
         _split_point(name, fmt, size) if threads > 1 and size >= _SPLIT_MIN else (-1, 0)
     )
-    # Direction ids in the narrowest type that numbers the capture's directions: first the
-    # reused capture's (the other side of the same trial), else 8 bits; a reading that finds
-    # more directions stops there, and the capture is read again with wider ids.
-    start = cols[0].dtype if old[0] is not None and cols[0] is old[0] else _ID_KINDS[0]
-    for kind in _ID_KINDS[_ID_KINDS.index(start) :]:
-        if cols[0].dtype != kind:
-            cols[0] = _alloc(cap, kind)
-            across[0] = _alloc(len(across[0]), kind)
-        whole = _read_whole(name, args, pairs, cols, across, size, cap, split, expected)
-        if whole.code != _WIDE:
-            break
+    whole = _read_whole(name, args, pairs, cols, across, size, cap, split, expected)
     n, m, k, code, base = whole.n, whole.m, whole.k, whole.code, whole.base
     if code == 2 or code == 1:  # whole.tail: the record the reading stopped at, at byte base
         header = whole.tail[8:12].tobytes()
@@ -1515,6 +1550,8 @@ def take_crossing_times(cap: Capture) -> np.ndarray:
 def _check_not_spent(cap: Capture) -> None:
     if len(cap.ts_ns) != len(cap.direction):
         raise ValueError(f"{cap.path}: its times were taken (take_crossing_times)")
+    if cap.buffers and all(b is None for b in cap.buffers):
+        raise ValueError(f"{cap.path}: a later scan took its memory (scan's reuse)")
 
 
 @njit(cache=True, nogil=True)
@@ -1523,6 +1560,7 @@ def _compact(values, direction, crosses, out):
     (``out`` may be ``values``: row k never moves forward); their count. Every row is
     written where the next kept one goes, and the count advances for the kept ones: a branch
     per row was three times slower (mispredicted: crossing packets and their ACKs alternate)."""
+    assert len(out) >= len(values)  # a row past the last kept one is written too
     kept = 0
     for i in range(len(values)):
         out[kept] = values[i]

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis.fastpath import _departure_order, _directions, flow_counters, match_rows, scan
+from analysis.fastpath import crossing_times as fastpath_crossing_times
 from analysis.match import key_hash, match_packets
 from analysis.metrics import (
     match_times,
@@ -206,7 +207,8 @@ def test_queue_levels_in_two_halves(monkeypatch: pytest.MonkeyPatch, departures:
 def test_queue_levels_widen_what_did_not_fit(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     """The occupancy is written in 16-bit packets and 32-bit bytes first; a queue that held
     more (40,000 packets of 60,000 bytes: 2.4 GB) is merged again in the types its range
-    needs, with the levels a running sum gives; a small queue keeps the narrow types."""
+    needs, with the levels a running sum gives, whichever half of a two-halves merge held the
+    most; a small queue keeps the narrow types."""
     from analysis import fastpath
 
     monkeypatch.setattr(fastpath, "_QUEUE_SPLIT_MIN", 0)
@@ -220,6 +222,13 @@ def test_queue_levels_widen_what_did_not_fit(monkeypatch: pytest.MonkeyPatch, th
     assert np.array_equal(got["packets"], level)
     assert np.array_equal(got["bytes"], level.astype(np.int64) * 60_000)
     assert got["bytes"].max() == n * 60_000 > 2**31
+    # The same queue, then 60,000 packets through an empty one: with two halves, the peak
+    # is in the first (the second starts at the middle arrival).
+    late = 2 * 10**9 + np.arange(60_000, dtype=np.int64) * 1000
+    ts2, out2 = np.r_[ts, late], np.r_[out, late + 10]
+    got = queue_levels(ts2, out2, np.full(len(ts2), 1500), max_delay_ns=2 * 10**9, threads=threads)
+    assert got["packets"].dtype == np.int32 and got["packets"].max() == n
+    assert np.array_equal(got["packets"], np.r_[level, np.tile([1, 0], 60_000)])
     small = queue_levels(ts, ts + 1500, size, max_delay_ns=10**4, threads=threads)
     assert small["packets"].dtype == np.int16 and small["bytes"].dtype == np.int32
     assert small["packets"].max() == 2 and small["bytes"].max() == 120_000
@@ -671,51 +680,82 @@ def test_scan_of_a_truncated_or_corrupt_capture(tmp_path: Path) -> None:
         scan(path)
 
 
-def _flows_capture(path: Path, flows: int, *, first: int = 0, twice: bool = False) -> Path:
-    """One TCP data packet per flow ``first`` to ``first + flows`` (a direction each: its
-    source address and port), in order; ``twice``: the same packets again, a second later."""
+def _flows_capture(path: Path, flows) -> Path:
+    """One TCP data packet per entry of ``flows`` (flow numbers), a microsecond apart; flow i
+    is a direction of its own (its source address and port)."""
     records = [
         (
-            T0 + r * 10**9 + i * 1000,
+            T0 + j * 1000,
             ethernet(
                 ipv4(
                     f"198.18.{i // 60_000}.1", "198.19.0.1", 6,
-                    tcp_segment(1024 + i % 60_000, 5001, 7 * i, 0, 0x18, b"x" * 9),
+                    tcp_segment(1024 + i % 60_000, 5001, 7 * j, 0, 0x18, b"x" * 9),
                 )
             ),
         )
-        for r in range(2 if twice else 1)
-        for i in range(first, first + flows)
+        for j, i in enumerate(flows)
     ]  # fmt: skip
     return write_pcap(path, records)
 
 
 def test_direction_ids_in_the_narrowest_type(tmp_path: Path, joins: list[int]) -> None:
-    """A scan numbers directions in 8 bits while they fit, and reads a capture again with
-    16 or 32-bit ids when it finds more: 300 and 70,000 flows give read_columns' flow
-    counters; two halves of 200 flows each (each half fits 8 bits, not both: the join reads
-    again); a scan into a capture's memory keeps its (wider) type."""
-    few = _flows_capture(tmp_path / "few.pcap", 200, twice=True)
+    """A scan numbers directions in 8 bits while they fit and widens its direction columns
+    (16, then 32 bits) when it meets more, reading on: 300 and 70,000 flows give
+    read_columns' flow counters, read whole or as two halves whether the first half, the
+    second or only both together need the wider type (one join each: nothing read twice); a
+    scan into a capture's memory keeps its (wider) type, its crossing direction column too."""
+    few = _flows_capture(tmp_path / "few.pcap", [*range(200), *range(200)])
     assert scan(few, threads=1).direction.dtype == np.uint8
     for n, kind in ((300, np.uint16), (70_000, np.int32)):
-        path = _flows_capture(tmp_path / f"{n}.pcap", n)
-        cap = scan(path, threads=1)
-        assert cap.direction.dtype == kind and len(cap.directions["src"]) == n
-        assert np.array_equal(cap.direction, np.arange(n))
+        path = _flows_capture(tmp_path / f"{n}.pcap", range(n))
         ref = tcp_flow_counters(read_columns(path, COLUMNS))
-        got = flow_counters(cap)
-        for c in ref:
-            assert np.array_equal(got[c], ref[c]), (n, c)
-    halves = _flows_capture(tmp_path / "halves.pcap", 400)
-    alone = scan(halves, threads=1)
-    joins.clear()
-    both = scan(halves, threads=2)
-    assert len(joins) == 2  # 8 bits, then 16
-    assert both.direction.dtype == alone.direction.dtype == np.uint16
+        for threads in (1, 2):
+            joins.clear()
+            cap = scan(path, threads=threads)
+            assert len(joins) == threads - 1
+            assert cap.direction.dtype == kind and len(cap.directions["src"]) == n
+            assert np.array_equal(cap.direction, np.arange(n))
+            got = flow_counters(cap)
+            for c in ref:
+                assert np.array_equal(got[c], ref[c]), (n, threads, c)
+    cases = {  # the flows of each half (the halves split at the middle record)
+        "first": [*range(300), *np.arange(300) % 10],
+        "second": [*np.arange(300) % 10, *range(10, 310)],
+        "together": [*range(200), *range(200, 400)],
+    }
+    for case, flows in cases.items():
+        path = _flows_capture(tmp_path / f"{case}.pcap", flows)
+        pairs = np.array([0xC612_0001 << 32 | 0xC613_0001], np.uint64)
+        alone = scan(path, threads=1, crossing=pairs)
+        joins.clear()
+        both = scan(path, threads=2, crossing=pairs)
+        assert len(joins) == 1, case
+        assert both.direction.dtype == alone.direction.dtype == np.uint16, case
+        assert both.crossing["direction"].dtype == np.uint16, case
+        _assert_same_scan(both, alone)
+        assert np.array_equal(both.crossing["direction"], alone.crossing["direction"]), case
+    donor = scan(tmp_path / "together.pcap", threads=1)  # as long as few: its memory fits
+    pairs = np.array([0xC612_0001 << 32 | 0xC613_0001], np.uint64)
+    wide = scan(few, reuse=donor, crossing=pairs, threads=1)
+    assert wide.direction.dtype == wide.crossing["direction"].dtype == np.uint16
+    ref = scan(few, crossing=pairs, threads=1)
+    _assert_same_scan(wide, ref)
+    assert np.array_equal(wide.crossing["direction"], ref.crossing["direction"])
+    with pytest.raises(ValueError, match="a later scan took its memory"):
+        fastpath_crossing_times(donor)
+
+
+def test_a_truncated_capture_read_with_wider_ids(tmp_path: Path, joins: list[int]) -> None:
+    """A capture cut in its last record whose directions need 16 bits: its complete records,
+    read whole or as two halves, with the truncation's warning."""
+    path = _flows_capture(tmp_path / "cut.pcap", range(600))
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.warns(PcapTruncatedWarning):
+        alone = scan(path, threads=1)
+    with pytest.warns(PcapTruncatedWarning):
+        both = scan(path, threads=2)
+    assert len(alone.ts_ns) == 599 and alone.direction.dtype == np.uint16
     _assert_same_scan(both, alone)
-    wide = scan(few, reuse=both, threads=1)
-    assert wide.direction.dtype == np.uint16
-    _assert_same_scan(wide, scan(few, threads=1))
 
 
 def test_scan_in_small_blocks(
