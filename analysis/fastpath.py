@@ -1066,8 +1066,8 @@ class _Blocks:
         self.tail = np.empty(0, np.uint8)  # what the last block left unparsed
         self.free: queue.Queue = queue.Queue()  # two buffers: one read while one is parsed
         self.full: queue.Queue = queue.Queue()
-        for _ in range(2):
-            self.free.put(np.empty(self.head + _BLOCK, np.uint8))
+        for _ in range(2):  # mapped, not malloc's: its heap would keep them once freed (5 MB)
+            self.free.put(_alloc(self.head + _BLOCK, np.uint8))
         self.stop = False
         self.reader = None
         if ahead:
