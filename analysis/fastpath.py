@@ -890,6 +890,7 @@ _TABLE0 = 1 << 12  # initial slots of the direction table (it doubles when half 
 _FULL = 3  # _pass stopped before a packet of a new direction: the table must grow first
 _ROWS = 4  # _pass stopped before an IPv4 packet: its row would be the second half's first
 _WIDE = 5  # _pass stopped before a packet of a new direction: its id would not fit the column
+_PAUSED = 6  # a reading stopped between blocks: the other half's stopped with _WIDE
 _ID_KINDS = (np.uint8, np.uint16, np.int32)  # direction ids: the narrowest that numbers them
 _SPLIT_MIN = 32 << 20  # bytes from which a capture is read as two halves, each in a thread
 _CHAIN = 8  # whole record headers in a row that mark where the second half begins
@@ -1174,11 +1175,14 @@ class _Reading:
 
 
 def _read(
-    name, args, pairs, cols, across, r: _Reading, size: int, stop: int = -1, ahead: bool = True
-) -> None:
+    name, args, pairs, cols, across, r: _Reading, size: int, stop: int = -1, ahead: bool = True,
+    halt: list[bool] | None = None,
+) -> None:  # fmt: skip
     """Parse the file's records from byte r.base on into the columns from r's rows on (see
     _pass); with ``stop``: up to the first record that begins at or after that byte;
-    ``ahead``: see _Blocks."""
+    ``ahead``: see _Blocks; ``halt``: shared with another reading, set when this one stops
+    with _WIDE, and while set this one stops between blocks (code _PAUSED). A reading that
+    stops keeps the record header it stopped at as ``tail`` (what an error message reads)."""
     with _Blocks(name, r.base, size - r.base, ahead) as blocks:
         for buf, start, end in blocks:  # buf[start:end]: an unparsed record tail, then a block
             while True:
@@ -1195,9 +1199,14 @@ def _read(
                 if r.code != _FULL:
                     break
                 r.grow()
+            if r.code == _WIDE and halt is not None:
+                halt[0] = True
+            elif r.code in (0, 1) and halt is not None and halt[0] and not r.base >= stop >= 0:
+                r.code = _PAUSED  # it reads on from r.base (a record's start) when resumed
+            if r.code in (2, _ROWS, _WIDE, _PAUSED) or r.base >= stop >= 0 or r.cancelled:
+                r.tail = buf[start : min(end, start + _REC_HDR)].copy()  # not the block's rest
+                return
             blocks.carry(buf[start:end])
-            if r.code in (2, _ROWS, _WIDE) or r.base >= stop >= 0 or r.cancelled:
-                break
     r.tail = blocks.tail
 
 
@@ -1358,8 +1367,9 @@ def _renumber(column, src, dst, n, number):
 def _read_whole(name, args, pairs, cols, across, size, cap, split, expected) -> _Reading:
     """The whole capture read into the columns (see scan), as two halves at once where
     ``split`` (a record's offset) is given. A reading that meets more directions than its
-    direction column numbers stops there (_WIDE); once no thread writes, the direction
-    columns are widened (_widen) and it reads on."""
+    direction column numbers stops there (_WIDE), and the other half pauses at its next
+    block; once no thread writes, the direction columns are widened (_widen) and both read
+    on, again at once."""
     whole = _Reading.at(0, _GLOBAL_HDR, cap)
     if split < 0:
         _read_widening(name, args, pairs, cols, across, whole, size)
@@ -1370,22 +1380,27 @@ def _read_whole(name, args, pairs, cols, across, size, cap, split, expected) -> 
     above = (split - _GLOBAL_HDR) // _REC_HDR + 1
     second = _Reading.at(min(expected, above), split, cap)
     whole.rows = second.row0
-    with ThreadPoolExecutor(1, thread_name_prefix="pcap-half") as pool:
-        half = pool.submit(_read, name, args, pairs, cols, across, second, size, -1, False)
-        try:  # both halves read their blocks themselves: see _Blocks
-            _read(name, args, pairs, cols, across, whole, size, stop=split, ahead=False)
-        finally:
-            second.cancelled = not _used(whole, split)
-            error = half.exception()  # the second half is done before anything else
-    while True:  # no thread writes now: widen the direction columns where a half needs it
-        second_wide = error is None and second.code == _WIDE and _used(whole, split)
-        if whole.code != _WIDE and not second_wide:
-            break
-        _widen(cols, across, (whole, second), max(whole.m, second.m) + 1)
-        if whole.code == _WIDE:
-            _read(name, args, pairs, cols, across, whole, size, stop=split, ahead=False)
-        if second_wide and _used(whole, split):
-            _read(name, args, pairs, cols, across, second, size, -1, False)
+    halt, error = [False], None  # see _read
+    todo_whole = todo_second = True
+    while todo_whole or todo_second:  # both halves at once; again after a widening
+        halt[0] = False
+        with ThreadPoolExecutor(1, thread_name_prefix="pcap-half") as pool:
+            half = None
+            if todo_second:
+                half = pool.submit(
+                    _read, name, args, pairs, cols, across, second, size, -1, False, halt
+                )
+            try:  # both halves read their blocks themselves: see _Blocks
+                if todo_whole:
+                    _read(name, args, pairs, cols, across, whole, size, split, False, halt)
+            finally:
+                second.cancelled = not _used(whole, split)
+                if half is not None:
+                    error = half.exception()  # the second half is done before anything else
+        if _WIDE in (whole.code, second.code):  # no thread writes now
+            _widen(cols, across, (whole, second), max(whole.m, second.m) + 1)
+        todo_whole = whole.code in (_WIDE, _PAUSED)
+        todo_second = error is None and second.code in (_WIDE, _PAUSED) and _used(whole, split)
     second.cancelled = whole.code != 0 or whole.base != split
     if not second.cancelled:  # the second half began at a record, the rows fit
         if error is not None:
@@ -1404,7 +1419,7 @@ def _short(whole: _Reading, split: int) -> bool:
 
 def _used(whole: _Reading, split: int) -> bool:
     """The second half's reading is still to be joined to the first's (as far as it got)."""
-    return whole.code in (0, _WIDE) and not _short(whole, split)
+    return whole.code in (0, _WIDE, _PAUSED) and not _short(whole, split)
 
 
 def _read_widening(name, args, pairs, cols, across, r: _Reading, size: int) -> None:
@@ -1418,7 +1433,8 @@ def _read_widening(name, args, pairs, cols, across, r: _Reading, size: int) -> N
 def _widen(cols, across, readings, directions: int) -> None:
     """The direction columns (cols[0], across[0]) replaced by ones of the narrowest type that
     numbers ``directions``, holding the rows the ``readings`` wrote."""
-    kind = next((k for k in _ID_KINDS if _ids(k) >= directions), None)
+    least = max(directions, _ids(cols[0].dtype) + 1)  # wider than now, always
+    kind = next((k for k in _ID_KINDS if _ids(k) >= least), None)
     if kind is None:
         raise ValueError(f"{directions} directions: more than 32-bit ids number")
     for columns, end in ((cols, "n"), (across, "k")):

@@ -745,6 +745,41 @@ def test_direction_ids_in_the_narrowest_type(tmp_path: Path, joins: list[int]) -
         fastpath_crossing_times(donor)
 
 
+def test_a_half_pauses_while_the_other_widens(
+    tmp_path: Path, joins: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In blocks of about ten records, the half that meets a 257th direction stops, the
+    other pauses at its next block, and both read on at once in 16 bits: the scan of one
+    thread, whichever half widens, or both."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_BLOCK", 1000)
+    codes: list[int] = []
+    read = fastpath._read
+
+    def logged(*args, **kwargs) -> None:
+        read(*args, **kwargs)
+        codes.append(args[5].code)
+
+    monkeypatch.setattr(fastpath, "_read", logged)
+    cases = {
+        "first": [*range(3000), *np.arange(3000) % 10],
+        "second": [*np.arange(3000) % 10, *range(10, 3010)],
+        "both": list(range(6000)),
+    }
+    for case, flows in cases.items():
+        path = _flows_capture(tmp_path / f"{case}.pcap", flows)
+        alone = scan(path, threads=1)
+        codes.clear()
+        joins.clear()
+        both = scan(path, threads=2)
+        assert len(joins) == 1 and fastpath._WIDE in codes, case
+        if case != "both":
+            assert fastpath._PAUSED in codes, case
+        assert both.direction.dtype == np.uint16, case
+        _assert_same_scan(both, alone)
+
+
 def test_a_truncated_capture_read_with_wider_ids(tmp_path: Path, joins: list[int]) -> None:
     """A capture cut in its last record whose directions need 16 bits: its complete records,
     read whole or as two halves, with the truncation's warning."""
