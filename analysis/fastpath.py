@@ -660,7 +660,7 @@ def _wide_enough(kind, needed) -> bool:
 def _queue_merged(streams, outputs, n: int, threads: int) -> tuple[int, int, int, int]:
     """_queue_merge over all n events, as two halves at once where ``threads`` and n allow;
     the least and most packets and bytes queued (the levels written must hold them)."""
-    ts, out_ts, cut, last_fwd = streams[0], streams[1], streams[7], streams[8]
+    ts, out_ts, *_, cut, last_fwd = streams
     start = _queue_start(ts, out_ts, cut, last_fwd)
     middle = _next_arrival(out_ts, len(ts) // 2)
     if threads > 1 and n >= _QUEUE_SPLIT_MIN and middle < len(ts):
@@ -1401,7 +1401,7 @@ def _read_whole(name, args, pairs, cols, across, size, cap, split, expected) -> 
             _widen(cols, across, (whole, second), max(whole.m, second.m) + 1)
         todo_whole = whole.code in (_WIDE, _PAUSED)
         todo_second = error is None and second.code in (_WIDE, _PAUSED) and _used(whole, split)
-    second.cancelled = whole.code != 0 or whole.base != split
+    second.cancelled = not _used(whole, split)
     if not second.cancelled:  # the second half began at a record, the rows fit
         if error is not None:
             raise error
@@ -1412,14 +1412,10 @@ def _read_whole(name, args, pairs, cols, across, size, cap, split, expected) -> 
     return whole
 
 
-def _short(whole: _Reading, split: int) -> bool:
-    """The first half's reading ended without a code elsewhere than at the second's start."""
-    return whole.code == 0 and whole.base != split
-
-
 def _used(whole: _Reading, split: int) -> bool:
-    """The second half's reading is still to be joined to the first's (as far as it got)."""
-    return whole.code in (0, _WIDE, _PAUSED) and not _short(whole, split)
+    """The second half's reading is still to be joined to the first's (as far as it got): the
+    first half ended at the second's start, or stopped to widen and reads on."""
+    return whole.code in (_WIDE, _PAUSED) or (whole.code == 0 and whole.base == split)
 
 
 def _read_widening(name, args, pairs, cols, across, r: _Reading, size: int) -> None:

@@ -11,8 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.fastpath import _departure_order, _directions, flow_counters, match_rows, scan
-from analysis.fastpath import crossing_times as fastpath_crossing_times
+from analysis.fastpath import (
+    _departure_order,
+    _directions,
+    crossing_times,
+    flow_counters,
+    match_rows,
+    scan,
+)
 from analysis.match import key_hash, match_packets
 from analysis.metrics import (
     match_times,
@@ -742,7 +748,7 @@ def test_direction_ids_in_the_narrowest_type(tmp_path: Path, joins: list[int]) -
     _assert_same_scan(wide, ref)
     assert np.array_equal(wide.crossing["direction"], ref.crossing["direction"])
     with pytest.raises(ValueError, match="a later scan took its memory"):
-        fastpath_crossing_times(donor)
+        crossing_times(donor)
 
 
 def test_a_half_pauses_while_the_other_widens(
