@@ -48,6 +48,7 @@ _U = np.uint64
 
 __all__ = [
     "Capture",
+    "ack_column",
     "crossing_times",
     "flow_counters",
     "key_hashes",
@@ -154,15 +155,18 @@ def _first_data(ids, m, plen):
 
 @njit(cache=True, nogil=True)
 def _counters(
-    first_data, order, ids, m, rev, ts, flags, seq, ack, plen, has_start, start_ns, has_end, end_ns,
-    ack_rows,
+    first_data, order, ids, m, rev, ts, flags, seq, ack, plen, merged, data_rows, data_acks,
+    has_start, start_ns, has_end, end_ns, ack_rows,
 ):  # fmt: skip
     """Per direction (index d < m): see tcp_flow_counters; rows visited in ``order``;
     ``first_data``: _first_data's rows (a scan records them as it reads); ``ack_rows``: room
     for a row per packet (len(ids)). The pass over the data also lists, in time order, the
     rows of the packets that ACK a flow's data (every row is written, the count advances for
     these), and the pass over the ACKs reads only that list: skipping every packet of the
-    other kind in a second full pass was a third of the time (mispredicted branches)."""
+    other kind in a second full pass was a third of the time (mispredicted branches).
+    ``merged``: ``seq`` and ``ack`` are one scan's seq_or_ack, and the acks of data and FIN
+    packets come from ``data_rows``/``data_acks`` (its data_acks, see Capture) or repeat
+    their direction's last ack: rows in file order (``order`` empty) only."""
     assert len(ack_rows) >= len(ids)
     acks_a_flow = np.zeros(m, np.bool_)  # the direction's packets ACK a flow's data
     for d in range(m):
@@ -223,10 +227,19 @@ def _counters(
     last_adv = np.full(m, _EMPTY)
     seen_lo = np.zeros(m, np.bool_)
     seen_hi = np.zeros(m, np.bool_)
+    last = np.zeros(m, np.int64)  # merged: each direction's last ack (its ACKs are all listed)
+    listed = 0  # merged: data_rows before row i
     for a in range(n_acks):
         i = ack_rows[a]
         f = rev[ids[i]]
         raw = np.int64(ack[i])
+        if merged:
+            if plen[i] > 0 or (flags[i] & _FIN) != 0:  # seq_or_ack holds its seq
+                while listed < len(data_rows) and data_rows[listed] < i:
+                    listed += 1
+                listed_here = listed < len(data_rows) and data_rows[listed] == i
+                raw = np.int64(data_acks[listed]) if listed_here else last[ids[i]]
+            last[ids[i]] = raw
         if a_started[f]:
             u = a_cur[f] + _s32(raw - a_raw[f])
         else:
@@ -473,13 +486,17 @@ def tcp_flow_counters(
     first_data = _first_data(ids, m, cols["payload_len"])
     packets, retx, retx_bytes, nbytes, span = _counters(
         first_data, _time_order(ts), ids, m, rev, ts, cols["tcp_flags"], cols["seq"], cols["ack"],
-        cols["payload_len"], start_ns is not None, 0 if start_ns is None else int(start_ns),
-        end_ns is not None, 0 if end_ns is None else int(end_ns), _row_room(len(ids)),
+        cols["payload_len"], False, _NO_ROWS, _NO_ACKS, start_ns is not None,
+        0 if start_ns is None else int(start_ns), end_ns is not None,
+        0 if end_ns is None else int(end_ns), _row_room(len(ids)),
     )  # fmt: skip
     flows = _in_first_data_order(first_data)
     rows = first_data[flows]
     ends = {c: cols[c][rows] for c in ("src", "dst", "sport", "dport")}
     return _flow_table(ends, flows, packets, retx, retx_bytes, nbytes, span)
+
+
+_NO_ROWS, _NO_ACKS = np.empty(0, np.int64), np.empty(0, np.uint32)  # _counters' data acks
 
 
 def _row_room(n: int) -> np.ndarray:
@@ -882,8 +899,8 @@ def summarize_owd(owd_df) -> dict:
 # IPv4 packet gets its direction (a row of a table of (src, dst, sport, dport, proto) that
 # the pass builds) and only what a trial's metrics use is kept, in narrow columns.
 _BLOCK = 1 << 20  # bytes read at a time: the buffer stays in the CPU's cache
-_COLUMNS = ("direction", "ts_ns", "key_hash", "ip_len", "seq", "ack", "payload_len", "tcp_flags")
-_DTYPES = (np.uint8, np.int64, np.uint64, np.uint16, np.uint32, np.uint32, np.uint16, np.uint8)
+_COLUMNS = ("direction", "ts_ns", "key_hash", "ip_len", "seq_or_ack", "payload_len", "tcp_flags")
+_DTYPES = (np.uint8, np.int64, np.uint64, np.uint16, np.uint32, np.uint16, np.uint8)
 _CROSSING = ("direction", "ts_ns", "key_hash", "ip_len")  # of a crossing packet
 _CROSSING_ONLY = ("key_hash", "ip_len")  # kept for crossing packets only, if they are named
 _TABLE0 = 1 << 12  # initial slots of the direction table (it doubles when half full)
@@ -904,25 +921,35 @@ _MOVE = 1 << 22  # bytes of a column moved at a time when the halves are joined
 class Capture:
     """One pass over a capture (:func:`scan`): per IPv4 packet, in file order, its row in
     ``directions`` and the columns a trial's metrics need (read_pcap's names and values, but
-    payload_len is 0 where read_pcap's is negative, and seq, ack, payload_len and tcp_flags are
-    0 on packets that are not TCP). ``directions``: src, dst, sport, dport, proto, ``first``
-    (its first packet), ``first_data`` (its first TCP packet with payload, -1 if none),
-    ``reverse`` (the opposite direction's row, -1 if none) and ``crossing`` (its (src, dst)
-    among the scan's crossing pairs) per direction, in order of appearance; ``direction`` in
-    the narrowest of uint8, uint16 and int32 that numbers them (a scan reusing a capture's
-    memory: its type, or wider), as ``crossing["direction"]``; ``in_order``:
-    timestamps never go back. ``crossing``: the rows of the packets crossing a bottleneck when
-    the scan was given its (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
+    payload_len is 0 where read_pcap's is negative, and seq_or_ack, payload_len and tcp_flags
+    are 0 on packets that are not TCP).
+
+    ``seq_or_ack``: a TCP packet's seq if it carries data or FIN, else its ack: the number
+    tcp_flow_counters reads of a packet, unless it is a data packet that also ACKs data of
+    the other direction (a request-response flow). The acks of data and FIN packets with the
+    ACK flag are in ``data_acks`` (``row``, ``ack``) where they differ from the ack before
+    them in their direction (and at the first of each direction in each half read), else
+    they repeat it; :func:`ack_column` fills them in. A bulk flow's data packets repeat one
+    ack: 4 bytes a packet less than an ack column.
+
+    ``directions``: src, dst, sport, dport, proto, ``first`` (its first packet),
+    ``first_data`` (its first TCP packet with payload, -1 if none), ``reverse`` (the opposite
+    direction's row, -1 if none) and ``crossing`` (its (src, dst) among the scan's crossing
+    pairs) per direction, in order of appearance; ``direction`` in the narrowest of uint8,
+    uint16 and int32 that numbers them (a scan reusing a capture's memory: its type, or
+    wider), as ``crossing["direction"]``; ``in_order``: timestamps never go back.
+    ``crossing``: the rows of the packets crossing a bottleneck when the scan was given its
+    (src, dst) pairs (else None), and then key_hash and ip_len are empty."""
 
     path: str
     direction: np.ndarray
     ts_ns: np.ndarray
     key_hash: np.ndarray
     ip_len: np.ndarray
-    seq: np.ndarray
-    ack: np.ndarray
+    seq_or_ack: np.ndarray
     payload_len: np.ndarray
     tcp_flags: np.ndarray
+    data_acks: dict[str, np.ndarray]
     directions: dict[str, np.ndarray]
     in_order: bool
     crossing: dict[str, np.ndarray] | None = None
@@ -939,13 +966,16 @@ def _among(sorted_keys, key):
 @njit(cache=True, nogil=True, boundscheck=False)
 def _pass(
     b, limit, size, little, frac_ns, l3_base, et_off, vlan, n, last_ts, in_order,
-    table, keys1, keys2, first, first_data, crosses, m, pairs, k, rows, ids,
-    o_dir, o_ts, o_hash, o_len, o_seq, o_ack, o_plen, o_flags, c_dir, c_ts, c_hash, c_len,
+    table, keys1, keys2, first, first_data, crosses, m, pairs, k, rows, ids, last_ack,
+    s_row, s_ack, n_kept, o_dir, o_ts, o_hash, o_len, o_num, o_plen, o_flags, c_dir, c_ts, c_hash,
+    c_len,
 ):  # fmt: skip
     """Parse the records of b[:size] from 0 while pos < limit (as pcapscan._scan) into the
     output columns from row n (o_hash and o_len: if not empty), and the packets of the
     directions from src to dst of one of ``pairs`` (sorted src << 32 | dst) into the
-    crossing columns c_* from row k; returns (pos, n, m, k, last_ts, in_order, code): code 0
+    crossing columns c_* from row k, and the acks of data and FIN packets that differ from the
+    last ack of their direction (``last_ack``, -1: none yet) into s_row/s_ack from row n_kept on;
+    returns (pos, n, m, k, n_kept, last_ts, in_order, code): code 0
     when ``limit`` was reached, 1 when the record at pos is incomplete, 2 when its caplen is
     above libpcap's maximum, _FULL when its direction is new and the table is half full,
     _WIDE when it is new and ``ids`` directions are numbered already (what o_dir holds),
@@ -958,7 +988,7 @@ def _pass(
     while pos < limit:
         code, caplen = _record(b, pos, size, little)
         if code:
-            return pos, n, m, k, last_ts, in_order, code
+            return pos, n, m, k, n_kept, last_ts, in_order, code
         rec = pos
         frame = pos + _REC_HDR
         left = frame + caplen
@@ -967,7 +997,7 @@ def _pass(
             pos = left
             continue
         if n >= rows:
-            return rec, n, m, k, last_ts, in_order, _ROWS
+            return rec, n, m, k, n_kept, last_ts, in_order, _ROWS
         if _plain_tcp(b, ip, left):  # branched here, not in a helper: see _tcp_headers
             ip_hl, ip_len, proto, sport, dport, seq, ack, flags, l4_hl = _tcp_headers(b, ip)
         else:
@@ -983,12 +1013,12 @@ def _pass(
             d = table[s]
         if d < 0:
             if m >= ids:
-                return rec, n, m, k, last_ts, in_order, _WIDE
+                return rec, n, m, k, n_kept, last_ts, in_order, _WIDE
             if 2 * (m + 1) > len(table) or m >= cap:
-                return rec, n, m, k, last_ts, in_order, _FULL
+                return rec, n, m, k, n_kept, last_ts, in_order, _FULL
             table[s] = m
             keys1[m], keys2[m], first[m], first_data[m] = k1, k2, n, -1
-            crosses[m] = _among(pairs, k1)
+            crosses[m], last_ack[m] = _among(pairs, k1), -1
             d = m
             m += 1
         last_k1, last_k2, last_d = k1, k2, d
@@ -1003,12 +1033,18 @@ def _pass(
         if w_len:
             o_len[n] = ip_len
         if proto == 6:  # as read_pcap's columns (a later fragment: ports, seq, flags 0), but
-            o_seq[n], o_ack[n], o_flags[n] = seq, ack, flags
+            carries = plen > 0 or (flags & _FIN) != 0
+            o_num[n], o_flags[n] = seq if carries else ack, flags
             o_plen[n] = max(plen, 0)  # payload lengths below 0 (broken headers) count as 0
             if plen > 0 and first_data[d] < 0:
                 first_data[d] = n
+            if flags & _ACK:
+                if carries and last_ack[d] != ack:
+                    s_row[n_kept], s_ack[n_kept] = n, ack
+                    n_kept += 1
+                last_ack[d] = ack
         else:
-            o_seq[n], o_ack[n], o_plen[n], o_flags[n] = 0, 0, 0, 0
+            o_num[n], o_plen[n], o_flags[n] = 0, 0, 0
         if w_hash or crosses[d]:
             head = _payload_head(b, ip + ip_hl + l4_hl, left, plen)
             ip_id = np.int64(b[ip + 4]) << 8 | np.int64(b[ip + 5])
@@ -1026,7 +1062,7 @@ def _pass(
                     c_len[k] = ip_len
                 k += 1
         n += 1
-    return pos, n, m, k, last_ts, in_order, 0
+    return pos, n, m, k, n_kept, last_ts, in_order, 0
 
 
 @njit(cache=True, nogil=True)
@@ -1137,8 +1173,10 @@ class _Blocks:
 class _Reading:
     """One reading of a capture's records (the state _pass carries, so that it resumes): the
     packet and crossing rows written from ``row0`` on up to ``n`` and ``k``, its own table of
-    directions (``m`` of them), and where it stopped: ``base`` (a file offset), ``code``
-    (_pass's) and ``tail`` (the bytes it left unparsed: the record it stopped at)."""
+    directions (``m`` of them) with the last ack of each (``last_ack``), the acks of data
+    packets kept (``s`` of ``s_rows``, ``s_acks``), and where it stopped: ``base`` (a file
+    offset), ``code`` (_pass's) and ``tail`` (the bytes it left unparsed: the record it
+    stopped at)."""
 
     row0: int
     n: int
@@ -1150,7 +1188,11 @@ class _Reading:
     first: np.ndarray
     first_data: np.ndarray
     crosses: np.ndarray
+    last_ack: np.ndarray
+    s_rows: np.ndarray
+    s_acks: np.ndarray
     m: int = 0
+    s: int = 0
     last_ts: int = np.iinfo(np.int64).min
     in_order: bool = True
     code: int = 0
@@ -1163,13 +1205,15 @@ class _Reading:
         half = _TABLE0 // 2
         per_direction = (np.empty(half, t) for t in (np.uint64, np.uint64, np.int64, np.int64))
         table = np.full(_TABLE0, -1, np.int64)
-        crosses = np.empty(half, np.bool_)
-        return cls(row, row, row, base, table, *per_direction, crosses, rows=rows)
+        crosses, last_ack = np.empty(half, np.bool_), np.empty(half, np.int64)
+        # data acks: a row each at most, few in bulk flows (sparse: 4 KB pages)
+        kept = (_alloc(rows - row, t, huge=False) for t in (np.int64, np.uint32))
+        return cls(row, row, row, base, table, *per_direction, crosses, last_ack, *kept, rows=rows)
 
     def grow(self) -> None:
         """Twice the room for directions (the table half full)."""
         self.table = np.full(2 * len(self.table), -1, np.int64)
-        for name in ("keys1", "keys2", "first", "first_data", "crosses"):
+        for name in ("keys1", "keys2", "first", "first_data", "crosses", "last_ack"):
             setattr(self, name, np.resize(getattr(self, name), len(self.table) // 2))
         _rehash(self.table, self.keys1, self.keys2, self.m)
 
@@ -1190,8 +1234,8 @@ def _read(
                 limit = room if stop < 0 else min(room, stop - r.base)
                 state = (r.n, r.last_ts, r.in_order, r.table, r.keys1, r.keys2, r.first)
                 state = (*state, r.first_data, r.crosses, r.m, pairs, r.k, r.rows)
-                state = (*state, _ids(cols[0].dtype))
-                pos, r.n, r.m, r.k, r.last_ts, r.in_order, r.code = _pass(
+                state = (*state, _ids(cols[0].dtype), r.last_ack, r.s_rows, r.s_acks, r.s)
+                pos, r.n, r.m, r.k, r.s, r.last_ts, r.in_order, r.code = _pass(
                     buf[start:end], limit, room, *args, *state, *cols, *across
                 )
                 start += pos
@@ -1337,6 +1381,10 @@ def _join(whole: _Reading, second: _Reading, cols, across) -> None:
     for c, column in zip(_CROSSING, across, strict=True):
         _move(column, second.row0, whole.k, k, number if c == "direction" else None)
     whole.n, whole.k = whole.n + n, whole.k + k
+    kept = slice(whole.s, whole.s + second.s)
+    whole.s_rows[kept] = second.s_rows[: second.s] - shift
+    whole.s_acks[kept] = second.s_acks[: second.s]
+    whole.s += second.s
     whole.code, whole.base, whole.tail = second.code, second.base, second.tail
 
 
@@ -1519,9 +1567,11 @@ def scan(
         "crossing": whole.crosses[:m].copy(),
     }
     rows = {c: _fit(a, k) for c, a, keep in zip(_CROSSING, across, kept, strict=True) if keep}
+    data_acks = {"row": _fit(whole.s_rows, whole.s), "ack": _fit(whole.s_acks, whole.s)}
     return Capture(
         name,
         *(_fit(c, n) for c in cols),
+        data_acks,
         directions,
         bool(whole.in_order),
         rows if crossing is not None else None,
@@ -1587,12 +1637,50 @@ def flow_counters(
     _check_not_spent(cap)
     ts = cap.ts_ns
     first_data = cap.directions["first_data"]
+    if cap.in_order:  # the data packets' acks are found as the rows are counted
+        acks, merged, rows, kept = cap.seq_or_ack, True, cap.data_acks["row"], cap.data_acks["ack"]
+    else:  # counted in time order: the acks are filled in first, in file order
+        acks, merged, rows, kept = ack_column(cap), False, _NO_ROWS, _NO_ACKS
     packets, retx, retx_bytes, nbytes, span = _counters(
         first_data, _time_order(ts, cap.in_order), cap.direction, len(cap.directions["src"]),
-        cap.directions["reverse"], ts, cap.tcp_flags, cap.seq, cap.ack, cap.payload_len,
-        start_ns is not None, 0 if start_ns is None else int(start_ns), end_ns is not None,
-        0 if end_ns is None else int(end_ns), _row_room(len(cap.direction)),
+        cap.directions["reverse"], ts, cap.tcp_flags, cap.seq_or_ack, acks, cap.payload_len,
+        merged, rows, kept, start_ns is not None, 0 if start_ns is None else int(start_ns),
+        end_ns is not None, 0 if end_ns is None else int(end_ns), _row_room(len(cap.direction)),
     )  # fmt: skip
     flows = _in_first_data_order(first_data)
     ends = {c: cap.directions[c][flows] for c in ("src", "dst", "sport", "dport")}
     return _flow_table(ends, flows, packets, retx, retx_bytes, nbytes, span)
+
+
+def ack_column(cap: Capture) -> np.ndarray:
+    """The ack of each packet of a scan (read_pcap's ack column) where it has the ACK flag or
+    carries neither data nor FIN; 0 on a data or FIN packet without the ACK flag (not kept)."""
+    _check_not_spent(cap)
+    out = _alloc(len(cap.direction), np.uint32)
+    rows, acks = cap.data_acks["row"], cap.data_acks["ack"]
+    m = len(cap.directions["src"])
+    _fill_acks(cap.seq_or_ack, cap.direction, cap.payload_len, cap.tcp_flags, rows, acks, m, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _fill_acks(seq_or_ack, ids, plen, flags, rows, acks, m, out):
+    """ack_column's values, in file order: a data packet's ack is listed (``rows``, ``acks``)
+    or its direction's last one."""
+    last = np.zeros(m, np.int64)
+    listed = 0
+    for i in range(len(ids)):
+        d = ids[i]
+        acked = (flags[i] & _ACK) != 0
+        if not (plen[i] > 0 or (flags[i] & _FIN) != 0):
+            v = np.int64(seq_or_ack[i])
+        elif not acked:
+            v = np.int64(0)
+        elif listed < len(rows) and rows[listed] == i:
+            v = np.int64(acks[listed])
+            listed += 1
+        else:
+            v = last[d]
+        if acked:
+            last[d] = v
+        out[i] = v

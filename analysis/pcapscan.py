@@ -271,7 +271,7 @@ _ORDER = (
 )  # fmt: skip
 
 
-def _alloc(n: int, dtype: str) -> np.ndarray:
+def _alloc(n: int, dtype: str, huge: bool = True) -> np.ndarray:
     """An uninitialized array in its own private anonymous mapping, in transparent huge
     pages: only the rows written become resident (the capacity is an upper bound), 2 MB at
     a time, and the memory goes back to the system when the array is freed. A 4 KB page
@@ -279,12 +279,14 @@ def _alloc(n: int, dtype: str) -> np.ndarray:
     of CPU for the fast path's scan and 0.36 s for read_columns, huge pages 0.14 s and
     0.21 s. (mmap.mmap(-1, n) alone is a shared mapping, which gets no huge pages with the
     kernel's default shmem setting; numpy's own allocations come from malloc, whose freed
-    blocks below its threshold stay resident.)"""
+    blocks below its threshold stay resident.) ``huge=False``: 4 KB pages, for an array
+    written sparsely, whose rows a huge page would hold 2 MB each."""
     size = n * np.dtype(dtype).itemsize
     if size < 1 << 20:
         return np.empty(n, dtype=dtype)
     memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
-    memory.madvise(mmap.MADV_HUGEPAGE)
+    if huge:
+        memory.madvise(mmap.MADV_HUGEPAGE)
     return np.frombuffer(memory, dtype=dtype)
 
 

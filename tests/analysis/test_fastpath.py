@@ -14,6 +14,7 @@ import pytest
 from analysis.fastpath import (
     _departure_order,
     _directions,
+    ack_column,
     crossing_times,
     flow_counters,
     match_rows,
@@ -454,8 +455,9 @@ def test_scan_is_read_columns(tmp_path: Path, snaplen: int) -> None:
     for c in ("ts_ns", "key_hash", "ip_len"):
         assert np.array_equal(getattr(cap, c), cols[c]), c
     tcp = cols["proto"] == 6
-    for c in ("seq", "ack", "tcp_flags"):
-        assert np.array_equal(getattr(cap, c), np.where(tcp, cols[c], 0)), c
+    assert np.array_equal(cap.tcp_flags, np.where(tcp, cols["tcp_flags"], 0))
+    seq_or_ack, acks = _tcp_numbers(cols)
+    assert np.array_equal(cap.seq_or_ack, seq_or_ack) and np.array_equal(ack_column(cap), acks)
     assert np.array_equal(cap.payload_len, np.where(tcp, np.maximum(cols["payload_len"], 0), 0))
     d = cap.directions
     assert len(d["src"]) > 2 * 2048 and cap.in_order
@@ -535,6 +537,18 @@ def test_packets_without_the_ack_flag_ack_nothing(pair: tuple[Path, Path]) -> No
             assert np.array_equal(got[c], ref[c]), c
 
 
+def _tcp_numbers(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """What a scan keeps of read_columns' seq and ack: seq_or_ack (seq of a TCP packet with
+    data or FIN, else its ack) and ack_column (the ack where the ACK flag is set or the
+    packet carries neither data nor FIN), 0 on other packets."""
+    tcp = cols["proto"] == 6
+    flags = np.where(tcp, cols["tcp_flags"], 0)
+    carries = tcp & ((cols["payload_len"] > 0) | ((flags & 0x01) != 0))
+    seq_or_ack = np.where(carries, cols["seq"], np.where(tcp, cols["ack"], 0))
+    acks = np.where(tcp & (((flags & 0x10) != 0) | ~carries), cols["ack"], 0)
+    return seq_or_ack, acks
+
+
 def _shuffled(path: Path, out: Path, seed: int) -> Path:
     """A copy of the capture with some records moved (timestamps out of file order)."""
     data = path.read_bytes()
@@ -567,7 +581,10 @@ def test_flow_counters_of_a_scan(pair: tuple[Path, Path], tmp_path: Path, window
             bounds = {"start_ns": int(t[len(t) // 3]), "end_ns": int(t[2 * len(t) // 3])}
         ref = tcp_flow_counters(cols, **bounds)
         cap = scan(path, reuse=prev, crossing=[] if path == pair[1] else None)
-        assert np.array_equal(cap.ts_ns, cols["ts_ns"]) and np.array_equal(cap.seq, cols["seq"])
+        seq_or_ack, acks = _tcp_numbers(cols)
+        assert np.array_equal(cap.ts_ns, cols["ts_ns"])
+        assert np.array_equal(cap.seq_or_ack, seq_or_ack) and np.array_equal(ack_column(cap), acks)
+        assert len(cap.data_acks["row"]) < 100  # bulk flows: their data packets repeat an ack
         assert cap.in_order == (path.name != "shuffled.pcap")
         got = flow_counters(cap, **bounds)
         assert list(got) == list(ref)
@@ -581,6 +598,65 @@ def test_flow_counters_of_a_scan(pair: tuple[Path, Path], tmp_path: Path, window
         for t in (tables[0], tables[2])
     )  # flows are numbered in file order: the moved records may change their order
     pd.testing.assert_frame_equal(moved, original)
+
+
+def _conversations(path: Path, seed: int, connections: int) -> Path:
+    """Request-response TCP connections, interleaved: both ends send data, each data packet
+    ACKing what its end has received (several in a row with one ack, or the ack moving on);
+    pure ACKs, a few data packets without the ACK flag, sequence numbers that wrap, a FIN
+    each way."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for c in range(connections):
+        ends = (("198.18.0.1", 40_000 + c), ("198.19.0.1", 5001))
+        nxt = [int(rng.integers(2**32 - 50_000, 2**32)), int(rng.integers(2**32))]
+        sends = []  # (side, flags, payload bytes)
+        for _ in range(int(rng.integers(20, 60))):
+            side = int(rng.integers(2))
+            for _ in range(int(rng.integers(1, 5))):
+                flags = 0x08 if rng.random() < 0.05 else 0x18
+                sends.append((side, flags, int(rng.choice([1, 100, 1448]))))
+            if rng.random() < 0.5:
+                sends.append((1 - side, 0x10, 0))
+        sends += [(0, 0x11, 0), (1, 0x11, 0)]
+        ts = T0 + c * 7_000
+        for side, flags, size in sends:
+            ts += int(rng.integers(1, 500)) * 1000
+            (src, sport), (dst, dport) = ends[side], ends[1 - side]
+            acked = nxt[1 - side] % 2**32  # everything the other end sent has arrived
+            seg = tcp_segment(sport, dport, nxt[side] % 2**32, acked, flags, b"x" * size)
+            records.append((ts, ethernet(ipv4(src, dst, 6, seg))))
+            nxt[side] += size + (flags & 0x01)
+    records.sort(key=lambda r: r[0])
+    return write_pcap(path, records)
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-reading", "two-halves"])
+def test_flow_counters_of_request_response_flows(
+    tmp_path: Path, joins: list[int], threads: int
+) -> None:
+    """Data packets that also ACK the other direction's data (both ends send): a scan keeps
+    their acks where they change (data_acks, fewer than the packets) and flow_counters gives
+    tcp_flow_counters of read_columns' columns, with and without a window, the capture in
+    time order and with records moved (then the acks are filled in first, in file order)."""
+    path = _conversations(tmp_path / "c.pcap", seed=3, connections=40)
+    for p in (path, _shuffled(path, tmp_path / "moved.pcap", seed=5)):
+        cols = read_columns(p, COLUMNS)
+        cap = scan(p, threads=threads)
+        assert cap.in_order == (p == path)
+        seq_or_ack, acks = _tcp_numbers(cols)
+        assert np.array_equal(cap.seq_or_ack, seq_or_ack)
+        assert np.array_equal(ack_column(cap), acks)
+        acked_data = (cols["payload_len"] > 0) & ((cols["tcp_flags"] & 0x10) != 0)
+        assert 80 <= len(cap.data_acks["row"]) < acked_data.sum()
+        t = np.sort(cols["ts_ns"])
+        for bounds in ({}, {"start_ns": int(t[len(t) // 3]), "end_ns": int(t[2 * len(t) // 3])}):
+            ref = tcp_flow_counters(cols, **bounds)
+            got = flow_counters(cap, **bounds)
+            assert len(ref["src"]) == 80 and (ref["bytes"] > 0).sum() >= 40
+            for c in ref:
+                assert np.array_equal(got[c], ref[c]), (p.name, bounds, c)
+    assert len(joins) == (2 if threads == 2 else 0)
 
 
 @pytest.mark.parametrize("snaplen", [65535, 50], ids=["whole", "cut-in-ports"])
@@ -601,8 +677,10 @@ def test_crossing_scan_keeps_the_packets_of_its_pairs(tmp_path: Path, snaplen: i
         assert np.array_equal(cap.crossing[c], cols[c][inside]), c
     assert np.array_equal(cap.crossing["direction"], cap.direction[inside])
     assert len(cap.key_hash) == len(cap.ip_len) == 0 and full.crossing is None
-    for c in ("direction", "ts_ns", "seq", "ack", "payload_len", "tcp_flags"):
+    for c in ("direction", "ts_ns", "seq_or_ack", "payload_len", "tcp_flags"):
         assert np.array_equal(getattr(cap, c), getattr(full, c)), c
+    for c in ("row", "ack"):
+        assert np.array_equal(cap.data_acks[c], full.data_acks[c]), c
     two = scan(path, reuse=cap, crossing=pairs, crossing_columns=("ts_ns", "key_hash"))
     assert set(two.crossing) == {"ts_ns", "key_hash"}
     assert np.array_equal(two.crossing["key_hash"], cols["key_hash"][inside])
@@ -643,16 +721,16 @@ def test_crossing_times_taken_from_a_spent_capture(
         fastpath.take_crossing_times(cap)
     again = scan(path, reuse=cap, crossing=pairs, threads=threads)
     assert np.array_equal(again.ts_ns, kept.ts_ns) and np.array_equal(taken, copy)
-    seq = again.seq.copy()
+    seq = again.seq_or_ack.copy()
     other = write_pcap(tmp_path / "o.pcap", random_capture(seed=6, n=40_000))
     scan(other, reuse=cap, threads=threads)  # cap's memory is again's now: not taken twice
-    assert np.array_equal(again.seq, seq) and np.array_equal(taken, copy)
+    assert np.array_equal(again.seq_or_ack, seq) and np.array_equal(taken, copy)
     assert len(joins) == (4 if threads == 2 else 0)
     big = _alloc(1 << 20, np.int64)  # 8 MB of times, a crossing packet in 64
     rows = len(big) - 1000  # as a scan's columns: the rows, a view of a longer allocation
     big[:rows] = np.arange(rows)
     spent = fastpath.Capture(
-        "", (np.arange(rows) % 64 != 0).astype(np.int32), big[:rows], *[np.empty(0)] * 6,
+        "", (np.arange(rows) % 64 != 0).astype(np.int32), big[:rows], *[np.empty(0)] * 5, {},
         {"crossing": np.array([True, False])}, True,
         buffers=[None, big],
     )  # fmt: skip
@@ -810,8 +888,10 @@ def test_scan_in_small_blocks(
     monkeypatch.setattr(fastpath, "_BLOCK", 1000)  # about ten records a block
     cols = read_columns(pair[0], COLUMNS)
     cap = scan(pair[0])
-    for c in ("ts_ns", "ip_len", "seq", "ack"):
+    for c in ("ts_ns", "ip_len"):
         assert np.array_equal(getattr(cap, c), cols[c]), c
+    seq_or_ack, acks = _tcp_numbers(cols)
+    assert np.array_equal(cap.seq_or_ack, seq_or_ack) and np.array_equal(ack_column(cap), acks)
     data = pair[0].read_bytes()
     path = tmp_path / "deep.pcap"
     path.write_bytes(data[: len(data) // 2 + 7])
@@ -931,7 +1011,7 @@ def test_read_columns_keep_only_their_rows_resident(
     read = read_columns(tmp_path / "b.pcap", [*COLUMNS, "key_hash"])
     fast = scan(tmp_path / "b.pcap", crossing=truth.crossing, threads=threads)
     assert len(joins) == threads - 1
-    cols = {**read, **{f"scan {c}": getattr(fast, c) for c in ("ts_ns", "seq", "direction")}}
+    cols = {**read, **{f"scan {c}": getattr(fast, c) for c in ("ts_ns", "seq_or_ack", "direction")}}
     cols.update({f"crossing {c}": v for c, v in fast.crossing.items()})
     mapped = [c for c, column in cols.items() if isinstance(column.base.base, memoryview)]
     assert {"ts_ns", "scan ts_ns", "crossing ts_ns"} <= set(mapped)  # mappings of their own
@@ -959,9 +1039,10 @@ def joins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _assert_same_scan(got, ref) -> None:
-    for c in ("direction", "ts_ns", "key_hash", "ip_len", "seq", "ack", "payload_len"):
+    for c in ("direction", "ts_ns", "key_hash", "ip_len", "seq_or_ack", "payload_len"):
         assert np.array_equal(getattr(got, c), getattr(ref, c)), c
     assert np.array_equal(got.tcp_flags, ref.tcp_flags)
+    assert np.array_equal(ack_column(got), ack_column(ref))
     assert list(got.directions) == list(ref.directions)
     for c in ref.directions:
         assert np.array_equal(got.directions[c], ref.directions[c]), c

@@ -179,7 +179,7 @@ def test_fragments_carry_tcp_fields_on_the_first_only(tmp_path: Path) -> None:
     in either byte of the field), or one whose IP header length is below 20, has no ports,
     sequence numbers or flags and its payload is all it carries after the IP header, in
     read_pcap and in the fast path's scan alike."""
-    from analysis.fastpath import scan
+    from analysis.fastpath import ack_column, scan
 
     seg = tcp_segment(5001, 40000, 7_000_000, 9, 0x18, b"0123456789abcdef")
     packet = ipv4("198.18.0.1", "198.18.0.2", 6, seg, ip_id=3)
@@ -196,7 +196,13 @@ def test_fragments_carry_tcp_fields_on_the_first_only(tmp_path: Path) -> None:
     assert df["payload_len"].tolist() == [16, 36, 36, 40]  # all after the IP header
     assert df["payload_head"].tolist()[0] == int.from_bytes(b"01234567", "big")
     cap = scan(path)
-    assert cap.seq.tolist() == [7_000_000, 0, 0, 0] and cap.tcp_flags.tolist() == [0x18, 0, 0, 0]
+    assert cap.seq_or_ack.tolist() == [7_000_000, 0, 0, 0] and ack_column(cap).tolist() == [
+        9,
+        0,
+        0,
+        0,
+    ]
+    assert cap.tcp_flags.tolist() == [0x18, 0, 0, 0]
     assert cap.payload_len.tolist() == [16, 36, 36, 40]
     assert cap.directions["sport"][cap.direction].tolist() == [5001, 0, 0, 0]
 
