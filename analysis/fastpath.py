@@ -534,6 +534,7 @@ def undecided(ts_ns: np.ndarray, forwarded: np.ndarray, *, max_delay_ns: int, en
 
 
 _QUEUE_SPLIT_MIN = 1 << 20  # queue events from which queue_levels merges two halves at once
+_QUEUE_PIECE = 1 << 18  # events merged between two give-backs of what the merge passed (consume)
 
 
 _sharing = 1  # processes analysing side by side on this process's CPUs (see share_cpus)
@@ -566,6 +567,7 @@ def queue_levels(
     header_bytes: int = 0,
     rows: bool = False,
     threads: int | None = None,
+    consume: bool = False,
 ) -> dict[str, np.ndarray]:
     """The events and occupancy of ``analysis.queue.queue_occupancy`` as arrays (ts_ns,
     event code 0 departure / 1 arrival / 2 drop, frame_bytes, packets, bytes), from the
@@ -585,7 +587,12 @@ def queue_levels(
     also each event's row in the input (``row``: whose packet arrived, left or was dropped).
     ``threads``: 2 (the default where the process may run on two CPUs) merges the two halves
     of _QUEUE_SPLIT_MIN events or more at once, the second from the state before its first
-    arrival, counted from the arrivals, drops and departures before it (the same events)."""
+    arrival, counted from the arrivals, drops and departures before it (the same events).
+    ``consume``: for a caller done with ``ts_ns`` and ``departures``: the pages of their rows
+    the merge has passed are given back to the system as it goes (they read as zeros
+    afterwards; only arrays of pcapscan._alloc, such as scan's and match_rows', and
+    ``departures`` only where it is put in order in place, or whole when the merge does not
+    read it): 12 bytes a forwarded packet less at the end, when the events are all held."""
     ts = np.asarray(ts_ns, dtype=np.int64)
     out_ts = np.asarray(ts_out_ns, dtype=np.int64)
     size = np.asarray(frame_bytes)
@@ -610,6 +617,9 @@ def queue_levels(
             order = _departure_order(listed, out_ts, n_fwd)
         if not dep_sorted and not len(order):  # not one FIFO: by time, stably
             order = np.argsort(out_ts, kind="stable")[len(out_ts) - n_fwd :]
+        given = np.asarray([] if departures is None else departures)
+        if consume and not np.shares_memory(order, given):
+            _give_back(given, 0, len(given))  # the merge does not read it
         n = len(ts) - n_cut + n_fwd
         total = max(abs(low), abs(high)) * len(size)  # bound of the occupancy in bytes
         sizes = _alloc(n, np.uint16 if low >= 0 and high < 2**16 else np.int32)
@@ -620,15 +630,15 @@ def queue_levels(
         threads = _cpus() if threads is None else threads
         bound = _signed(-total, total, np.int16)  # what the sizes allow, else 32 bits first
         kinds = (np.int16, bound if np.dtype(bound).itemsize < 4 else np.int32)
-        while True:
-            packets, nbytes = _alloc(n, kinds[0]), _alloc(n, kinds[1])
-            outputs = (sizes, nbytes, t, code, packets, row)
-            seen = _queue_merged(streams, outputs, n, threads)
-            need = (_signed(*seen[:2], np.int16), _signed(*seen[2:], np.int16))
-            if all(_wide_enough(k, w) for k, w in zip(kinds, need, strict=True)):
-                break
-            kinds = need  # written in too few bits: merged again in the types its range needs
+        packets, nbytes = _alloc(n, kinds[0]), _alloc(n, kinds[1])
+        outputs = (sizes, nbytes, t, code, packets, row)
+        seen = _queue_merged(streams, outputs, n, threads, consume)
+        need = (_signed(*seen[:2], np.int16), _signed(*seen[2:], np.int16))
+        if not all(_wide_enough(k, w) for k, w in zip(kinds, need, strict=True)):
+            # written in too few bits: counted again from the events, in the types it needs
             packets = nbytes = outputs = None  # not held beside the wider ones
+            packets, nbytes = _alloc(n, need[0]), _alloc(n, need[1])
+            _levels(code, sizes, packets, nbytes)
         return {
             "ts_ns": t,
             "event": code,
@@ -674,24 +684,68 @@ def _wide_enough(kind, needed) -> bool:
     return np.dtype(kind).itemsize >= np.dtype(needed).itemsize
 
 
-def _queue_merged(streams, outputs, n: int, threads: int) -> tuple[int, int, int, int]:
+def _queue_merged(streams, outputs, n: int, threads: int, consume: bool) -> tuple:
     """_queue_merge over all n events, as two halves at once where ``threads`` and n allow;
-    the least and most packets and bytes queued (the levels written must hold them)."""
-    ts, out_ts, *_, cut, last_fwd = streams
+    the least and most packets and bytes queued (the levels written must hold them).
+    ``consume``: see queue_levels."""
+    ts, out_ts, *_, order, _, cut, last_fwd = streams
     start = _queue_start(ts, out_ts, cut, last_fwd)
     middle = _next_arrival(out_ts, len(ts) // 2)
+    ends = (len(ts), len(order))  # rows of ts and of order a merge may give back below
     if threads > 1 and n >= _QUEUE_SPLIT_MIN and middle < len(ts):
         # Two halves at once: the second from the state before the middle arrival.
         half = _queue_state(*streams, middle)
+        bound = (min(half[1], half[2]), half[3])  # the first row and departure it reads
         with ThreadPoolExecutor(1, thread_name_prefix="queue-half") as pool:
-            later = pool.submit(_queue_merge, *streams, *outputs, half[0], n, *half[1:])
-            first = _queue_merge(*streams, *outputs, 0, half[0], *start[1:])
+            later = pool.submit(
+                _merge_range, streams, outputs, half[0], n, half[1:], consume and (bound, ends)
+            )
+            first = _merge_range(
+                streams, outputs, 0, half[0], start[1:], consume and ((0, 0), bound)
+            )
             second = later.result()
         return (
             min(first[0], second[0]), max(first[1], second[1]),
             min(first[2], second[2]), max(first[3], second[3]),
         )  # fmt: skip
-    return _queue_merge(*streams, *outputs, 0, n, *start[1:])
+    return _merge_range(streams, outputs, 0, n, start[1:], consume and ((0, 0), ends))
+
+
+def _merge_range(streams, outputs, k0: int, k1: int, state, passed) -> tuple:
+    """_queue_merge of events k0 to k1 from ``state``: the least and most levels. With
+    ``passed`` ((first row, first departure), (end row, end departure): the rows of ts and of
+    order this range alone reads), a piece at a time, the rows of ts and order before the
+    merge's next arrival, drop and departure given back after each piece."""
+    if not passed:
+        return _queue_merge(*streams, *outputs, k0, k1, *state)[:4]
+    ts, order = streams[0], streams[5]
+    (row0, dep0), (row_end, dep_end) = passed
+    seen = None
+    for a in range(k0, max(k1, k0 + 1), _QUEUE_PIECE):
+        got = _queue_merge(*streams, *outputs, a, min(a + _QUEUE_PIECE, k1), *state)
+        state = got[4:]
+        i_arr, i_drop, i_dep = state[:3]
+        _give_back(ts, row0, min(i_arr, i_drop, row_end))
+        _give_back(order, dep0, min(i_dep, dep_end))
+        levels = got[:4]
+        seen = levels if seen is None else (
+            min(seen[0], levels[0]), max(seen[1], levels[1]),
+            min(seen[2], levels[2]), max(seen[3], levels[3]),
+        )  # fmt: skip
+    return seen
+
+
+@njit(cache=True, nogil=True)
+def _levels(code, size, packets, nbytes):
+    """The occupancy after each event (packets, bytes) from the events' codes and frame
+    sizes: what _queue_merge wrote, again, in the types of ``packets`` and ``nbytes``."""
+    level = level_bytes = 0
+    for k in range(len(code)):
+        if code[k] == 1:
+            level, level_bytes = level + 1, level_bytes + size[k]
+        elif code[k] == 0:
+            level, level_bytes = level - 1, level_bytes - size[k]
+        packets[k], nbytes[k] = level, level_bytes
 
 
 @njit(cache=True, nogil=True)
@@ -831,7 +885,8 @@ def _queue_merge(
     to ``out_size``, the occupancy after it to ``packets`` and ``nbytes`` (the least and
     most of both are returned: the caller checks their types held them), and its packet's
     row to ``row`` if it has room. Events k0 to k1 from the state before event k0 (see
-    _queue_start and _queue_state)."""
+    _queue_start and _queue_state); then the state after them (i_arr, i_drop, i_dep, r_dep,
+    level, level_bytes) follows the least and most."""
     big = np.iinfo(np.int64).max
     lo_p = hi_p = np.int64(level)
     lo_b = hi_b = np.int64(level_bytes)
@@ -865,7 +920,7 @@ def _queue_merge(
         out_size[k], packets[k], nbytes[k] = s, level, level_bytes
         lo_p, hi_p = min(lo_p, level), max(hi_p, level)
         lo_b, hi_b = min(lo_b, level_bytes), max(hi_b, level_bytes)
-    return lo_p, hi_p, lo_b, hi_b
+    return lo_p, hi_p, lo_b, hi_b, i_arr, i_drop, i_dep, r_dep, level, level_bytes
 
 
 def summarize_owd(owd_df) -> dict:

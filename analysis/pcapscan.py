@@ -301,14 +301,19 @@ def _fit(column: np.ndarray, n: int) -> np.ndarray:
 
 
 def _give_back(column: np.ndarray, lo: int, hi: int) -> None:
-    """The pages of an :func:`_alloc` mapping that hold only rows lo to hi of ``column`` (its
-    whole mapping) given back to the system (the kernel gives zeroed pages if they are
-    written again): whole pages, and the last one too where hi is the mapping's end."""
-    memory = column.base.obj if isinstance(column.base, memoryview) else None
-    if not isinstance(memory, mmap.mmap):
+    """The pages of an :func:`_alloc` mapping that hold only rows lo to hi of ``column`` (the
+    mapping's array, or a contiguous view of it) given back to the system (the kernel gives
+    zeroed pages if they are written again): whole pages, and the last one too where hi is
+    the mapping's end; nothing for an array of another kind."""
+    root = column
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    memory = root.base.obj if isinstance(root.base, memoryview) else None
+    if not isinstance(memory, mmap.mmap) or column.strides not in ((column.itemsize,), (0,)):
         return
-    start = -(-lo * column.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
-    end = hi * column.itemsize
+    offset = column.ctypes.data - root.ctypes.data  # bytes into the mapping
+    start = -(-(offset + lo * column.itemsize) // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = offset + hi * column.itemsize
     stop = len(memory) if end >= len(memory) else end // mmap.PAGESIZE * mmap.PAGESIZE
     if stop > start:
         memory.madvise(mmap.MADV_DONTNEED, start, stop - start)

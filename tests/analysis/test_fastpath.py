@@ -213,9 +213,10 @@ def test_queue_levels_in_two_halves(monkeypatch: pytest.MonkeyPatch, departures:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_queue_levels_widen_what_did_not_fit(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     """The occupancy is written in 16-bit packets and 32-bit bytes first; a queue that held
-    more (40,000 packets of 60,000 bytes: 2.4 GB) is merged again in the types its range
-    needs, with the levels a running sum gives, whichever half of a two-halves merge held the
-    most; a small queue keeps the narrow types."""
+    more (40,000 packets of 60,000 bytes: 2.4 GB) is counted again from the events in the
+    types its range needs, with the levels a running sum gives, whichever half of a
+    two-halves merge held the most, also when the merge gave its arrival times back as it
+    went (consume); a small queue keeps the narrow types."""
     from analysis import fastpath
 
     monkeypatch.setattr(fastpath, "_QUEUE_SPLIT_MIN", 0)
@@ -223,7 +224,13 @@ def test_queue_levels_widen_what_did_not_fit(monkeypatch: pytest.MonkeyPatch, th
     ts = np.arange(n, dtype=np.int64) * 1000
     out = ts + 10**9  # every packet arrives before the first leaves
     size = np.full(n, 60_000)
+    given = _alloc(1 << 17, np.int64)[:n]  # a mapping of its own (1 MB): given back as passed
+    given[:] = ts
+    spent = queue_levels(given, out, size, max_delay_ns=2 * 10**9, threads=threads, consume=True)
+    assert resident_bytes(given) < 64 << 10
     got = queue_levels(ts, out, size, max_delay_ns=2 * 10**9, threads=threads)
+    for c in got:
+        assert np.array_equal(spent[c], got[c]) and spent[c].dtype == got[c].dtype, c
     level = np.r_[np.arange(1, n + 1), np.arange(n - 1, -1, -1)]
     assert got["packets"].dtype == np.int32 and got["bytes"].dtype == np.int64
     assert np.array_equal(got["packets"], level)
@@ -239,6 +246,48 @@ def test_queue_levels_widen_what_did_not_fit(monkeypatch: pytest.MonkeyPatch, th
     small = queue_levels(ts, ts + 1500, size, max_delay_ns=10**4, threads=threads)
     assert small["packets"].dtype == np.int16 and small["bytes"].dtype == np.int32
     assert small["packets"].max() == 2 and small["bytes"].max() == 120_000
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-merge", "two-halves"])
+@pytest.mark.parametrize("departures", ["by-time", "row-order", "copied"])
+def test_queue_levels_consume_what_they_passed(
+    monkeypatch: pytest.MonkeyPatch, threads: int, departures: str
+) -> None:
+    """With consume, the merge gives back the pages of the arrival times and of the
+    departures list it has passed, a piece at a time (both halves of a two-halves merge
+    their own), or the whole list where it does not read it (departures in row order, or
+    copied into an int32 list of its own); the events are those of a merge that keeps them,
+    for arrival times given as a view into a longer mapping too."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_QUEUE_SPLIT_MIN", 0 if threads == 2 else 1 << 40)
+    monkeypatch.setattr(fastpath, "_QUEUE_PIECE", 5000)
+    rng = np.random.default_rng(11)
+    n = 300_000
+    ts = np.cumsum(rng.integers(0, 3, n)) * 1000
+    fwd = rng.random(n) < 0.9
+    if departures == "row-order":  # one FIFO
+        out = np.where(fwd, ts + 10**6, -1)
+    else:  # two FIFOs: even rows wait longer
+        out = np.where(fwd, ts + np.where(np.arange(n) % 2, 10**6, 3 * 10**6), -1)
+    rows = np.flatnonzero(fwd)
+    order = rows[np.lexsort((rows, out[rows]))]
+    options = {"max_delay_ns": 5 * 10**6, "header_bytes": 14, "threads": threads}
+    ref = queue_levels(ts, out, np.full(n, 1500), departures=order.copy(), **options)
+    mapping = _alloc(n + 70_000, np.int64)
+    given_ts = mapping[50_000 : 50_000 + n]  # a view, pages of the mapping on both sides
+    given_ts[:] = ts
+    mapping[:50_000] = mapping[-20_000:] = 7
+    given_dep = _alloc(len(order), np.int64 if departures == "copied" else np.int32)
+    given_dep[:] = order
+    got = queue_levels(
+        given_ts, out, np.full(n, 1500), departures=given_dep, consume=True, **options
+    )
+    for c in ref:
+        assert np.array_equal(got[c], ref[c]), c
+    assert resident_bytes(given_ts) < 32 << 10  # at most a page at each end of each half
+    assert resident_bytes(given_dep) < 32 << 10
+    assert (mapping[:50_000] == 7).all() and (mapping[-20_000:] == 7).all()  # not the view's
 
 
 def test_matching_follows_the_greedy_rule_with_repeated_keys() -> None:

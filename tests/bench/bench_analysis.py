@@ -148,7 +148,7 @@ def analyse(before: Path, after: Path, crossing: list[int], threads: int | None 
     stage("owd")
     queue = queue_levels(
         arrivals["ts_ns"], ts_out, arrivals["ip_len"], max_delay_ns=MAX_DELAY_NS,
-        departures=departures, header_bytes=14, threads=threads,
+        departures=departures, header_bytes=14, threads=threads, consume=True,
     )  # fmt: skip
     stage("queue")
     flows = [
