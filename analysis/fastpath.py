@@ -168,6 +168,7 @@ def _counters(
     packets come from ``data_rows``/``data_acks`` (its data_acks, see Capture) or repeat
     their direction's last ack: rows in file order (``order`` empty) only."""
     assert len(ack_rows) >= len(ids)
+    assert not merged or len(order) == 0  # merged: the data packets' acks follow file order
     acks_a_flow = np.zeros(m, np.bool_)  # the direction's packets ACK a flow's data
     for d in range(m):
         acks_a_flow[d] = rev[d] >= 0 and first_data[rev[d]] >= 0
@@ -496,7 +497,7 @@ def tcp_flow_counters(
     return _flow_table(ends, flows, packets, retx, retx_bytes, nbytes, span)
 
 
-_NO_ROWS, _NO_ACKS = np.empty(0, np.int64), np.empty(0, np.uint32)  # _counters' data acks
+_NO_ROWS, _NO_ACKS = np.empty(0, np.int32), np.empty(0, np.uint32)  # _counters' data acks
 
 
 def _row_room(n: int) -> np.ndarray:
@@ -985,7 +986,8 @@ class Capture:
     ACK flag are in ``data_acks`` (``row``, ``ack``) where they differ from the ack before
     them in their direction (and at the first of each direction in each half read), else
     they repeat it; :func:`ack_column` fills them in. A bulk flow's data packets repeat one
-    ack: 4 bytes a packet less than an ack column.
+    ack: 4 bytes a packet less than an ack column. Where both ends send at once, each data
+    packet's ack moves on and is listed: 8 bytes (a row and an ack) instead of 4.
 
     ``directions``: src, dst, sport, dport, proto, ``first`` (its first packet),
     ``first_data`` (its first TCP packet with payload, -1 if none), ``reverse`` (the opposite
@@ -1261,8 +1263,9 @@ class _Reading:
         per_direction = (np.empty(half, t) for t in (np.uint64, np.uint64, np.int64, np.int64))
         table = np.full(_TABLE0, -1, np.int64)
         crosses, last_ack = np.empty(half, np.bool_), np.empty(half, np.int64)
-        # data acks: a row each at most, few in bulk flows (sparse: 4 KB pages)
-        kept = (_alloc(rows - row, t, huge=False) for t in (np.int64, np.uint32))
+        # data acks: a row each at most, few in bulk flows (4 KB pages: rarely many written)
+        kind = np.int32 if rows < 2**31 else np.int64
+        kept = (_alloc(rows - row, t, huge=False) for t in (kind, np.uint32))
         return cls(row, row, row, base, table, *per_direction, crosses, last_ack, *kept, rows=rows)
 
     def grow(self) -> None:
@@ -1409,7 +1412,8 @@ def _ids(kind) -> int:
 def _join(whole: _Reading, second: _Reading, cols, across) -> None:
     """The second half's reading appended to the first's: its directions renumbered into the
     first's table (the direction columns widened first where the two halves' directions
-    together need it), its rows moved down to follow the first half's."""
+    together need it), its rows moved down to follow the first half's. The joined reading
+    does not read on (its last_ack is the first half's): both halves have ended."""
     number = np.empty(second.m, np.int32)
     done = 0
     shift = second.row0 - whole.n
@@ -1727,13 +1731,14 @@ def _fill_acks(seq_or_ack, ids, plen, flags, rows, acks, m, out):
     for i in range(len(ids)):
         d = ids[i]
         acked = (flags[i] & _ACK) != 0
+        while listed < len(rows) and rows[listed] < i:  # as _counters: no row left behind
+            listed += 1
         if not (plen[i] > 0 or (flags[i] & _FIN) != 0):
             v = np.int64(seq_or_ack[i])
         elif not acked:
             v = np.int64(0)
         elif listed < len(rows) and rows[listed] == i:
             v = np.int64(acks[listed])
-            listed += 1
         else:
             v = last[d]
         if acked:

@@ -279,14 +279,14 @@ def _alloc(n: int, dtype: str, huge: bool = True) -> np.ndarray:
     of CPU for the fast path's scan and 0.36 s for read_columns, huge pages 0.14 s and
     0.21 s. (mmap.mmap(-1, n) alone is a shared mapping, which gets no huge pages with the
     kernel's default shmem setting; numpy's own allocations come from malloc, whose freed
-    blocks below its threshold stay resident.) ``huge=False``: 4 KB pages, for an array
-    written sparsely, whose rows a huge page would hold 2 MB each."""
+    blocks below its threshold stay resident.) ``huge=False``: 4 KB pages, also where the
+    system gives huge pages unasked, for an array that usually holds far fewer rows than
+    its capacity (a huge page would make its first write cost 2 MB)."""
     size = n * np.dtype(dtype).itemsize
     if size < 1 << 20:
         return np.empty(n, dtype=dtype)
     memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
-    if huge:
-        memory.madvise(mmap.MADV_HUGEPAGE)
+    memory.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(memory, dtype=dtype)
 
 

@@ -698,6 +698,7 @@ def test_flow_counters_of_request_response_flows(
         assert np.array_equal(ack_column(cap), acks)
         acked_data = (cols["payload_len"] > 0) & ((cols["tcp_flags"] & 0x10) != 0)
         assert 80 <= len(cap.data_acks["row"]) < acked_data.sum()
+        assert cap.data_acks["row"].dtype == np.int32  # 8 bytes a listed ack
         t = np.sort(cols["ts_ns"])
         for bounds in ({}, {"start_ns": int(t[len(t) // 3]), "end_ns": int(t[2 * len(t) // 3])}):
             ref = tcp_flow_counters(cols, **bounds)
