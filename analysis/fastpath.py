@@ -1158,9 +1158,9 @@ class _Blocks:
         self.path, self.offset, self.left = path, offset, max(length, 0)
         self.head = _MAX_CAPLEN + _REC_HDR  # room for the longest unparsed tail
         self.tail = np.empty(0, np.uint8)  # what the last block left unparsed
-        self.free: queue.Queue = queue.Queue()  # two buffers: one read while one is parsed
+        self.free: queue.Queue = queue.Queue()  # ahead: one read while one is parsed
         self.full: queue.Queue = queue.Queue()
-        for _ in range(2):  # mapped, not malloc's: its heap would keep them once freed (5 MB)
+        for _ in range(2 if ahead else 1):  # mapped, not malloc's: its heap would keep them
             self.free.put(_alloc(self.head + _BLOCK, np.uint8))
         self.stop = False
         self.reader = None
