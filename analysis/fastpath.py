@@ -582,10 +582,11 @@ def queue_levels(
     reordered. ``header_bytes`` is added to every frame_bytes value (14 when they are IP
     lengths). Sizes come in the narrowest integers that hold them; the occupancy is first
     written in 16-bit packets and 32-bit bytes (16-bit where the frame sizes bound them so), a
-    queue rarely holding more, and merged again in the narrowest types its measured range
-    needs where it did not fit (4.1 M events: 25 MB less at the peak than 32-bit packets and
-    64-bit bytes; arithmetic on them wants a wider type first). ``rows``:
-    also each event's row in the input (``row``: whose packet arrived, left or was dropped).
+    queue rarely holding more, and counted again from the events (running sums) in the
+    narrowest types its measured range needs where it did not fit (4.1 M events: 25 MB less
+    at the peak than 32-bit packets and 64-bit bytes; arithmetic on them wants a wider type
+    first). ``rows``: also each event's row in the input (``row``: whose packet arrived, left
+    or was dropped).
     ``threads``: 2 (the default where the process may run on two CPUs) merges the two halves
     of _QUEUE_SPLIT_MIN events or more at once, the second from the state before its first
     arrival, counted from the arrivals, drops and departures before it (the same events).
@@ -593,7 +594,8 @@ def queue_levels(
     the merge has passed are given back to the system as it goes (they read as zeros
     afterwards; only arrays of pcapscan._alloc, such as scan's and match_rows', and
     ``departures`` only where it is put in order in place, or whole when the merge does not
-    read it): 12 bytes a forwarded packet less at the end, when the events are all held."""
+    read it): 8 bytes an arrival and 4 a departure less at the end, when the events are all
+    held."""
     ts = np.asarray(ts_ns, dtype=np.int64)
     out_ts = np.asarray(ts_out_ns, dtype=np.int64)
     size = np.asarray(frame_bytes)
@@ -697,14 +699,20 @@ def _queue_merged(streams, outputs, n: int, threads: int, consume: bool) -> tupl
         # Two halves at once: the second from the state before the middle arrival.
         half = _queue_state(*streams, middle)
         bound = (min(half[1], half[2]), half[3])  # the first row and departure it reads
+        # The first half reads up to the second's first arrival, drop and departure (its
+        # next ones when it ends): the second gives back only what lies past them.
+        after = (min(max(half[1], half[2]) + 1, len(ts)), min(half[3] + 1, len(order)))
         with ThreadPoolExecutor(1, thread_name_prefix="queue-half") as pool:
             later = pool.submit(
-                _merge_range, streams, outputs, half[0], n, half[1:], consume and (bound, ends)
+                _merge_range, streams, outputs, half[0], n, half[1:], consume and (after, ends)
             )
             first = _merge_range(
                 streams, outputs, 0, half[0], start[1:], consume and ((0, 0), bound)
             )
             second = later.result()
+        if consume:  # what both read
+            _give_back(ts, bound[0], after[0])
+            _give_back(order, bound[1], after[1])
         return (
             min(first[0], second[0]), max(first[1], second[1]),
             min(first[2], second[2]), max(first[3], second[3]),
@@ -715,8 +723,8 @@ def _queue_merged(streams, outputs, n: int, threads: int, consume: bool) -> tupl
 def _merge_range(streams, outputs, k0: int, k1: int, state, passed) -> tuple:
     """_queue_merge of events k0 to k1 from ``state``: the least and most levels. With
     ``passed`` ((first row, first departure), (end row, end departure): the rows of ts and of
-    order this range alone reads), a piece at a time, the rows of ts and order before the
-    merge's next arrival, drop and departure given back after each piece."""
+    order that only this range reads), a piece at a time, the rows of ts and order among
+    them before the merge's next arrival, drop and departure given back after each piece."""
     if not passed:
         return _queue_merge(*streams, *outputs, k0, k1, *state)[:4]
     ts, order = streams[0], streams[5]

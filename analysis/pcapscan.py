@@ -309,9 +309,9 @@ def _give_back(column: np.ndarray, lo: int, hi: int) -> None:
     while isinstance(root.base, np.ndarray):
         root = root.base
     memory = root.base.obj if isinstance(root.base, memoryview) else None
-    if not isinstance(memory, mmap.mmap) or column.strides not in ((column.itemsize,), (0,)):
+    if not isinstance(memory, mmap.mmap) or column.strides != (column.itemsize,):
         return
-    offset = column.ctypes.data - root.ctypes.data  # bytes into the mapping
+    offset = column.ctypes.data - np.frombuffer(memory, np.uint8).ctypes.data  # into the mapping
     start = -(-(offset + lo * column.itemsize) // mmap.PAGESIZE) * mmap.PAGESIZE
     end = offset + hi * column.itemsize
     stop = len(memory) if end >= len(memory) else end // mmap.PAGESIZE * mmap.PAGESIZE

@@ -4,7 +4,7 @@ the numbers of the DataFrame API exactly, on a capture pair with real TCP dynami
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -288,6 +288,70 @@ def test_queue_levels_consume_what_they_passed(
     assert resident_bytes(given_ts) < 32 << 10  # at most a page at each end of each half
     assert resident_bytes(given_dep) < 32 << 10
     assert (mapping[:50_000] == 7).all() and (mapping[-20_000:] == 7).all()  # not the view's
+
+
+class _SecondHalfFirst:
+    """ThreadPoolExecutor's stand-in for the queue's two halves: the job submitted (the second
+    half) runs to its end at once, before the first half: one order two threads may take."""
+
+    def __init__(self, *_args, **_kwargs) -> None:
+        pass
+
+    def __enter__(self) -> _SecondHalfFirst:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        return None
+
+    def submit(self, fn, *args) -> Future:
+        done: Future = Future()
+        done.set_result(fn(*args))
+        return done
+
+
+@pytest.mark.parametrize("where", ["sparse-drops", "departure-on-a-page"])
+def test_queue_halves_consume_only_what_the_other_does_not_read(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The second half of a consuming two-halves merge, run to its end before the first, gives
+    back nothing the first half still reads in its last events: the times of the middle
+    arrival and of the next drop (pages past the middle when drops are sparse), and the
+    entry of the departures list that follows its last departure (read as the next one, here
+    at the start of a page); once both are done the rows between them go back too."""
+    from analysis import fastpath
+
+    monkeypatch.setattr(fastpath, "_QUEUE_SPLIT_MIN", 0)
+    monkeypatch.setattr(fastpath, "ThreadPoolExecutor", _SecondHalfFirst)
+    n = 200_000
+    ts = np.arange(n, dtype=np.int64) * 1000
+    if where == "sparse-drops":  # forwarded until pages past the middle, then drops
+        out = np.where(np.arange(n) < n // 2 + 5000, ts + 10**6, -1)
+        out[-1] = ts[-1] + 10**6  # no undecided packet at the end
+        order = np.flatnonzero(out >= 0).astype(np.int32)
+    else:  # two FIFOs (the departures list is not in row order), ties, drops
+        rng = np.random.default_rng(3)
+        ts = np.cumsum(rng.integers(0, 3, n)) * 1000
+        wait = np.where(np.arange(n) % 2, 10**5, 3 * 10**6) + rng.integers(0, 2, n) * 1000
+        out = np.where(rng.random(n) < 0.95, ts + wait, -1)
+        rows = np.flatnonzero(out >= 0)
+        order = rows[np.lexsort((rows, out[rows]))].astype(np.int32)
+    size = np.full(n, 100)
+    options = {"max_delay_ns": 10**8, "threads": 2}
+    ref = queue_levels(ts, out, size, departures=order.copy(), **options)
+    given_ts = _alloc(n, np.int64) if where == "sparse-drops" else ts.copy()  # (kept whole)
+    given_ts[:] = ts
+    middle = fastpath._next_arrival(out, n // 2)
+    cut, last_fwd = int(out.max()) - 10**8, int(ts[out >= 0].max())
+    half = fastpath._queue_state(ts, out, size, 0, 0, order, len(order), cut, last_fwd, middle)
+    pad = -half[3] % 1024  # the first half's next departure, order[half[3]], begins a page
+    mapping = _alloc(len(order) + pad + 300_000, np.int32)
+    given = mapping[pad : pad + len(order)]
+    given[:] = order
+    got = queue_levels(given_ts, out, size, departures=given, consume=True, **options)
+    for c in ref:
+        assert np.array_equal(got[c], ref[c]), c
+    assert resident_bytes(given) < 32 << 10
+    assert resident_bytes(given_ts) < 32 << 10 or where != "sparse-drops"
 
 
 def test_matching_follows_the_greedy_rule_with_repeated_keys() -> None:
@@ -1032,6 +1096,27 @@ def resident_bytes(column: np.ndarray, length: int | None = None) -> int:
     if libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(pages * page), vec) != 0:
         raise OSError(ctypes.get_errno(), "mincore")
     return sum(v & 1 for v in vec) * page
+
+
+def test_give_back_takes_only_the_pages_of_a_view() -> None:
+    """_give_back finds a view's rows in its mapping (offsets into it at both levels) and
+    gives back only the whole pages they fill: the rows around the view keep their values;
+    a view that is not contiguous is left alone."""
+    import mmap
+
+    from analysis.pcapscan import _give_back
+
+    memory = mmap.mmap(-1, 4 << 20, flags=mmap.MAP_PRIVATE)
+    root = np.frombuffer(memory, np.int64, offset=3 * mmap.PAGESIZE)
+    root[:] = 7
+    view = root[1000:300_000]
+    _give_back(view, 0, len(view))
+    assert (root[:1000] == 7).all() and (root[300_000:] == 7).all()
+    assert (view == 0).mean() > 0.99 and (view[:500] == 7).any()  # a partial page kept
+    root[:] = 7
+    _give_back(np.ndarray((100_000,), np.int64, memory, 3 * mmap.PAGESIZE, (0,)), 0, 100_000)
+    _give_back(root[::2], 0, len(root) // 2)
+    assert (root == 7).all()
 
 
 def test_a_column_cut_to_its_rows_gives_back_the_rest() -> None:
