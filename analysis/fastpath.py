@@ -1670,7 +1670,7 @@ def take_crossing_times(cap: Capture) -> np.ndarray:
         raise ValueError(f"{cap.path}: not a scan's capture, or its ts_ns memory is taken")
     ts = cap.ts_ns  # column[:rows]
     kept = _compact(ts, cap.direction, cap.directions["crossing"], ts)
-    _give_back(column, kept, len(column))  # a view's pages are not found through the view
+    _give_back(column, kept, len(column))  # to the mapping's end: its last page too
     cap.ts_ns = ts[:0]
     cap.buffers[_COLUMNS.index("ts_ns")] = None
     return ts[:kept]
