@@ -713,10 +713,7 @@ def _queue_merged(streams, outputs, n: int, threads: int, consume: bool) -> tupl
         if consume:  # what both read
             _give_back(ts, bound[0], after[0])
             _give_back(order, bound[1], after[1])
-        return (
-            min(first[0], second[0]), max(first[1], second[1]),
-            min(first[2], second[2]), max(first[3], second[3]),
-        )  # fmt: skip
+        return _both(first, second)
     return _merge_range(streams, outputs, 0, n, start[1:], consume and ((0, 0), ends))
 
 
@@ -736,12 +733,13 @@ def _merge_range(streams, outputs, k0: int, k1: int, state, passed) -> tuple:
         i_arr, i_drop, i_dep = state[:3]
         _give_back(ts, row0, min(i_arr, i_drop, row_end))
         _give_back(order, dep0, min(i_dep, dep_end))
-        levels = got[:4]
-        seen = levels if seen is None else (
-            min(seen[0], levels[0]), max(seen[1], levels[1]),
-            min(seen[2], levels[2]), max(seen[3], levels[3]),
-        )  # fmt: skip
+        seen = got[:4] if seen is None else _both(seen, got)
     return seen
+
+
+def _both(a, b) -> tuple:
+    """The least and most packets and bytes of two merges' (lo_p, hi_p, lo_b, hi_b)."""
+    return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
 @njit(cache=True, nogil=True)
