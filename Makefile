@@ -51,10 +51,13 @@ preflight: setup  ## can the rack run $(EXPERIMENT)? SSH, tools, CC, qdiscs, int
 # a failed attempt.
 BATCH ?=
 RACKS ?= $(INVENTORY)
+# One shell word per SET item: items hold brackets, braces and quotes (factors.KEY=[a,b]).
+shell_word = '$(subst ','\'',$(1))'
+
 RETRIES ?= 2
 batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable (BATCH=), several racks (RACKS=)
 	@$(PYTHON) -m trials batch $(EXPERIMENT) --rack-kind $(RACK) $(if $(BATCH),--batch $(BATCH)) \
-	  $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES) $(if $(SET),$(foreach s,$(SET),--set $(s))) \
+	  $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES) $(foreach s,$(SET),--set $(call shell_word,$(s))) \
 	  $(if $(ONLY),$(foreach o,$(ONLY),--only '$(o)'))
 
 # Nightly: AT=HH:MM, KEEP_CAPTURES=days a batch keeps its captures (its tables stay);
@@ -74,7 +77,7 @@ nightly-status: setup  ## the installed schedules and the last nightly batches
 
 nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
 	@$(PYTHON) -m trials nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
-	  --rack-kind $(RACK) $(foreach r,$(RACKS),--rack $(r)) $(if $(SET),$(foreach s,$(SET),--set $(s)))
+	  --rack-kind $(RACK) $(foreach r,$(RACKS),--rack $(r)) $(foreach s,$(SET),--set $(call shell_word,$(s)))
 
 # By hand: VARS=an inventory overlay with the hosts' variables (playbooks/examples/), CHECK=1
 # shows what would change (--check --diff) and changes nothing.

@@ -19,6 +19,9 @@ def test_needs_collects_congestion_controls_and_qdiscs():
     assert need["cc"] == {"reno", "htcp", "cubic"}
     need = rack_kind.needs(trials_of("smoke.yml", "network.links[*].qdisc=fq_codel"))
     assert need == {"cc": {"cubic"}, "qdiscs": {"fq_codel"}}
+    # H-TCP's module parameters stay in the file; a batch without H-TCP does not ask for it.
+    need = rack_kind.needs(trials_of("collateral_damage.yml", "factors.hosts.all.cc=[reno,cubic]"))
+    assert need == {"cc": {"reno", "cubic"}, "qdiscs": set()}
 
 
 def test_auto_picks_the_vm_only_for_what_this_kernel_lacks(monkeypatch):
@@ -29,6 +32,10 @@ def test_auto_picks_the_vm_only_for_what_this_kernel_lacks(monkeypatch):
     assert kind == "namespaces" and "has everything" in why
     kind, why = rack_kind.choose(trials_of("collateral_damage.yml"), "auto")
     assert kind == "vm" and "lacks htcp" in why
+    kind, why = rack_kind.choose(
+        trials_of("collateral_damage.yml", "factors.hosts.all.cc=[reno,cubic]"), "auto"
+    )
+    assert kind == "namespaces", why
     kind, why = rack_kind.choose(trials_of("smoke.yml", "network.links[*].qdisc=fq_codel"), "auto")
     assert kind == "vm" and "sch_fq_codel" in why
     assert rack_kind.choose(trials_of("collateral_damage.yml"), "namespaces")[0] == "namespaces"

@@ -21,7 +21,10 @@ VM_CLOCK = PROJECT_DIR / "roles/virtual_rack/files/vm/vm-clock.py"
 
 
 def needs(trials: list[Trial]) -> dict[str, set[str]]:
-    """What the trials ask of the kernel: congestion controls and queue disciplines."""
+    """What the trials ask of the kernel: congestion controls and queue disciplines. A
+    congestion control named only in `cc_params` is not asked for: the runner sets the module
+    parameters of the selected one alone (collateral_damage.yml keeps H-TCP's while a batch
+    runs reno and cubic)."""
     cc: set[str] = set()
     qdiscs: set[str] = set()
     for trial in trials:
@@ -32,7 +35,6 @@ def needs(trials: list[Trial]) -> dict[str, set[str]]:
         for s in exp.hosts.values():
             if s.cc:
                 cc.add(s.cc)
-            cc.update(s.cc_params)
             if s.pacing:
                 qdiscs.add("fq")
         for link in exp.network.links:
