@@ -177,11 +177,12 @@ class Heartbeat:
     def _beat(self) -> None:
         while True:
             time.sleep(HEARTBEAT_S)
+            # Touched under the guard: once drop() returns, the file is not touched again (a
+            # touch after the holder let go would make a released claim look alive).
             with self.guard:
-                paths = list(self.paths)
-            for path in paths:
-                with contextlib.suppress(OSError):
-                    os.utime(path)
+                for path in self.paths:
+                    with contextlib.suppress(OSError):
+                        os.utime(path)
 
 
 HEARTBEAT = Heartbeat()
