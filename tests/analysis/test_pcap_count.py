@@ -25,10 +25,8 @@ def test_counts_what_tcpdump_wrote_and_not_a_record_cut_short(tmp_path):
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
+        assert dump.stderr is not None
+        assert "listening on" in dump.stderr.readline()  # said once its socket is open
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for i in range(500):
                 s.sendto(b"x" * (50 + i % 300), ("127.0.0.1", port))
@@ -37,7 +35,7 @@ def test_counts_what_tcpdump_wrote_and_not_a_record_cut_short(tmp_path):
         dump.terminate()
         said = dump.communicate(timeout=10)[1]
     captured = int(next(w.split()[0] for w in said.splitlines() if "captured" in w))
-    assert captured > 400  # (its first packets may go by before it listens)
+    assert captured > 400  # (the kernel may drop a few from a full buffer)
     assert pcap_packets(path) == len(read_pcap(path)) == captured
     # The file as a full disk leaves it: the last record cut short.
     cut = tmp_path / "cut.pcap"
