@@ -151,12 +151,12 @@ def test_stop_under_stops_what_every_trial_directory_left_running(tmp_path):
     t = time.monotonic()
     stopped = subprocess.run(
         [sys.executable, str(HELPER), "stop-under", str(trials), "--signal", "INT",
-         "--timeout", "3"],
+         "--timeout", "8"],
         capture_output=True, text=True, check=False, timeout=30,
     )  # fmt: skip
     took = time.monotonic() - t
     assert stopped.returncode == 0, stopped.stderr
-    assert took < 2.5, f"INT should have ended the capture at once, took {took:.1f} s (killed?)"
+    assert took < 6, f"INT should have ended the capture at once, took {took:.1f} s (killed?)"
     assert sorted(stopped.stdout.splitlines()) == [
         f"{first}/capture stopped-now",
         f"{second}/gone stopped",
