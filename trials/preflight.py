@@ -264,7 +264,9 @@ def preflight(
         for host, rules in net.marking.items():  # role dscp_marker renders an nftables table
             needs_tools.setdefault(host, {})["nft"] = f"network.marking ({rules[0]['name']})"
 
-    hosts = sorted(set(needs_tools) | set(needs_cc) | {h for h, _ in needs_params})
+    hosts = sorted(
+        set(needs_tools) | set(needs_cc) | {h for h, _ in needs_params} | set(needs_route)
+    )
     answered, unreachable = reachability(rack, hosts)
     problems += unreachable
     for gone in set(hosts) - set(answered):  # nothing more can be asked of them
@@ -429,24 +431,26 @@ class Route:
 def expected_routes(
     net: ResolvedNetwork, endpoints: tuple[str, str], why: str
 ) -> list[tuple[str, Route]]:
-    """Both ends' routes to each other (data one way, ACKs or replies the other): the first
-    hop of the rack's path between them (ResolvedNetwork.path) and the next host's address
-    on that hop's subnet."""
+    """The routes every host on the rack's path between two ends takes to the far end, both
+    ways (data one way, ACKs or replies the other): each hop (ResolvedNetwork.path) leaves
+    through its interface towards the next host's address on that interface's subnet, the
+    last straight to the far end. Routers included: on a lab rack with two routers the first
+    needs a route to the far segment via the second, which no role sets."""
     out = []
     if net.host_of(endpoints[0]) == net.host_of(endpoints[1]):
         return out  # both ends on one host: no route between them to check
     for here, there in (endpoints, endpoints[::-1]):
         hops = net.path(here, there)
-        host, dev = hops[0]
-        gateway = via = None
-        if len(hops) > 1:
-            via = hops[1][0]
-            subnet = net.hosts[host].interfaces[dev].network
-            gateway = next(
-                str(i.ip) for i in net.hosts[via].interfaces.values() if i.network == subnet
-            )
         address = str(net.address_of(there))
-        out.append((host, Route(address, dev, gateway, via, f"{there}, {why}")))
+        for (host, dev), following in zip(hops, [*hops[1:], None], strict=True):
+            gateway = via = None
+            if following is not None:
+                via = following[0]
+                subnet = net.hosts[host].interfaces[dev].network
+                gateway = next(
+                    str(i.ip) for i in net.hosts[via].interfaces.values() if i.network == subnet
+                )
+            out.append((host, Route(address, dev, gateway, via, f"{there}, {why}")))
     return out
 
 

@@ -213,20 +213,7 @@ def standins(
         (modules / f"cc_{cc}.ko").write_bytes(b"")
     if ipfw:
         script(bin_dir / "ipfw", "exit 0\n")
-    answers = []
-    for subnet, gateway, flags in (("2", "198.18.1.1", "UP,GATEWAY,DONE,STATIC"),
-                                   ("1", route_iface, "UP,DONE")):  # fmt: skip
-        text = ROUTE_GET.format(
-            address="$3", network=f"198.18.{subnet}.0", gateway=gateway,
-            interface=route_iface, flags=flags,
-        )  # fmt: skip
-        answers.append(f"  198.18.{subnet}.*) cat <<EOF\n{text}EOF\n  ;;\n")
-    script(
-        bin_dir / "route",
-        'test "$1 $2" = "-n get" || exit 64\ncase "$3" in\n'
-        + "".join(answers)
-        + '  *) echo "route: route has not been found" >&2; exit 1 ;;\nesac\n',
-    )
+    route_standin(bin_dir, {"2": ("198.18.1.1", route_iface), "1": (None, route_iface)})
     (tmp_path / "netstat.json").write_text(NETSTAT_JSON)
     (tmp_path / "netstat.txt").write_text(NETSTAT_TEXT)
     json_case = f"  *--libxo*) cat {tmp_path / 'netstat.json'} ;;\n" if libxo else ""
@@ -247,6 +234,24 @@ def standins(
     monkeypatch.setattr(host_facts, "FREEBSD_MODULE_DIRS", [str(modules)])
     monkeypatch.setattr(platform, "system", lambda: "FreeBSD")
     return bin_dir
+
+
+def route_standin(bin_dir: Path, routes: dict[str, tuple[str | None, str]]) -> None:
+    """route(8) -n get: per subnet 198.18.N.0/24 (N given), its gateway (None: attached) and
+    the interface it leaves by; any other address has no route."""
+    answers = []
+    for subnet, (gateway, iface) in routes.items():
+        text = ROUTE_GET.format(
+            address="$3", network=f"198.18.{subnet}.0", gateway=gateway or iface,
+            interface=iface, flags="UP,GATEWAY,DONE,STATIC" if gateway else "UP,DONE",
+        )  # fmt: skip
+        answers.append(f"  198.18.{subnet}.*) cat <<EOF\n{text}EOF\n  ;;\n")
+    script(
+        bin_dir / "route",
+        'test "$1 $2" = "-n get" || exit 64\ncase "$3" in\n'
+        + "".join(answers)
+        + '  *) echo "route: route has not been found" >&2; exit 1 ;;\nesac\n',
+    )
 
 
 def run_facts(tmp_path: Path, capsys, interfaces: list[str], *args, **kwargs) -> dict:
@@ -382,14 +387,24 @@ def test_cc_available_in_both_layouts():
     assert host_facts.freebsd_cc_names(None) == []
 
 
-def lab_preflight(tmp_path, monkeypatch, capsys, overlays=(), sets=(), **freebsd):
+def lab_preflight(
+    tmp_path, monkeypatch, capsys, overlays=(), sets=(), routers_routes=None, **freebsd
+):
     """Preflight of seed 000's trials on the lab rack: R (and the hosts of freebsd_hosts) with
-    facts from the FreeBSD branch and the stand-ins, the Debian hosts with Linux ones."""
+    facts from the FreeBSD branch and the stand-ins, the Debian hosts with Linux ones.
+    routers_routes: a router's route(8) answers (route_standin), attached to both by default."""
     rack = Rack.load([LAB, *overlays])
-    standins(tmp_path, monkeypatch, **freebsd)
+    bin_dir = standins(tmp_path, monkeypatch, **freebsd)
+    via_r = freebsd.get("route_iface", "enp2s0")
+    end_host = {"2": ("198.18.1.1", via_r), "1": (None, via_r)}  # A's segment, via R to C's
+    attached = {"1": (None, "em1"), "2": (None, "em2")}  # R: on both segments
     bsd = {}
     for name, host in rack.hosts.items():
         if preflight.runs_freebsd(rack, name):
+            router = "freebsd_routers" in host.groups
+            route_standin(
+                bin_dir, (routers_routes or {}).get(name, attached) if router else end_host
+            )
             asked = ["198.18.1.11", "198.18.1.12", "198.18.2.13", "198.18.2.14"]
             bsd[name] = run_facts(tmp_path, capsys, list(host.interfaces), destinations=asked)
     linux_tools = {t: "x" for t in ("tc", "tcpdump", "tcpreplay", "python3", "iperf3")}
@@ -536,4 +551,22 @@ def test_a_freebsd_sender_whose_route_leaves_by_its_management_port_is_refused(
         "host A's route to 198.18.2.13 (C, traffic[0]) leaves through em0, not its experiment "
         "interface enp2s0: the traffic would bypass the rack's links; the host's own network "
         "configuration needs a route to 198.18.2.13 via R (198.18.1.1) on enp2s0"
+    ]
+
+
+def test_a_freebsd_router_whose_route_to_a_segment_leaves_by_the_other_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    """R's route to C's segment goes back out of em1 via A (a static route left from another
+    setup): the data would never reach the em2 pipe. Preflight names R's route to each of C
+    and D, with the interface the route must leave by."""
+    misrouted = {"1": (None, "em1"), "2": ("198.18.1.11", "em1")}
+    with pytest.raises(SpecError) as exc:
+        lab_preflight(tmp_path, monkeypatch, capsys, routers_routes={"R": misrouted})
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        f"host R's route to 198.18.2.{n} ({node}, traffic[{i}]) leaves through em1, not its "
+        "experiment interface em2: the traffic would bypass the rack's links; the host's own "
+        f"network configuration needs a route to 198.18.2.{n} on em2"
+        for i, (node, n) in enumerate((("C", 13), ("D", 14)))
     ]

@@ -1,0 +1,131 @@
+"""Preflight's route check on a lab rack of two Linux routers (the seed-001 chain): every host on
+the path between a flow's ends, the routers included, must route to the far end through the
+rack's links. No role sets routes; a first router without a route to the far segment via the
+second would send the trial's traffic nowhere."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from core.rack import Rack
+from trials import preflight
+from trials.plan import load_plan
+from trials.spec import SpecError
+
+PROJECT = Path(__file__).resolve().parents[2]
+EXPERIMENT = PROJECT / "experiments/rack_capacity.yml"  # bulk S1 -> D1 over R1 - R2
+
+CHAIN = """\
+all:
+  vars: {ansible_user: root, trialbed_rack_kind: physical}
+  children:
+    testbed_hosts:
+      hosts:
+        S1: {ansible_host: 198.19.10.11, trialbed_interfaces: {eth1: {address: 198.18.1.10/24}}}
+        D1: {ansible_host: 198.19.10.21, trialbed_interfaces: {eth1: {address: 198.18.17.10/24}}}
+    linux_routers:
+      hosts:
+        R1:
+          ansible_host: 198.19.10.2
+          trialbed_interfaces: {core: {address: 198.18.100.1/24}, a1: {address: 198.18.1.1/24}}
+        R2:
+          ansible_host: 198.19.10.3
+          trialbed_interfaces: {core: {address: 198.18.100.2/24}, b1: {address: 198.18.17.1/24}}
+"""
+
+# Each host's routing table as `ip route get` reads it: (network, gateway or None, device).
+TABLES = {
+    "S1": [("198.18.1.0/24", None, "eth1"), ("198.18.0.0/16", "198.18.1.1", "eth1")],
+    "D1": [("198.18.17.0/24", None, "eth1"), ("198.18.0.0/16", "198.18.17.1", "eth1")],
+    "R1": [
+        ("198.18.1.0/24", None, "a1"),
+        ("198.18.100.0/24", None, "core"),
+        ("198.18.16.0/20", "198.18.100.2", "core"),
+    ],
+    "R2": [
+        ("198.18.17.0/24", None, "b1"),
+        ("198.18.100.0/24", None, "core"),
+        ("198.18.0.0/20", "198.18.100.1", "core"),
+    ],
+}
+
+
+def kernel_route(table, address: str) -> dict | None:
+    """The longest prefix of `table` that holds `address`, as host_facts reports it."""
+    found = [r for r in table if ipaddress.ip_address(address) in ipaddress.ip_network(r[0])]
+    if not found:
+        return None
+    _, gateway, dev = max(found, key=lambda r: ipaddress.ip_network(r[0]).prefixlen)
+    return {"dev": dev, "gateway": gateway}
+
+
+def chain_preflight(tmp_path, monkeypatch, tables):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(CHAIN)
+    rack = Rack.load([inventory])
+    asked: dict[str, list[str]] = {}
+
+    def fake_facts(rack, names, route_to=None, **_):
+        asked.update(route_to or {})
+        return {
+            n: {
+                "kernel": "6.1.0-28-amd64",
+                "cc_loaded": ["reno", "cubic"],
+                "cc_modules": [],
+                "cc_params": {},
+                "tools": {t: "x" for t in ("tc", "tcpdump", "iperf3", "python3")},
+                "free_disk_bytes": 10**11,
+                "qdiscs": [],
+                "tracepoints": ["tcp:tcp_probe"],
+                "mtu": {itf: 1500 for itf in rack.host(n).interfaces},
+                "speed": {},
+                "route_to": {a: kernel_route(tables[n], a) for a in (route_to or {}).get(n, [])},
+            }
+            for n in names
+        }
+
+    monkeypatch.setattr(preflight, "host_facts", fake_facts)
+    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    trials = load_plan(EXPERIMENT, ["factors={}"]).select(None)
+    preflight.preflight(trials, rack, str(EXPERIMENT))
+    return asked
+
+
+def test_every_host_on_the_path_is_asked_and_a_well_routed_chain_passes(tmp_path, monkeypatch):
+    asked = chain_preflight(tmp_path, monkeypatch, TABLES)
+    # Both ends and both routers, each for both directions' far ends.
+    assert asked == {
+        "S1": ["198.18.17.10"],
+        "D1": ["198.18.1.10"],
+        "R1": ["198.18.1.10", "198.18.17.10"],
+        "R2": ["198.18.1.10", "198.18.17.10"],
+    }
+
+
+def test_a_first_router_without_a_route_via_the_second_is_named_with_the_route_it_needs(
+    tmp_path, monkeypatch
+):
+    tables = {**TABLES, "R1": TABLES["R1"][:2]}  # R1 lost its route to the receivers' segments
+    with pytest.raises(SpecError) as exc:
+        chain_preflight(tmp_path, monkeypatch, tables)
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        "host R1 has no route to 198.18.17.10 (D1, traffic[0]): the host's own network "
+        "configuration needs a route to 198.18.17.10 via R2 (198.18.100.2) on core"
+    ]
+
+
+def test_a_second_router_that_sends_replies_straight_on_is_refused(tmp_path, monkeypatch):
+    # R2's way back to the senders points at an address on its own core segment that is not R1.
+    back = [("198.18.17.0/24", None, "b1"), ("198.18.0.0/16", "198.18.100.9", "core")]
+    with pytest.raises(SpecError) as exc:
+        chain_preflight(tmp_path, monkeypatch, {**TABLES, "R2": back})
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        "host R2's route to 198.18.1.10 (S1, traffic[0]) goes via 198.18.100.9 on core, not "
+        "via R1 (198.18.100.1): the traffic would miss the rack's path; the host's own network "
+        "configuration needs a route to 198.18.1.10 via R1 (198.18.100.1) on core"
+    ]
