@@ -53,6 +53,8 @@ BATCH ?=
 RACKS ?= $(INVENTORY)
 # One shell word per SET item: items hold brackets, braces and quotes (factors.KEY=[a,b]).
 shell_word = '$(subst ','\'',$(1))'
+# A value for another make's command line (the nightly run's): `$` doubled, one shell word.
+make_arg = $(call shell_word,$(subst $$,$$$$,$(1)))
 
 RETRIES ?= 2
 batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable (BATCH=), several racks (RACKS=)
@@ -64,10 +66,10 @@ batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable
 # NIGHTLY_VARS: the make variables the nightly run gets (default: SET, RACKS and RACK as given now).
 AT ?= 02:00
 KEEP_CAPTURES ?= 14
-NIGHTLY_VARS ?= $(if $(SET),SET="$(SET)") $(if $(RACKS),RACKS="$(RACKS)") $(if $(filter command line environment,$(origin RACK)),RACK=$(RACK))
+NIGHTLY_VARS ?= $(if $(SET),SET=$(call make_arg,$(SET))) $(if $(RACKS),RACKS=$(call make_arg,$(RACKS))) $(if $(filter command line environment,$(origin RACK)),RACK=$(call make_arg,$(RACK)))
 nightly-install: setup  ## run $(EXPERIMENT) every day at $(AT) into results/nightly/<name>/<date> (systemd timer, else cron)
 	@$(PYTHON) -m trials nightly install $(EXPERIMENT) --at $(AT) --keep-captures $(KEEP_CAPTURES) \
-	  --make-vars '$(NIGHTLY_VARS)'
+	  --make-vars $(call shell_word,$(NIGHTLY_VARS))
 
 nightly-remove: setup  ## remove the nightly schedule of $(EXPERIMENT) (every trialbed schedule when EXPERIMENT is not given)
 	@$(PYTHON) -m trials nightly remove $(if $(filter command line environment,$(origin EXPERIMENT)),$(EXPERIMENT))

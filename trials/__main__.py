@@ -489,7 +489,9 @@ def run_nightly(args: argparse.Namespace) -> int:
         return 0
     if args.action == "status":
         for path in nightly.installed():
-            out.print(f"schedule {path}: {path.read_text().strip().splitlines()[-1]}")
+            lines = path.read_text().strip().splitlines()  # a cron entry's last; a timer's when
+            line = next((x for x in lines if x.startswith("OnCalendar=")), lines[-1])
+            out.print(f"schedule {path}: {line}\n  runs: {nightly.scheduled_command(path)}")
         if not nightly.installed():
             out.print("no nightly schedule installed")
         table = Table(title="last nightly batches")

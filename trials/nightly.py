@@ -5,6 +5,7 @@ tables kept)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -19,6 +20,10 @@ from trials.spec import SpecError
 
 UNIT_DIR = Path("/etc/systemd/system")
 CRON_DIR = Path("/etc/cron.d")
+# The schedule's command, as a shell script: cron reads % as a line end and systemd expands %,
+# $ and backslashes in ExecStart=, and a SET of the nightly run may hold any of them
+# (traffic[web1].load=20%). The schedule runs `/bin/sh <script>`, a path with none of them.
+SCRIPT_DIR = Path("/etc/trialbed/nightly")
 NIGHTLY_DIR = PROJECT_DIR / "results" / "nightly"
 # Files a batch keeps after retention: its record, tables and report; never the packets.
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".stream")
@@ -61,17 +66,27 @@ class Schedule:
     def log_file(self) -> Path:
         return NIGHTLY_DIR / self.experiment.stem / "nightly.log"
 
+    def script_file(self) -> Path:
+        return SCRIPT_DIR / f"{self.name}.sh"
+
     def install(self) -> list[Path]:
-        """Write (and enable) the timer or cron entry; return the files written."""
+        """Write the script, and write (and enable) the timer or cron entry that runs it;
+        return the files written."""
         hour, minute = parse_at(self.at)
         self.log_file().parent.mkdir(parents=True, exist_ok=True)
+        script = self.script_file()
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(
+            f"#!/bin/sh\n# trialbed nightly batch (make nightly-install); make nightly-remove "
+            f"removes it\nexec {self.command()} >> {shlex.quote(str(self.log_file()))} 2>&1\n"
+        )
+        script.chmod(0o755)
         if uses_systemd():
             service = UNIT_DIR / f"{self.name}.service"
             timer = UNIT_DIR / f"{self.name}.timer"
-            run = shlex.quote(f"{self.command()} >> {self.log_file()} 2>&1")
             service.write_text(
                 "[Unit]\nDescription=trialbed nightly batch of "
-                f"{self.experiment}\n\n[Service]\nType=oneshot\nExecStart=/bin/sh -c {run}\n"
+                f"{self.experiment}\n\n[Service]\nType=oneshot\nExecStart=/bin/sh {script}\n"
             )
             timer.write_text(
                 f"[Unit]\nDescription=trialbed nightly batch of {self.experiment} at {self.at}\n\n"
@@ -80,16 +95,16 @@ class Schedule:
             )
             subprocess.run(["systemctl", "daemon-reload"], check=True)
             subprocess.run(["systemctl", "enable", "--now", timer.name], check=True)
-            return [service, timer]
+            return [script, service, timer]
         ensure_cron()
         entry = CRON_DIR / self.name
         entry.write_text(
             "# trialbed nightly batch (make nightly-install); remove with make nightly-remove\n"
             "SHELL=/bin/sh\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
-            f"{minute} {hour} * * * root {self.command()} >> {self.log_file()} 2>&1\n"
+            f"{minute} {hour} * * * root /bin/sh {script}\n"
         )
         entry.chmod(0o644)
-        return [entry]
+        return [script, entry]
 
 
 def ensure_cron() -> None:
@@ -100,6 +115,15 @@ def ensure_cron() -> None:
     pid = pidfile.read_text().strip() if pidfile.exists() else ""
     if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
         subprocess.run(["cron"], check=True)  # daemonizes itself, writes /run/crond.pid
+
+
+def scheduled_command(schedule: Path) -> str:
+    """What an installed schedule runs: its script's command line."""
+    script = SCRIPT_DIR / f"{schedule.name.removesuffix('.timer')}.sh"
+    try:
+        return script.read_text().strip().splitlines()[-1].removeprefix("exec ")
+    except (OSError, IndexError):
+        return f"? ({script} is missing: install the schedule again)"
 
 
 def installed() -> list[Path]:
@@ -120,9 +144,13 @@ def remove(experiment: Path | None) -> list[Path]:
             subprocess.run(["systemctl", "disable", "--now", path.name], check=False)
             path.with_suffix(".service").unlink(missing_ok=True)
         path.unlink(missing_ok=True)
+        (SCRIPT_DIR / f"{stem}.sh").unlink(missing_ok=True)
         removed.append(path)
     if removed and uses_systemd():
         subprocess.run(["systemctl", "daemon-reload"], check=False)
+    for directory in (SCRIPT_DIR, SCRIPT_DIR.parent):  # /etc/trialbed/nightly, once empty
+        with contextlib.suppress(OSError):
+            directory.rmdir()
     return removed
 
 

@@ -3,6 +3,7 @@ same file cut short as a full disk leaves it."""
 
 from __future__ import annotations
 
+import select
 import shutil
 import socket
 import subprocess
@@ -26,6 +27,8 @@ def test_counts_what_tcpdump_wrote_and_not_a_record_cut_short(tmp_path):
     )  # fmt: skip
     try:
         assert dump.stderr is not None
+        ready, _, _ = select.select([dump.stderr], [], [], 10)
+        assert ready, "tcpdump said nothing in 10 s"
         assert "listening on" in dump.stderr.readline()  # said once its socket is open
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for i in range(500):
