@@ -188,6 +188,7 @@ def preflight(
     needs_disk: dict[str, dict[str, float]] = {}  # host -> capture point -> bytes it writes
     needs_speed: dict[tuple[str, str], tuple[int, str]] = {}  # (host, iface) -> (rate, link)
     needs_route: dict[str, dict[str, Route]] = {}  # host -> address -> the route it needs
+    unapplied: dict[str, None] = {}  # cc_params of a flow's own cc, which no role sets (once)
     needs_hz: set[str] = set()  # FreeBSD routers that shape a link (dummynet's tick)
     clocks: dict[str, set[str]] = {}  # declared clock domain -> hosts that capture in it
     max_rate = rack.vars.get("trialbed_max_rate")
@@ -220,6 +221,18 @@ def preflight(
                 if chosen:
                     key = f"traffic[{i}].cc" if cc else _cc_key(trial, exp, node)
                     needs_cc.setdefault(net.host_of(node), {})[chosen] = key
+                s = settings[node]
+                if cc and cc != s.cc and s.cc_params.get(cc):
+                    # The roles set the module parameters of a host's own congestion control
+                    # (and its switch choices), not of one a flow selects with iperf3 -C.
+                    layer = _layer_of(trials, cc, next(iter(s.cc_params[cc])))
+                    unapplied.setdefault(
+                        f"{source}: key 'hosts.{layer}.cc_params.{cc}': {cc} is traffic[{i}]'s "
+                        f"own congestion control (traffic[{i}].cc), not host {node}'s "
+                        f"({s.cc or 'its default'}), and module parameters are set only for "
+                        f"a host's congestion control: they would not apply. Select it for the "
+                        f"host (hosts.{node}.cc: {cc}) or remove them"
+                    )
         for node, s in settings.items():
             for cc, params in s.cc_params.items():
                 for param in params:
@@ -264,6 +277,7 @@ def preflight(
         for host, rules in net.marking.items():  # role dscp_marker renders an nftables table
             needs_tools.setdefault(host, {})["nft"] = f"network.marking ({rules[0]['name']})"
 
+    problems += list(unapplied)
     hosts = sorted(
         set(needs_tools) | set(needs_cc) | {h for h, _ in needs_params} | set(needs_route)
     )

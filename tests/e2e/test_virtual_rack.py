@@ -212,6 +212,46 @@ def test_s1_reaches_d1_through_r1_and_r2(chain_rack):
         rack.close()
 
 
+def test_preflight_checks_the_first_routers_route_via_the_second(chain_rack):
+    """rack_capacity.yml (S1 -> D1 over R1 - R2) passes preflight on the chain; with R1's route
+    to the receivers' segments gone (a lab router nobody gave it), preflight names R1 and the
+    route it needs, and changes nothing."""
+    exp = str(PROJECT / "experiments/rack_capacity.yml")
+
+    def preflight() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "trials", "preflight", exp, "--set", "factors={}",
+             "-i", str(chain_rack.inventory)],
+            cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    clean = preflight()
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    rack = Rack.load([chain_rack.inventory])
+    try:
+        via = route(rack, "R1", "198.18.17.10")
+        assert via["gateway"] == "198.18.100.2"
+        rack.run("R1", "ip route del 198.18.16.0/20")
+        try:
+            refused = preflight()
+            routes_after = rack.run("R1", "ip -4 route show")
+        finally:
+            rack.run("R1", "ip route replace 198.18.16.0/20 via 198.18.100.2 dev core")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        said = refused.stdout + refused.stderr
+        assert (
+            "host R1 has no route to 198.18.17.10 (D1, traffic[0]): the host's own network "
+            "configuration needs a route to 198.18.17.10 via R2 (198.18.100.2) on core"
+        ) in said or (
+            "host R1's route to 198.18.17.10 (D1, traffic[0]) goes" in said
+            and "not via R2 (198.18.100.2)" in said
+        ), said
+        assert "198.18.16.0/20" not in routes_after  # preflight changed nothing
+        assert route(rack, "R1", "198.18.17.10")["gateway"] == "198.18.100.2"
+    finally:
+        rack.close()
+
+
 # -- switching topologies, and the owner lock (tiny topologies, prefix tw-) ------------------
 
 SWITCH_PREFIX = "tw-"

@@ -1,7 +1,7 @@
-"""Preflight's route check on a lab rack of two Linux routers (the seed-001 chain): every host on
-the path between a flow's ends, the routers included, must route to the far end through the
-rack's links. No role sets routes; a first router without a route to the far segment via the
-second would send the trial's traffic nowhere."""
+"""Preflight on a lab rack of two Linux routers (the seed-001 chain), facts stood in for. The
+route check: every host on the path between a flow's ends, the routers included, must route to
+the far end through the rack's links. No role sets routes; a first router without a route to
+the far segment via the second would send the trial's traffic nowhere."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def kernel_route(table, address: str) -> dict | None:
     return {"dev": dev, "gateway": gateway}
 
 
-def chain_preflight(tmp_path, monkeypatch, tables):
+def chain_preflight(tmp_path, monkeypatch, tables, sets=()):
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(CHAIN)
     rack = Rack.load([inventory])
@@ -89,7 +89,7 @@ def chain_preflight(tmp_path, monkeypatch, tables):
 
     monkeypatch.setattr(preflight, "host_facts", fake_facts)
     monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
-    trials = load_plan(EXPERIMENT, ["factors={}"]).select(None)
+    trials = load_plan(EXPERIMENT, ["factors={}", *sets]).select(None)
     preflight.preflight(trials, rack, str(EXPERIMENT))
     return asked
 
@@ -129,3 +129,21 @@ def test_a_second_router_that_sends_replies_straight_on_is_refused(tmp_path, mon
         "via R1 (198.18.100.1): the traffic would miss the rack's path; the host's own network "
         "configuration needs a route to 198.18.1.10 via R1 (198.18.100.1) on core"
     ]
+
+
+def test_module_parameters_of_a_flows_own_congestion_control_are_refused(tmp_path, monkeypatch):
+    """rack_capacity's flows select cubic themselves (traffic[bulk].cc, iperf3 -C); the hosts'
+    own congestion control stays the default. Module parameters are set for a host's own
+    congestion control only, so cubic's would silently not apply: refused, naming the key."""
+    sets = ['hosts.senders.cc_params={"cubic": {"beta": 717}}']
+    with pytest.raises(SpecError) as exc:
+        chain_preflight(tmp_path, monkeypatch, TABLES, sets)
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    assert said == [
+        f"{EXPERIMENT}: key 'hosts.senders.cc_params.cubic': cubic is traffic[0]'s own "
+        "congestion control (traffic[0].cc), not host S1's (its default), and module parameters "
+        "are set only for a host's congestion control: they would not apply. Select it for the "
+        "host (hosts.S1.cc: cubic) or remove them"
+    ]
+    # Selected for the host, they are set (and checked against the module's parameters).
+    chain_preflight(tmp_path, monkeypatch, TABLES, [*sets, "hosts.senders.cc=cubic"])
