@@ -239,13 +239,11 @@ def test_preflight_checks_the_first_routers_route_via_the_second(chain_rack):
             rack.run("R1", "ip route replace 198.18.16.0/20 via 198.18.100.2 dev core")
         assert refused.returncode == 1, refused.stdout + refused.stderr
         said = refused.stdout + refused.stderr
-        assert (
+        problems = [line.strip() for line in said.splitlines() if line.startswith("  host ")]
+        assert problems == [
             "host R1 has no route to 198.18.17.10 (D1, traffic[0]): the host's own network "
             "configuration needs a route to 198.18.17.10 via R2 (198.18.100.2) on core"
-        ) in said or (
-            "host R1's route to 198.18.17.10 (D1, traffic[0]) goes" in said
-            and "not via R2 (198.18.100.2)" in said
-        ), said
+        ], said
         assert "198.18.16.0/20" not in routes_after  # preflight changed nothing
         assert route(rack, "R1", "198.18.17.10")["gateway"] == "198.18.100.2"
     finally:
