@@ -385,7 +385,7 @@ def run_preflight(plan: Plan, trials: list[Trial], inventory: list[Path], result
     problems = controller_problems(PROJECT_DIR)
     rack = Rack.load(inventory)
     try:
-        facts = preflight(trials, rack, str(plan.source), results)
+        facts = preflight(trials, rack, str(plan.source), results, plan_trials=plan.trials)
     except SpecError as exc:
         problems += str(exc).splitlines()
         facts = None
@@ -441,7 +441,13 @@ def run_batch(args: argparse.Namespace) -> int:
         rack = Rack.load(inventory)
         try:
             # The results disk once: every rack's captures come back to the one batch.
-            preflight(todo, rack, str(plan.source), batch.path if i == 0 else None)
+            preflight(
+                todo,
+                rack,
+                str(plan.source),
+                batch.path if i == 0 else None,
+                plan_trials=plan.trials,
+            )
             with RackLock.for_rack(rack, batch.name, label, warn=console.print):
                 pass  # free now (a stale holder is replaced); the worker takes it for real
         finally:

@@ -173,9 +173,12 @@ def preflight(
     source: str,
     results: Path | None = None,
     static: dict[str, dict[str, Any]] | None = None,
+    plan_trials: list[Trial] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Raise SpecError listing every problem of the selected trials on this rack (and, given
-    the results directory, on the controller's disk that receives their captures). `static`:
+    the results directory, on the controller's disk that receives their captures).
+    `plan_trials`: every trial of their plan (the runner configures the congestion controls
+    the whole plan selects on a host; default: the selected ones). `static`:
     host_facts' cache of unchanging facts, filled here for the trials that follow."""
     watch_timeout_s(rack)  # a malformed rack setting stops here, before any host is asked
     problems: list[str] = []
@@ -188,7 +191,8 @@ def preflight(
     needs_disk: dict[str, dict[str, float]] = {}  # host -> capture point -> bytes it writes
     needs_speed: dict[tuple[str, str], tuple[int, str]] = {}  # (host, iface) -> (rate, link)
     needs_route: dict[str, dict[str, Route]] = {}  # host -> address -> the route it needs
-    unapplied: dict[str, None] = {}  # cc_params of a flow's own cc, which no role sets (once)
+    unapplied: dict[tuple[str, str], str] = {}  # (layer, cc) -> cc_params no role would set
+    host_ccs = own_ccs(plan_trials or trials, rack, source)
     needs_hz: set[str] = set()  # FreeBSD routers that shape a link (dummynet's tick)
     clocks: dict[str, set[str]] = {}  # declared clock domain -> hosts that capture in it
     max_rate = rack.vars.get("trialbed_max_rate")
@@ -221,18 +225,21 @@ def preflight(
                 if chosen:
                     key = f"traffic[{i}].cc" if cc else _cc_key(trial, exp, node)
                     needs_cc.setdefault(net.host_of(node), {})[chosen] = key
-                s = settings[node]
-                if cc and cc != s.cc and s.cc_params.get(cc):
-                    # The roles set the module parameters of a host's own congestion control
-                    # (and its switch choices), not of one a flow selects with iperf3 -C.
-                    layer = _layer_of(trials, cc, next(iter(s.cc_params[cc])))
-                    unapplied.setdefault(
-                        f"{source}: key 'hosts.{layer}.cc_params.{cc}': {cc} is traffic[{i}]'s "
-                        f"own congestion control (traffic[{i}].cc), not host {node}'s "
-                        f"({s.cc or 'its default'}), and module parameters are set only for "
-                        f"a host's congestion control: they would not apply. Select it for the "
-                        f"host (hosts.{node}.cc: {cc}) or remove them"
-                    )
+            given = [n for n in gen.endpoints() if settings[n].cc_params.get(cc or "")]
+            if cc and given and not any(cc in host_ccs.get(n, ()) for n in gen.endpoints()):
+                # The roles set the module parameters of the congestion controls the plan
+                # selects for a host (testbed_host_cc, and testbed_host_cc_choices when it
+                # switches between several), never of one only a flow selects (iperf3 -C).
+                node = given[0]
+                layer = _params_layer(exp, node, cc)
+                unapplied.setdefault(
+                    (layer, cc),
+                    f"{source}: key 'hosts.{layer}.cc_params.{cc}': {cc} runs only as "
+                    f"traffic[{i}]'s own congestion control (traffic[{i}].cc) and no trial "
+                    f"selects it for host {node} (hosts.*.cc); module parameters are set only "
+                    f"for a host's congestion control, so these would not apply. Select it for "
+                    f"the host (hosts.{node}.cc: {cc}) or remove them",
+                )
         for node, s in settings.items():
             for cc, params in s.cc_params.items():
                 for param in params:
@@ -277,7 +284,7 @@ def preflight(
         for host, rules in net.marking.items():  # role dscp_marker renders an nftables table
             needs_tools.setdefault(host, {})["nft"] = f"network.marking ({rules[0]['name']})"
 
-    problems += list(unapplied)
+    problems += list(unapplied.values())
     hosts = sorted(
         set(needs_tools) | set(needs_cc) | {h for h, _ in needs_params} | set(needs_route)
     )
@@ -523,6 +530,33 @@ def freebsd_qdisc_problems(
                     "Linux router"
                 )
     return problems
+
+
+def own_ccs(trials: list[Trial], rack: Rack, source: str) -> dict[str, set[str]]:
+    """Per node, the congestion controls the trials select as its host's own (hosts.*.cc)."""
+    out: dict[str, set[str]] = {}
+    for t in trials:
+        if t.error or t.experiment is None:
+            continue
+        try:
+            net = resolve_network(t.experiment, rack, source)
+            settings = host_settings(t.experiment, net, source)
+        except (SpecError, RackError):
+            continue  # that trial's own problem, named where it is checked
+        for node, s in settings.items():
+            if s.cc:
+                out.setdefault(node, set()).add(s.cc)
+    return out
+
+
+def _params_layer(exp, node: str, cc: str) -> str:
+    """The hosts layer that gives `node` its cc_params of `cc`: the node's own, else a group
+    (senders, receivers, an inventory group), else all."""
+    layers = [layer for layer, s in exp.hosts.items() if cc in s.cc_params]
+    for layer in (node, *(x for x in layers if x not in (node, "all")), "all"):
+        if layer in layers:
+            return layer
+    return "all"
 
 
 def _cc_key(trial: Trial, exp, node: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 from core.rack import Rack
 from trials import preflight
 from trials.plan import load_plan
+from trials.runner import TrialRunner
 from trials.spec import SpecError
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ def kernel_route(table, address: str) -> dict | None:
     return {"dev": dev, "gateway": gateway}
 
 
-def chain_preflight(tmp_path, monkeypatch, tables, sets=()):
+def chain_preflight(tmp_path, monkeypatch, tables, sets=(), only=None):
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(CHAIN)
     rack = Rack.load([inventory])
@@ -89,8 +90,9 @@ def chain_preflight(tmp_path, monkeypatch, tables, sets=()):
 
     monkeypatch.setattr(preflight, "host_facts", fake_facts)
     monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
-    trials = load_plan(EXPERIMENT, ["factors={}", *sets]).select(None)
-    preflight.preflight(trials, rack, str(EXPERIMENT))
+    plan = load_plan(EXPERIMENT, ["factors={}", *sets])
+    trials = plan.select(only)
+    preflight.preflight(trials, rack, str(EXPERIMENT), plan_trials=plan.trials)
     return asked
 
 
@@ -132,18 +134,42 @@ def test_a_second_router_that_sends_replies_straight_on_is_refused(tmp_path, mon
 
 
 def test_module_parameters_of_a_flows_own_congestion_control_are_refused(tmp_path, monkeypatch):
-    """rack_capacity's flows select cubic themselves (traffic[bulk].cc, iperf3 -C); the hosts'
-    own congestion control stays the default. Module parameters are set for a host's own
-    congestion control only, so cubic's would silently not apply: refused, naming the key."""
+    """rack_capacity's flows select cubic themselves (traffic[bulk].cc, iperf3 -C); no trial
+    selects it for a host (hosts.*.cc). Module parameters are set for the congestion controls
+    the plan selects for a host only, so cubic's would silently not apply: refused, once,
+    naming the key."""
     sets = ['hosts.senders.cc_params={"cubic": {"beta": 717}}']
     with pytest.raises(SpecError) as exc:
         chain_preflight(tmp_path, monkeypatch, TABLES, sets)
     said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
     assert said == [
-        f"{EXPERIMENT}: key 'hosts.senders.cc_params.cubic': cubic is traffic[0]'s own "
-        "congestion control (traffic[0].cc), not host S1's (its default), and module parameters "
-        "are set only for a host's congestion control: they would not apply. Select it for the "
-        "host (hosts.S1.cc: cubic) or remove them"
+        f"{EXPERIMENT}: key 'hosts.senders.cc_params.cubic': cubic runs only as traffic[0]'s "
+        "own congestion control (traffic[0].cc) and no trial selects it for host S1 "
+        "(hosts.*.cc); module parameters are set only for a host's congestion control, so "
+        "these would not apply. Select it for the host (hosts.S1.cc: cubic) or remove them"
     ]
-    # Selected for the host, they are set (and checked against the module's parameters).
+    # Selected for the sender, they are set (and checked against the module's parameters).
     chain_preflight(tmp_path, monkeypatch, TABLES, [*sets, "hosts.senders.cc=cubic"])
+    # Given to every host, they matter where cubic sends: D1 not selecting it is no problem.
+    everywhere = ['hosts.all.cc_params={"cubic": {"beta": 717}}', "hosts.senders.cc=cubic"]
+    chain_preflight(tmp_path, monkeypatch, TABLES, everywhere)
+
+
+def test_a_flows_cc_that_the_plan_switches_the_host_to_has_its_parameters_set(
+    tmp_path, monkeypatch
+):
+    """The sender's own cc is a factor (reno, cubic) and the flow always runs cubic: the runner
+    configures cubic's parameters as a switch choice (testbed_host_cc_choice_params), in force
+    in the reno trial too. Not refused, for the whole plan or for the reno trial alone."""
+    sets = [
+        'hosts.senders.cc_params={"cubic": {"beta": 717}}',
+        "factors.hosts.senders.cc=[reno,cubic]",
+    ]
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(CHAIN)
+    rack = Rack.load([inventory])
+    plan = load_plan(EXPERIMENT, ["factors={}", *sets])
+    runner = TrialRunner(plan, rack, tmp_path)
+    assert runner.cc_choices()["S1"] == {"cubic": {"beta": 717}, "reno": {}}
+    chain_preflight(tmp_path, monkeypatch, TABLES, sets)
+    chain_preflight(tmp_path, monkeypatch, TABLES, sets, only=["*reno*"])
