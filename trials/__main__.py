@@ -473,7 +473,7 @@ def run_batch(args: argparse.Namespace) -> int:
 
 
 def run_nightly(args: argparse.Namespace) -> int:
-    out = Console(width=None if sys.stdout.isatty() else 200)
+    out = Console(width=None if sys.stdout.isatty() else 200, soft_wrap=not sys.stdout.isatty())
     if args.action in ("install", "run") and not args.experiment:
         raise SpecError(f"nightly {args.action}: which experiment? (EXPERIMENT=...)")
     if args.keep_captures < 1:  # 0 would prune tonight's batch right after its report
@@ -486,7 +486,7 @@ def run_nightly(args: argparse.Namespace) -> int:
         schedule = nightly.Schedule(args.experiment, args.at, args.keep_captures, args.make_vars)
         for path in schedule.install():
             out.print(f"installed {path}")
-        out.print(f"every day at {args.at}: {schedule.command()}")
+        out.print(escape(f"every day at {args.at}: {schedule.command()}"), highlight=False)
         out.print(f"log: {schedule.log_file()}")
         return 0
     if args.action == "remove":
@@ -497,7 +497,8 @@ def run_nightly(args: argparse.Namespace) -> int:
         for path in nightly.installed():
             lines = path.read_text().strip().splitlines()  # a cron entry's last; a timer's when
             line = next((x for x in lines if x.startswith("OnCalendar=")), lines[-1])
-            out.print(f"schedule {path}: {line}\n  runs: {nightly.scheduled_command(path)}")
+            command = nightly.scheduled_command(path)  # brackets of SET items are no markup
+            out.print(escape(f"schedule {path}: {line}\n  runs: {command}"), highlight=False)
         if not nightly.installed():
             out.print("no nightly schedule installed")
         table = Table(title="last nightly batches")

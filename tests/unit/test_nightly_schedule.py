@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import trials.__main__ as cli
 from trials import nightly
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def option_values(line: str, option: str) -> list[str]:
 
 @pytest.mark.parametrize("systemd", [False, True], ids=["cron", "systemd"])
 def test_the_schedule_runs_the_nightly_batch_with_every_set_item_intact(
-    tmp_path, monkeypatch, systemd
+    tmp_path, monkeypatch, capsys, systemd
 ):
     sets = f"SET={' '.join(ITEMS)}"
     assert option_values(make_dry("batch", f"EXPERIMENT={EXPERIMENT}", sets), "--set") == EXPECTED
@@ -97,5 +98,9 @@ def test_the_schedule_runs_the_nightly_batch_with_every_set_item_intact(
     assert "trials nightly run" in line and option_values(line, "--set") == EXPECTED
     assert schedule.log_file().parent.is_dir()
     assert nightly.scheduled_command(files[-1]).startswith("make -C ")
+    # nightly-status shows it as written: brackets are no markup, the line is not wrapped.
+    assert cli.main(["nightly", "status"]) == 0
+    (runs,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  runs: ")]
+    assert shlex.split(runs.removeprefix("  runs: "))[:-3] == ["make", *argv]
     # Removing the schedule removes its script.
     assert nightly.remove(Path(EXPERIMENT)) and not script.exists()
