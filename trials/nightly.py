@@ -73,6 +73,9 @@ class Schedule:
         """Write the script, and write (and enable) the timer or cron entry that runs it;
         return the files written."""
         hour, minute = parse_at(self.at)
+        systemd = uses_systemd()
+        if not systemd:
+            ensure_cron()  # first: a failed install leaves no script behind
         self.log_file().parent.mkdir(parents=True, exist_ok=True)
         script = self.script_file()
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +84,7 @@ class Schedule:
             f"removes it\nexec {self.command()} >> {shlex.quote(str(self.log_file()))} 2>&1\n"
         )
         script.chmod(0o755)
-        if uses_systemd():
+        if systemd:
             service = UNIT_DIR / f"{self.name}.service"
             timer = UNIT_DIR / f"{self.name}.timer"
             service.write_text(
@@ -96,7 +99,6 @@ class Schedule:
             subprocess.run(["systemctl", "daemon-reload"], check=True)
             subprocess.run(["systemctl", "enable", "--now", timer.name], check=True)
             return [script, service, timer]
-        ensure_cron()
         entry = CRON_DIR / self.name
         entry.write_text(
             "# trialbed nightly batch (make nightly-install); remove with make nightly-remove\n"
@@ -118,12 +120,19 @@ def ensure_cron() -> None:
 
 
 def scheduled_command(schedule: Path) -> str:
-    """What an installed schedule runs: its script's command line."""
+    """What an installed schedule runs: its script's command line, or (a schedule installed
+    before the scripts) the command written in the schedule itself."""
     script = SCRIPT_DIR / f"{schedule.name.removesuffix('.timer')}.sh"
     try:
         return script.read_text().strip().splitlines()[-1].removeprefix("exec ")
     except (OSError, IndexError):
-        return f"? ({script} is missing: install the schedule again)"
+        own = schedule.with_suffix(".service") if schedule.suffix == ".timer" else schedule
+        try:
+            lines = own.read_text().strip().splitlines()
+        except OSError:
+            return f"? (neither {script} nor {own} can be read)"
+        line = next((x for x in lines if x.startswith("ExecStart=")), lines[-1] if lines else "")
+        return f"{line} (no script: an earlier install; install it again to quote SET safely)"
 
 
 def installed() -> list[Path]:

@@ -104,3 +104,19 @@ def test_the_schedule_runs_the_nightly_batch_with_every_set_item_intact(
     assert shlex.split(runs.removeprefix("  runs: "))[:-3] == ["make", *argv]
     # Removing the schedule removes its script.
     assert nightly.remove(Path(EXPERIMENT)) and not script.exists()
+
+
+def test_a_schedule_from_before_the_scripts_is_shown_and_removed(tmp_path, monkeypatch):
+    """A cron entry that an earlier version wrote runs its command inline and has no script:
+    status shows that command, saying so; remove takes it away."""
+    for name in ("UNIT_DIR", "CRON_DIR", "SCRIPT_DIR"):
+        monkeypatch.setattr(nightly, name, tmp_path / name)
+    (tmp_path / "CRON_DIR").mkdir()
+    entry = tmp_path / "CRON_DIR" / "trialbed-nightly-smoke"
+    old = "0 2 * * * root make -C /p nightly-run EXPERIMENT=experiments/smoke.yml >> log 2>&1"
+    entry.write_text(f"# trialbed nightly batch\nSHELL=/bin/sh\n{old}\n")
+    monkeypatch.setattr(nightly, "uses_systemd", lambda: False)
+    assert nightly.installed() == [entry]
+    shown = nightly.scheduled_command(entry)
+    assert shown.startswith(old) and "no script: an earlier install" in shown
+    assert nightly.remove(None) == [entry] and not entry.exists()
