@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -198,31 +199,23 @@ def test_the_edge_marker_wrote_the_state_machines_dscp(trial) -> None:
         [read_pcap(trial["dir"] / "R1" / f"sender{k}.pcap") for k in (1, 2, 3, 4)]
     ).sort_values("ts_ns", kind="stable")
     senders = {ip_to_int(g["src"]) for g in record["traffic"].values()}
-    seen = seen[(seen.proto == 6) & seen.src.isin(senders)]
+    seen = seen[(seen.proto == 6) & seen.src.isin(senders)].reset_index(drop=True)
     assert stats["packets"] == len(seen)
-    pure = Marker(marker["marker"])
-    want = [
-        dscp_for(
-            pure.mark(
-                (int(r.src), int(r.dst), int(r.sport), int(r.dport)),
-                int(r.seq),
-                int(r.payload_len),
-                int(r.tcp_flags),
-            )
-        )
-        for r in seen.itertuples()
-    ]
-    seen = seen.assign(want=want)
     after = read_pcap(trial["dir"] / "R2" / "after_bottleneck.pcap")
     key = ["src", "sport", "ip_id", "seq", "payload_len"]
-    both = seen.merge(after[[*key, "tos"]], on=key, suffixes=("", "_out"))
-    got = both.tos_out.to_numpy() >> 2
-    wrong = both[got != both.want.to_numpy()]
+    crossed = seen.reset_index().merge(after[[*key, "tos"]], on=key, suffixes=("", "_out"))
+    got = pd.Series(crossed.tos_out.to_numpy() >> 2, index=crossed["index"])
+    got = got[~got.index.duplicated()]  # (a packet crosses once; its key is unique)
+    pure = replay_flows(marker["marker"], seen, got)
+    both = seen.loc[got.index].assign(want=pure.want[got.index], got=got)
+    wrong = both[both.got != both.want]
     print(
         f"{len(both)} of {len(seen)} marked packets crossed the bottleneck; DSCP "
-        f"{dict(pd.Series(got).value_counts().sort_index())}; {len(wrong)} differ"
+        f"{dict(got.value_counts().sort_index())}; {len(wrong)} differ; neighbours the "
+        f"marker took in the other order: {pure.swaps}"
     )
-    assert len(wrong) == 0, wrong[["src", "sport", "seq", "want", "tos_out"]]
+    assert len(wrong) == 0, wrong[["src", "sport", "seq", "want", "got"]]
+    assert len(pure.swaps) <= max(2, len(seen) // 1000)  # rare, or the capture is no witness
     # Each marker's colours: NM marks every packet IN; APM and WPM use IN and OUT; MPM adds
     # its probes (AF13)
     assert set(got) == {dscp_for(p) for p in COLOURS[marker["marker"]]}
@@ -230,6 +223,55 @@ def test_the_edge_marker_wrote_the_state_machines_dscp(trial) -> None:
     if marker["marker"] != "NM":  # (NM keeps no per-flow state)
         assert pure.retransmissions > 0
     assert {int(k): v for k, v in stats["precedence"].items()} == pure.counts
+
+
+@dataclass
+class Replay:
+    want: np.ndarray  # DSCP per packet of `seen`
+    retransmissions: int = 0
+    counts: dict = field(default_factory=lambda: {1: 0, 2: 0, 3: 0})
+    swaps: list = field(default_factory=list)  # (sport, seq, seq) of neighbours swapped
+
+
+def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
+    """The pure marker over each flow's packets in the order R1's ingress capture saw them
+    (flows are independent: each its own state). Where a flow's DSCPs differ from the marker's
+    (`got`, by row of `seen`), one swap of two neighbouring packets less than 1 ms apart may
+    explain them: on the router's two CPUs a packet can reach the capture before its
+    predecessor and NFQUEUE after it (seen once in CI: a 136-B segment 108 us ahead of the
+    next, which the marker then took for a retransmission). Such a flow is replayed in the
+    order that matches, and the swap is listed."""
+    cols = [seen[c].to_numpy() for c in ("src", "dst", "sport", "dport")]
+    seq, size, flags = (seen[c].to_numpy() for c in ("seq", "payload_len", "tcp_flags"))
+    ts = seen.ts_ns.to_numpy()
+    flows: dict = {}
+    for i, flow in enumerate(zip(*cols, strict=True)):
+        flows.setdefault(tuple(int(x) for x in flow), []).append(i)
+    out = Replay(want=np.zeros(len(seen), dtype=np.int64))
+    crossed = got.to_dict()
+
+    def run(flow, order):
+        m = Marker(kind)
+        marks = [dscp_for(m.mark(flow, int(seq[i]), int(size[i]), int(flags[i]))) for i in order]
+        bad = next((j for j, i in enumerate(order) if crossed.get(i, marks[j]) != marks[j]), None)
+        return marks, m, bad
+
+    for flow, order in flows.items():
+        marks, m, bad = run(flow, order)
+        for s in range(max(0, (bad or 0) - 6), bad + 1) if bad is not None else ():
+            if s + 1 >= len(order) or abs(int(ts[order[s + 1]]) - int(ts[order[s]])) >= MS:
+                continue
+            swapped = [*order[:s], order[s + 1], order[s], *order[s + 2 :]]
+            marks2, m2, bad2 = run(flow, swapped)
+            if bad2 is None:
+                order, marks, m = swapped, marks2, m2
+                out.swaps.append((flow[2], int(seq[order[s]]), int(seq[order[s + 1]])))
+                break
+        out.want[order] = marks
+        out.retransmissions += m.retransmissions
+        for p, n in m.counts.items():
+            out.counts[p] += n
+    return out
 
 
 def test_worker_processes_analyse_the_batch_as_one_after_the_other(trials, tmp_path: Path):
