@@ -33,6 +33,11 @@ def schedule_name(experiment: Path) -> str:
     return "trialbed-nightly-" + re.sub(r"[^A-Za-z0-9_-]", "-", experiment.stem)
 
 
+def script_of(schedule: str) -> Path:
+    """The script a schedule (its name, or its cron entry's or timer's file name) runs."""
+    return SCRIPT_DIR / f"{schedule.removesuffix('.timer')}.sh"
+
+
 def parse_at(at: str) -> tuple[int, int]:
     m = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", at)
     if not m:
@@ -67,7 +72,7 @@ class Schedule:
         return NIGHTLY_DIR / self.experiment.stem / "nightly.log"
 
     def script_file(self) -> Path:
-        return SCRIPT_DIR / f"{self.name}.sh"
+        return script_of(self.name)
 
     def install(self) -> list[Path]:
         """Write the script, and write (and enable) the timer or cron entry that runs it;
@@ -122,7 +127,7 @@ def ensure_cron() -> None:
 def scheduled_command(schedule: Path) -> str:
     """What an installed schedule runs: its script's command line, or (a schedule installed
     before the scripts) the command written in the schedule itself."""
-    script = SCRIPT_DIR / f"{schedule.name.removesuffix('.timer')}.sh"
+    script = script_of(schedule.name)
     try:
         return script.read_text().strip().splitlines()[-1].removeprefix("exec ")
     except (OSError, IndexError):
@@ -153,7 +158,7 @@ def remove(experiment: Path | None) -> list[Path]:
             subprocess.run(["systemctl", "disable", "--now", path.name], check=False)
             path.with_suffix(".service").unlink(missing_ok=True)
         path.unlink(missing_ok=True)
-        (SCRIPT_DIR / f"{stem}.sh").unlink(missing_ok=True)
+        script_of(stem).unlink(missing_ok=True)
         removed.append(path)
     if removed and uses_systemd():
         subprocess.run(["systemctl", "daemon-reload"], check=False)
