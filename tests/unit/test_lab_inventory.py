@@ -6,7 +6,6 @@ to freebsd_router. Nothing is contacted (ansible-inventory and --list-tasks only
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -241,22 +240,3 @@ def test_a_host_of_a_child_group_takes_its_parent_groups_settings(tmp_path):
     settings = host_settings(trial.experiment, net, str(experiment))
     assert (settings["A"].cc, settings["A"].initcwnd) == ("reno", 4)
     assert (settings["E"].cc, settings["E"].initcwnd) == ("cubic", 4)
-
-
-def test_set_items_reach_the_batch_as_one_word_each():
-    """SET's items reach `--set` whole, brackets, braces and quotes included: the seed-000
-    matrix's `factors.hosts.all.cc=[reno,cubic]` once met the shell unquoted."""
-    items = [
-        "duration=60s",
-        "factors.hosts.all.cc=[reno,cubic]",
-        "hosts.all.cc_params={}",
-        "x=it's",
-    ]
-    for target in ("batch", "nightly-run"):
-        done = make("-n", target, f"EXPERIMENT={EXPERIMENT}", f"SET={' '.join(items)}")
-        assert done.returncode == 0, done.stderr
-        recipe = done.stdout.replace("\\\n", " ")  # a recipe's lines joined as the shell joins them
-        (line,) = [line for line in recipe.splitlines() if "-m trials" in line]
-        argv = shlex.split(line)
-        given = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--set"]
-        assert given == items, line
