@@ -248,12 +248,12 @@ def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
     for i, flow in enumerate(zip(*cols, strict=True)):
         flows.setdefault(tuple(int(x) for x in flow), []).append(i)
     out = Replay(want=np.zeros(len(seen), dtype=np.int64))
-    crossed = got.to_dict()
+    got_of = got.to_dict()  # row -> DSCP after R2
 
     def run(flow, order):
         m = Marker(kind)
         marks = [dscp_for(m.mark(flow, int(seq[i]), int(size[i]), int(flags[i]))) for i in order]
-        bad = next((j for j, i in enumerate(order) if crossed.get(i, marks[j]) != marks[j]), None)
+        bad = next((j for j, i in enumerate(order) if got_of.get(i, marks[j]) != marks[j]), None)
         return marks, m, bad
 
     for flow, order in flows.items():
