@@ -948,18 +948,35 @@ def test_a_half_pauses_while_the_other_widens(
 ) -> None:
     """In blocks of about ten records, the half that meets a 257th direction stops, the
     other pauses at its next block, and both read on at once in 16 bits: the scan of one
-    thread, whichever half widens, or both."""
+    thread, whichever half widens, or both. The half that does not widen takes its second
+    block only once the other has stopped to widen: on a loaded machine one thread can
+    otherwise read its whole half before the other starts (a CI run saw it)."""
     from analysis import fastpath
 
     monkeypatch.setattr(fastpath, "_BLOCK", 1000)
     codes: list[int] = []
+    widened = threading.Event()
     read = fastpath._read
 
     def logged(*args, **kwargs) -> None:
         read(*args, **kwargs)
         codes.append(args[5].code)
+        if args[5].code == fastpath._WIDE:
+            widened.set()
+
+    held = {"first": "second half", "second": "first half", "both": None}
+    holding: list[str | None] = [None]  # the half held in the two-thread scan under way
+
+    class HeldBlocks(fastpath._Blocks):
+        def __iter__(self):
+            half = "first half" if self.offset == fastpath._GLOBAL_HDR else "second half"
+            for i, block in enumerate(super().__iter__()):
+                if i == 1 and half == holding[0]:
+                    assert widened.wait(60), f"{case}: the other half never widened"
+                yield block
 
     monkeypatch.setattr(fastpath, "_read", logged)
+    monkeypatch.setattr(fastpath, "_Blocks", HeldBlocks)
     cases = {
         "first": [*range(3000), *np.arange(3000) % 10],
         "second": [*np.arange(3000) % 10, *range(10, 3010)],
@@ -970,7 +987,10 @@ def test_a_half_pauses_while_the_other_widens(
         alone = scan(path, threads=1)
         codes.clear()
         joins.clear()
+        widened.clear()
+        holding[0] = held[case]
         both = scan(path, threads=2)
+        holding[0] = None
         assert len(joins) == 1 and fastpath._WIDE in codes, case
         if case != "both":
             assert fastpath._PAUSED in codes, case
