@@ -240,7 +240,8 @@ def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
     explain them: on the router's two CPUs a packet can reach the capture before its
     predecessor and NFQUEUE after it (seen once in CI: a 136-B segment 108 us ahead of the
     next, which the marker then took for a retransmission). Such a flow is replayed in the
-    order that matches, and the swap is listed."""
+    order that matches, and the swap is listed. A busier machine may swap a flow's packets
+    more than once: swaps are taken one after another while each explains more of the flow."""
     cols = [seen[c].to_numpy() for c in ("src", "dst", "sport", "dport")]
     seq, size, flags = (seen[c].to_numpy() for c in ("seq", "payload_len", "tcp_flags"))
     ts = seen.ts_ns.to_numpy()
@@ -256,17 +257,28 @@ def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
         bad = next((j for j, i in enumerate(order) if got_of.get(i, marks[j]) != marks[j]), None)
         return marks, m, bad
 
-    for flow, order in flows.items():
-        marks, m, bad = run(flow, order)
-        for s in range(max(0, (bad or 0) - 6), bad + 1) if bad is not None else ():
+    def swap_explaining(flow, order, bad, moved):
+        """The first swap of neighbours less than 1 ms apart, at most 6 packets before the
+        first wrong DSCP, after which the replay agrees further (or everywhere). A packet is
+        moved once at most: no walking one packet along the flow."""
+        for s in range(max(0, bad - 6), bad + 1):
             if s + 1 >= len(order) or abs(int(ts[order[s + 1]]) - int(ts[order[s]])) >= MS:
                 continue
+            if moved & {order[s], order[s + 1]}:
+                continue
             swapped = [*order[:s], order[s + 1], order[s], *order[s + 2 :]]
-            marks2, m2, bad2 = run(flow, swapped)
-            if bad2 is None:
-                order, marks, m = swapped, marks2, m2
-                out.swaps.append((flow[2], int(seq[order[s]]), int(seq[order[s + 1]])))
-                break
+            replayed = run(flow, swapped)
+            if replayed[2] is None or replayed[2] > bad:
+                return s, swapped, replayed
+        return None
+
+    for flow, order in flows.items():
+        marks, m, bad = run(flow, order)
+        moved: set[int] = set()
+        while bad is not None and (found := swap_explaining(flow, order, bad, moved)):
+            s, order, (marks, m, bad) = found
+            moved |= {order[s], order[s + 1]}
+            out.swaps.append((flow[2], int(seq[order[s]]), int(seq[order[s + 1]])))
         out.want[order] = marks
         out.retransmissions += m.retransmissions
         for p, n in m.counts.items():
