@@ -198,9 +198,13 @@ static void *tcp_serve(void *arg)
 			served_bytes += got;
 			if (got < o.request)
 				break; /* the client closed (or failed) */
-			if (write_all(c, &one, 1, 1))
-				break;
+			/* counted before the reply: the client may exit and the run print the
+			   counters as soon as the reply reaches it */
 			served_requests++;
+			if (write_all(c, &one, 1, 1)) {
+				served_requests--; /* not answered after all */
+				break;
+			}
 			if (o.close_first)
 				break; /* EFT-SHORT: the server closes; TIME-WAIT stays here */
 		}
