@@ -226,14 +226,16 @@ def drain_captures(captures: list[Daemon], timeout: float) -> dict[str, int]:
     counters_said = re.compile(COUNTERS)
     offsets = {d: d.log_size() for d in captures if d.pid() is not None}
     last: dict[Daemon, tuple[int, ...]] = {}
+    asked: set[Daemon] = set()  # a new request only once the last one is answered
     deadline = time.monotonic() + timeout
     while offsets and time.monotonic() < deadline:
         for daemon in list(offsets):
             pid = daemon.pid()
             if pid is None:
                 del offsets[daemon]
-            else:
+            elif daemon not in asked:
                 os.kill(pid, INFO_SIGNAL)
+                asked.add(daemon)
         time.sleep(0.05)
         for daemon, offset in list(offsets.items()):
             try:
@@ -247,6 +249,7 @@ def drain_captures(captures: list[Daemon], timeout: float) -> dict[str, int]:
             counters = tuple(map(int, answers[-1]))
             captured, received, dropped = counters
             offsets[daemon] = daemon.log_size()
+            asked.discard(daemon)
             if captured >= received - dropped or last.get(daemon) == counters:
                 del offsets[daemon]
             last[daemon] = counters
