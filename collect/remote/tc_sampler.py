@@ -145,6 +145,8 @@ def main() -> int:
         json.dumps({"end": True, "samples": samples, "skipped": skipped, "failed": failed}) + "\n"
     )
     out.flush()
+    if out is not sys.stdout:
+        out.close()
     return 0
 
 
