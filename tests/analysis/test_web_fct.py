@@ -167,7 +167,7 @@ def play(tmp_path: Path, schedule: dict, *client_args: str) -> None:
 def test_the_client_waits_for_its_start(tmp_path: Path) -> None:
     """--start-at: the schedule's zero is that time, not the client's own start (the runner
     starts clients during the lead; their interpreter's start took seconds under TCG)."""
-    start_at = time.time() + 1.5
+    start_at = time.time() + 5  # after the client's interpreter started, however loaded
     schedule = {"t_ns": [0], "group": [1], "bytes": [119]}
     play(tmp_path, schedule, "--duration-s", "0.5", "--start-at", repr(start_at))
     (row,) = [json.loads(x) for x in (tmp_path / "flows.jsonl").read_text().splitlines()]
@@ -189,7 +189,10 @@ def test_client_and_server_on_loopback(tmp_path: Path) -> None:
     assert [sent[i] for i in range(4)] == schedule["bytes"][:4] and sent[-1] > 0
     assert sorted(flows.index) == [-1, 0, 1, 2, 3, 4]  # every scheduled flow started
     started = {r["flow"]: r["connect_ns"] - r["sched_ns"] for r in rows if r["flow"] >= 0}
-    # Each flow opened on time: the bound catches a client that starts late or drifts (8 s
+    # The flows opened on time: the bounds catch a client that starts late or drifts (8 s
     # late under TCG before it pre-started), with room for a machine busy booting the VM
-    # rack beside this test (it missed 20 ms once in a full suite).
-    assert max(started.values()) < 100 * MS
+    # rack beside this test (20 ms missed once in a full suite, 25 ms seen under load): most
+    # within 50 ms, none as late as half a second.
+    late = sorted(started.values())
+    print(f"flows opened late by {[round(x / MS, 1) for x in late]} ms")
+    assert late[len(late) // 2] < 50 * MS and late[-1] < 500 * MS

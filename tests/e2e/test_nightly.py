@@ -57,8 +57,9 @@ def test_the_schedule_fires_runs_the_batch_and_is_removed(test_rack, scheduled_e
     cron_pidfile = Path("/run/crond.pid")
     cron_pid = cron_pidfile.read_text().strip() if cron_pidfile.exists() else ""
     cron_was_running = bool(cron_pid) and Path(f"/proc/{cron_pid}").exists()
-    # The next minute that leaves cron time to read the entry.
-    at = datetime.now() + timedelta(seconds=75)
+    # The first minute that begins at least 60 s from now: time for make nightly-install (its
+    # make setup too, on a loaded machine) and for cron to read the entry before it.
+    at = (datetime.now() + timedelta(seconds=119)).replace(second=0, microsecond=0)
     extra = f'RACKS={test_rack.inventory} SET="duration=6s warmup=1s"'
     done = make(
         "nightly-install", f"EXPERIMENT={scheduled_experiment}", f"AT={at:%H:%M}",
@@ -69,7 +70,8 @@ def test_the_schedule_fires_runs_the_batch_and_is_removed(test_rack, scheduled_e
         (entry,) = [p for p in nightly.installed() if scheduled_experiment.stem in p.name]
         assert f"{at:%H:%M}" in done.stdout or f"{at.minute} {at.hour}" in entry.read_text()
 
-        batch = nightly.dated_batch(scheduled_experiment, datetime.now(UTC))
+        # the day the batch is dated by is the UTC day it fires on (midnight may come between)
+        batch = nightly.dated_batch(scheduled_experiment, at.astimezone(UTC))
         report = batch / "report.txt"
         deadline = time.monotonic() + 420
         while not report.exists():
