@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -142,23 +143,50 @@ def rack():
             delete_namespaces()
 
 
+# tcpdump's answer to SIGUSR1: "3 packets captured, 3 packets received by filter, 0 packets
+# dropped by kernel"
+COUNTERS = re.compile(
+    r"(\d+) packets? captured, (\d+) packets? received by filter, (\d+) packets? dropped"
+)
+
+
 class Capture:
     def __init__(self, ns, dev, path):
         self.path = path
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "tcpdump", "-i", dev, "-s", "128", "-U", "-n",
-             "--time-stamp-precision=nano", "--immediate-mode", "-w", str(path),
-             f"tcp port {PORT}"],
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        line = self.proc.stderr.readline()
-        assert "listening on" in line, line
+        self.log = path.with_suffix(".log")
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                ["ip", "netns", "exec", ns, "tcpdump", "-i", dev, "-s", "128", "-U", "-n",
+                 "--time-stamp-precision=nano", "--immediate-mode", "-w", str(path),
+                 f"tcp port {PORT}"],
+                stderr=log,
+            )  # fmt: skip
+        self.said(lambda text: "listening on" in text, "listening on")
+
+    def said(self, done, what: str) -> list[tuple[int, ...]]:
+        """tcpdump's counters answers so far, once its log satisfies ``done`` (10 s at most)."""
+        deadline = time.monotonic() + 10
+        while not done(text := self.log.read_text()):
+            assert time.monotonic() < deadline, f"tcpdump did not say {what}: {text}"
+            time.sleep(0.02)
+        return [tuple(map(int, m)) for m in COUNTERS.findall(text)]
 
     def stop(self) -> pd.DataFrame:
-        time.sleep(0.3)
+        """SIGINT once tcpdump has read every packet its filter passed (asked with SIGUSR1,
+        as trialbed_daemon's drain does): on SIGINT it drops what is still in its ring."""
+        time.sleep(0.3)  # the last packets still on their way
+        answers: list[tuple[int, ...]] = []
+
+        def reading_on() -> bool:  # behind its filter, and not two answers alike
+            captured, passed, dropped = answers[-1]
+            return captured < passed - dropped and (len(answers) < 2 or answers[-1] != answers[-2])
+
+        while not answers or reading_on():
+            asked = len(answers)
+            self.proc.send_signal(signal.SIGUSR1)
+            answers = self.said(lambda t, n=asked: len(COUNTERS.findall(t)) > n, "its counters")
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=10)
-        self.proc.stderr.close()
         return read_pcap(self.path)
 
 
