@@ -33,7 +33,9 @@ def test_counts_what_tcpdump_wrote_and_not_a_record_cut_short(tmp_path):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for i in range(500):
                 s.sendto(b"x" * (50 + i % 300), ("127.0.0.1", port))
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10  # until it wrote them all (-U: each as it reads it)
+        while pcap_packets(path) < 500 and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         dump.terminate()
         said = dump.communicate(timeout=10)[1]
