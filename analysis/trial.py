@@ -243,8 +243,9 @@ def lost_service(
 ) -> None:
     """How late each UDP generator's bottleneck served its packets against its rate, read from
     the packets (analysis.stalls.lost_service_ns): the emulated link's fidelity, in each such
-    generator's summary and OWD table. Where the router records no stalls of its own (netem:
-    only the user-space delay line does), the packets served late are the ones judged apart.
+    generator's summary and OWD table. The packets served late are judged apart, beside those
+    in transit during a stall the router recorded (its user-space delay line; netem records
+    none).
     Only for a FIFO queue (drop-tail): it assumes packets leave in the order they entered."""
     for name, gen in record["traffic"].items():
         b = gen["path"].get("bottleneck") or {}
@@ -263,8 +264,7 @@ def lost_service(
             link_delay_ns(record, b["host"], b["iface"]),
             b["rate_bps"],
         )
-        flag = summary.get("router_stalls_from") is None
-        summary.update(judge_lost_service(owd, lost, flag=flag))
+        summary.update(judge_lost_service(owd, lost, summary.get("router_stalls_from")))
 
 
 def analyse_trial(trial_dir: Path) -> dict[str, Any]:

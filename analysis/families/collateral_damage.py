@@ -133,19 +133,22 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
             f"mean {fmt(r.owd_mean_ms)} / p99 {fmt(r.owd_p99_ms)} / max {fmt(r.owd_max_ms)} ms",
         ),
     ]
+    both = str(r.get("router_stalls_from")).endswith("and lost service")
+    late = " or served over 2 ms late" if both else ""
     if known(r.get("router_stalls")) and r.router_stalls > 0:
         rows.append(
             (
                 "router stalls",
                 f"{r.router_stalls} (> 2 ms, {fmt(r.router_stalled_ms, 0)} ms in all, recorded "
                 f"by the delay line); {r.udp_delay_path_stalled} UDP packets were in transit "
-                f"during one; max OWD without them {fmt(r.owd_max_ms_unstalled)} ms",
+                f"during one{late}; max OWD without them {fmt(r.owd_max_ms_unstalled)} ms",
             )
         )
     if known(r.get("udp_lost_service_median_ms")):
         judged = (
             f"; max OWD of the others {fmt(r.owd_max_ms_unstalled)} ms"
             if r.get("router_stalls_from") == "lost service"
+            or (both and not (known(r.get("router_stalls")) and r.router_stalls > 0))
             else ""
         )
         rows.append(

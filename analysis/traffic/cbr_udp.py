@@ -104,11 +104,15 @@ def judge_stalls(owd: pd.DataFrame, windows: np.ndarray, source: str | None) -> 
     }
 
 
-def judge_lost_service(owd: pd.DataFrame, lost_ns: np.ndarray, flag: bool) -> dict[str, Any]:
+def judge_lost_service(
+    owd: pd.DataFrame, lost_ns: np.ndarray, stalls_from: str | None
+) -> dict[str, Any]:
     """Keep (in place, `lost_service_ns`) how much later than its rate the bottleneck served
-    each packet (analysis.stalls.lost_service_ns) and summarize it; with `flag` (the router
-    recorded no stalls of its own), the packets served more than STALL_NS late are the ones
-    judged apart (`delay_path_stalled`)."""
+    each packet (analysis.stalls.lost_service_ns) and summarize it. The packets served more
+    than STALL_NS late are judged apart (`delay_path_stalled`): alone where the router
+    recorded no stalls of its own (`stalls_from` None), else beside those in transit during
+    one. A delay line records its own late wake-ups only; the shaper runs in softirqs it does
+    not see, and a packet the shaper served late did not see the emulated link either."""
     owd["lost_service_ns"] = lost_ns
     served = lost_ns[~owd.lost.to_numpy()] / 1e6
     pct = np.percentile(served, [50, 99]) if len(served) else [np.nan, np.nan]
@@ -118,9 +122,13 @@ def judge_lost_service(owd: pd.DataFrame, lost_ns: np.ndarray, flag: bool) -> di
         "udp_lost_service_max_ms": float(served.max()) if len(served) else float("nan"),
         "udp_served_late": int((served > STALL_NS / 1e6).sum()),
     }
-    if flag:
-        owd["delay_path_stalled"] = lost_ns > STALL_NS
+    late = lost_ns > STALL_NS
+    if stalls_from is None:
+        owd["delay_path_stalled"] = late
         out.update(unstalled(owd, "lost service"), router_stalls=None, router_stalled_ms=None)
+    elif late.any():
+        owd["delay_path_stalled"] = owd.delay_path_stalled.to_numpy() | late
+        out.update(unstalled(owd, f"{stalls_from} and lost service"))
     return out
 
 

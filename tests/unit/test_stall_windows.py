@@ -92,3 +92,28 @@ def test_dropped_packets_lose_nothing():
     assert (out < 0).sum() > 10
     assert np.all(lost[out < 0] == 0)
     assert np.abs(lost).max() <= 1
+
+
+def test_packets_served_late_are_judged_apart_beside_the_delay_lines_stalls():
+    """With a delay line's stalls, a packet the shaper served over 2 ms late (a softirq the
+    delay line does not see) is judged apart too; with no router records, only those."""
+    from analysis.traffic.cbr_udp import judge_lost_service
+
+    owd_ms = [100.0, 130.0, 140.0, 110.0, 0.0]
+    owd = pd.DataFrame(
+        {
+            "owd_ns": [int(x * 1e6) for x in owd_ms],
+            "lost": [False, False, False, False, True],
+            "delay_path_stalled": [False, True, False, False, False],  # the delay line's
+        }
+    )
+    lost_ns = np.array([0, 0, 3_000_000, 1_000_000, 0])
+    both = judge_lost_service(owd.copy(), lost_ns, "delay line")
+    assert both["udp_served_late"] == 1 and both["udp_delay_path_stalled"] == 2
+    assert both["router_stalls_from"] == "delay line and lost service"
+    assert both["owd_max_ms_unstalled"] == 110.0
+    alone = judge_lost_service(owd.copy(), lost_ns, None)
+    assert alone["router_stalls_from"] == "lost service" and alone["router_stalls"] is None
+    assert alone["udp_delay_path_stalled"] == 1 and alone["owd_max_ms_unstalled"] == 130.0
+    on_time = judge_lost_service(owd.copy(), np.zeros(5, np.int64), "delay line")
+    assert "router_stalls_from" not in on_time  # the delay line's judgement stands
