@@ -210,6 +210,7 @@ def stop_all(daemons: list[tuple[Daemon, int]], timeout: float) -> list[bool]:
 
 # tcpdump prints its counters on this signal, and goes on capturing.
 INFO_SIGNAL = getattr(signal, "SIGINFO", signal.SIGUSR1)
+SAME_FOR_S = 0.2  # a capture whose counters stay this long reads no more (see drain_captures)
 # "tcpdump: 6453 packets captured, 6455 packets received by filter, 0 packets dropped by kernel"
 COUNTERS = (
     rb"(\d+) packets? captured, (\d+) packets? received by filter, (\d+) packets? dropped by kernel"
@@ -218,14 +219,18 @@ COUNTERS = (
 
 def drain_captures(captures: list[Daemon], timeout: float) -> dict[str, int]:
     """Ask each running tcpdump for its counters until it has captured every packet its filter
-    passed and the kernel did not drop, or two answers in a row say it read nothing more (on
-    lo, for one, the kernel counts each packet twice); give up after `timeout`. The ones still
-    reading then, with how many packets they had not read at their last answer."""
+    passed and the kernel did not drop, or its answers have said the same for SAME_FOR_S (it
+    reads nothing more: on lo, for one, the kernel counts each packet twice); give up after
+    `timeout`. One request at a time: a slow tcpdump answers a pile of them at once, alike.
+    And alike for a while, not twice: one taken off the CPU between two answers reads nothing
+    in between. The ones still reading at the end, with how many packets they had not read at
+    their last answer."""
     import re
 
     counters_said = re.compile(COUNTERS)
     offsets = {d: d.log_size() for d in captures if d.pid() is not None}
     last: dict[Daemon, tuple[int, ...]] = {}
+    since: dict[Daemon, float] = {}  # when its last answer's counters were first said
     asked: set[Daemon] = set()  # a new request only once the last one is answered
     deadline = time.monotonic() + timeout
     while offsets and time.monotonic() < deadline:
@@ -250,9 +255,11 @@ def drain_captures(captures: list[Daemon], timeout: float) -> dict[str, int]:
             captured, received, dropped = counters
             offsets[daemon] = daemon.log_size()
             asked.discard(daemon)
-            if captured >= received - dropped or last.get(daemon) == counters:
+            now = time.monotonic()
+            if last.get(daemon) != counters:
+                last[daemon], since[daemon] = counters, now
+            if captured >= received - dropped or now - since[daemon] >= SAME_FOR_S:
                 del offsets[daemon]
-            last[daemon] = counters
     return {d.name: (last[d][1] - last[d][2] - last[d][0]) if d in last else -1 for d in offsets}
 
 
