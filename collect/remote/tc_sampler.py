@@ -30,6 +30,7 @@ import time
 
 SHOW = ["tc", "-s", "-j", "qdisc", "show"]
 REPLY_TIMEOUT_S = 5.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Stop(Exception):
@@ -104,8 +105,8 @@ def main() -> int:
     args = ap.parse_args()
     devices = set(args.devices)
     out = sys.stdout if args.out == "-" else open(args.out, "w", buffering=1)  # noqa: SIM115
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop)
     period = int(args.interval_ms * 1e6)
     samples = skipped = failed = 0
     # One call shows every device (each object carries "dev").
@@ -122,10 +123,13 @@ def main() -> int:
             for q in json.loads(text or "[]"):
                 if q.get("dev") in devices:
                     by_dev.setdefault(q["dev"], []).append(q)
+            # A sample's lines and its count together: a stop (raised by the handler) waits.
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             for dev in sorted(by_dev):
                 line = {"ts_ns": (t0 + t1) // 2, "spread_ns": t1 - t0, "dev": dev}
                 out.write(json.dumps({**line, "qdiscs": by_dev[dev]}) + "\n")
             samples += 1
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             next_ns += period
             now = time.time_ns()
             if now >= next_ns:  # overran: skip to the next slot on the grid
