@@ -243,9 +243,9 @@ def lost_service(
 ) -> None:
     """How late each UDP generator's bottleneck served its packets against its rate, read from
     the packets (analysis.stalls.lost_service_ns): the emulated link's fidelity, in each such
-    generator's summary and OWD table. The packets served late are judged apart, beside those
-    in transit during a stall the router recorded (its user-space delay line; netem records
-    none).
+    generator's summary and OWD table. The packets that left over 2 ms late are judged apart,
+    beside those in transit during a stall the router recorded (its user-space delay line;
+    netem records none).
     Only for a FIFO queue (drop-tail): it assumes packets leave in the order they entered."""
     for name, gen in record["traffic"].items():
         b = gen["path"].get("bottleneck") or {}

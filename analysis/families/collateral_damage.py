@@ -134,7 +134,7 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
         ),
     ]
     both = str(r.get("router_stalls_from")).endswith("and lost service")
-    late = " or served over 2 ms late" if both else ""
+    late = " or left over 2 ms later than the rate allows" if both else ""
     if known(r.get("router_stalls")) and r.router_stalls > 0:
         rows.append(
             (

@@ -108,11 +108,12 @@ def judge_lost_service(
     owd: pd.DataFrame, lost_ns: np.ndarray, stalls_from: str | None
 ) -> dict[str, Any]:
     """Keep (in place, `lost_service_ns`) how much later than its rate the bottleneck served
-    each packet (analysis.stalls.lost_service_ns) and summarize it. The packets served more
-    than STALL_NS late are judged apart (`delay_path_stalled`): alone where the router
-    recorded no stalls of its own (`stalls_from` None), else beside those in transit during
-    one. A delay line records its own late wake-ups only; the shaper runs in softirqs it does
-    not see, and a packet the shaper served late did not see the emulated link either."""
+    each packet (analysis.stalls.lost_service_ns) and summarize it. The packets that left
+    more than STALL_NS later than the link's rate allows are judged apart
+    (`delay_path_stalled`): alone where the router recorded no stalls of its own
+    (`stalls_from` None), else beside those in transit during one. A delay line records its
+    own late wake-ups only, not the shaper's (HTB runs in softirqs) nor its own late releases
+    below its threshold; a packet that left that late did not see the emulated link either."""
     owd["lost_service_ns"] = lost_ns
     served = lost_ns[~owd.lost.to_numpy()] / 1e6
     pct = np.percentile(served, [50, 99]) if len(served) else [np.nan, np.nan]

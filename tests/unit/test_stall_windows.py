@@ -117,3 +117,41 @@ def test_packets_served_late_are_judged_apart_beside_the_delay_lines_stalls():
     assert alone["udp_delay_path_stalled"] == 1 and alone["owd_max_ms_unstalled"] == 130.0
     on_time = judge_lost_service(owd.copy(), np.zeros(5, np.int64), "delay line")
     assert "router_stalls_from" not in on_time  # the delay line's judgement stands
+
+
+def test_the_report_says_which_packets_the_bound_left_out():
+    """The collateral-damage report names what the max OWD was judged without: the delay
+    line's stalls, and the packets that left over 2 ms late where they were judged apart too
+    (in the stalls' row when there were stalls, else in the lost service's)."""
+    from analysis.families.collateral_damage import trial_rows
+
+    base = {
+        "flow_goodput_kBps": [110.0], "goodput_kBps": 110.0, "goodput_kBps_lifetime": 109.0,
+        "retransmitted_packets": 40, "owd_min_ms": 25.0, "owd_median_ms": 430.0,
+        "owd_mean_ms": 420.0, "owd_p99_ms": 500.0, "owd_max_ms": 530.0,
+        "owd_max_ms_unstalled": 505.0, "udp_delay_path_stalled": 7,
+        "udp_lost_service_median_ms": 0.001, "udp_lost_service_p99_ms": 0.5,
+        "udp_lost_service_max_ms": 4.0, "udp_served_late": 2, "udp_lost": 0,
+        "udp_packets": 1500, "queue_drops_capture": 26, "queue_drops_tc": 26,
+        "queue_full_events": 9, "queue_window_s": 60.0, "queue_full_events_per_min": 9.0,
+        "delay_backend": "delay line", "owd_min_excess_ms": 0.07, "delayline_lateness_us": {},
+    }  # fmt: skip
+
+    def said(**kw) -> dict[str, str]:
+        rows = trial_rows(pd.Series({**base, **kw}))
+        return {name: text for name, text in rows if name in ("router stalls", "service lost")}
+
+    stalls = {"router_stalls": 3, "router_stalled_ms": 40.0}
+    only = said(**stalls, router_stalls_from="delay line")
+    assert "during one; max OWD without them 505.0 ms" in only["router stalls"]
+    assert "max OWD" not in only["service lost"]
+    both = said(**stalls, router_stalls_from="delay line and lost service")
+    assert "or left over 2 ms later than the rate allows; max OWD" in both["router stalls"]
+    assert "max OWD" not in both["service lost"]
+    late = said(
+        router_stalls=0, router_stalled_ms=0.0, router_stalls_from="delay line and lost service"
+    )
+    assert "router stalls" not in late
+    assert late["service lost"].endswith("2 over 2 ms; max OWD of the others 505.0 ms")
+    netem = said(router_stalls=None, router_stalled_ms=None, router_stalls_from="lost service")
+    assert netem["service lost"].endswith("; max OWD of the others 505.0 ms")
