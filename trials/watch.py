@@ -180,9 +180,11 @@ class TrialWatch:
             raise WatchFailure("; ".join(problems))
 
     def summary(self) -> dict[str, float | int]:
-        """For the trial's record: how often the hosts were checked and what a round cost."""
+        """For the trial's record: how often the hosts were checked, what a round cost, and
+        how long a check waited for a host's answer."""
         return {
             "rounds": self.rounds,
             "every_s": round(self.every_s, 2),
             "round_cpu_s": round(self.round_cpu_s, 3),
+            "timeout_s": self.timeout_s,
         }

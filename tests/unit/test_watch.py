@@ -158,7 +158,12 @@ def test_costly_checks_are_spaced_out_one_host_after_another_and_all_at_the_end(
     assert len(asked) == 5, asked
     for at, expected in zip(asked, (0.05, 0.1, 0.1 + spacing / 2, 1.8, 1.8), strict=True):
         assert at == pytest.approx(expected, abs=1e-6), asked
-    assert w.summary() == {"rounds": 3, "every_s": spacing, "round_cpu_s": 0.1}
+    assert w.summary() == {
+        "rounds": 3,
+        "every_s": spacing,
+        "round_cpu_s": 0.1,
+        "timeout_s": w.timeout_s,
+    }
 
 
 def test_cheap_checks_keep_every_s(clock):
