@@ -161,32 +161,38 @@ class Capture:
                  f"tcp port {PORT}"],
                 stderr=log,
             )  # fmt: skip
-        self.said(lambda text: "listening on" in text, "listening on")
+        self.said(lambda text: "listening on" in text, "listening on", time.monotonic() + 10)
 
-    def said(self, done, what: str) -> list[tuple[int, ...]]:
-        """tcpdump's counters answers so far, once its log satisfies ``done`` (10 s at most)."""
-        deadline = time.monotonic() + 10
+    def said(self, done, what: str, deadline: float) -> list[tuple[int, ...]]:
+        """tcpdump's counters answers so far, once its log satisfies ``done``."""
         while not done(text := self.log.read_text()):
             assert time.monotonic() < deadline, f"tcpdump did not say {what}: {text}"
             time.sleep(0.02)
         return [tuple(map(int, m)) for m in COUNTERS.findall(text)]
 
     def stop(self) -> pd.DataFrame:
-        """SIGINT once tcpdump has read every packet its filter passed (asked with SIGUSR1,
-        as trialbed_daemon's drain does): on SIGINT it drops what is still in its ring."""
+        """SIGINT once tcpdump has read every packet its filter passed, or its counters have
+        said the same for 0.2 s (asked with SIGUSR1, one request at a time, as trialbed_daemon's
+        drain does): on SIGINT it drops what is still in its ring. SIGINT in any case."""
         time.sleep(0.3)  # the last packets still on their way
+        deadline = time.monotonic() + 10
         answers: list[tuple[int, ...]] = []
-
-        def reading_on() -> bool:  # behind its filter, and not two answers alike
-            captured, passed, dropped = answers[-1]
-            return captured < passed - dropped and (len(answers) < 2 or answers[-1] != answers[-2])
-
-        while not answers or reading_on():
-            asked = len(answers)
-            self.proc.send_signal(signal.SIGUSR1)
-            answers = self.said(lambda t, n=asked: len(COUNTERS.findall(t)) > n, "its counters")
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(timeout=10)
+        since = 0.0  # when the last answer's counters were first said
+        try:
+            while True:
+                asked = len(answers)
+                self.proc.send_signal(signal.SIGUSR1)
+                answers = self.said(
+                    lambda t, n=asked: len(COUNTERS.findall(t)) > n, "its counters", deadline
+                )
+                if asked == 0 or answers[-1] != answers[asked - 1]:
+                    since = time.monotonic()
+                captured, passed, dropped = answers[-1]
+                if captured >= passed - dropped or time.monotonic() - since >= 0.2:
+                    break
+        finally:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(timeout=10)
         return read_pcap(self.path)
 
 
