@@ -59,7 +59,7 @@ def test_the_schedule_fires_runs_the_batch_and_is_removed(test_rack, scheduled_e
     cron_was_running = bool(cron_pid) and Path(f"/proc/{cron_pid}").exists()
     # The first minute that begins at least 60 s from now: time for make nightly-install (its
     # make setup too, on a loaded machine) and for cron to read the entry before it.
-    at = (datetime.now() + timedelta(seconds=119)).replace(second=0, microsecond=0)
+    at = (datetime.now() + timedelta(seconds=120)).replace(second=0, microsecond=0)
     extra = f'RACKS={test_rack.inventory} SET="duration=6s warmup=1s"'
     done = make(
         "nightly-install", f"EXPERIMENT={scheduled_experiment}", f"AT={at:%H:%M}",

@@ -258,9 +258,11 @@ def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
         return marks, m, bad
 
     def swap_explaining(flow, order, bad, moved):
-        """The first swap of neighbours less than 1 ms apart, at most 6 packets before the
-        first wrong DSCP, after which the replay agrees further (or everywhere). A packet is
-        moved once at most: no walking one packet along the flow."""
+        """Of the swaps of neighbours less than 1 ms apart, at most 6 packets before the
+        first wrong DSCP, the one after which the replay agrees everywhere, else furthest
+        (further than before, or none). A packet is moved once at most: no walking one
+        packet along the flow."""
+        best = None
         for s in range(max(0, bad - 6), bad + 1):
             if s + 1 >= len(order) or abs(int(ts[order[s + 1]]) - int(ts[order[s]])) >= MS:
                 continue
@@ -268,9 +270,11 @@ def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
                 continue
             swapped = [*order[:s], order[s + 1], order[s], *order[s + 2 :]]
             replayed = run(flow, swapped)
-            if replayed[2] is None or replayed[2] > bad:
+            if replayed[2] is None:
                 return s, swapped, replayed
-        return None
+            if replayed[2] > (best[2][2] if best else bad):
+                best = (s, swapped, replayed)
+        return best
 
     for flow, order in flows.items():
         marks, m, bad = run(flow, order)
