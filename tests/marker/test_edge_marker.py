@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -32,6 +31,7 @@ from trials.markers import Marker, dscp_for
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "trials/edge_marker.py"
+DAEMON = REPO / "roles/remote_daemons/files/trialbed_daemon.py"
 PYTHON = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
 SND, RTR, RCV = "tz-msnd", "tz-mrtr", "tz-mrcv"
 LINKS = [
@@ -143,56 +143,32 @@ def rack():
             delete_namespaces()
 
 
-# tcpdump's answer to SIGUSR1: "3 packets captured, 3 packets received by filter, 0 packets
-# dropped by kernel"
-COUNTERS = re.compile(
-    r"(\d+) packets? captured, (\d+) packets? received by filter, (\d+) packets? dropped"
-)
-
-
 class Capture:
-    def __init__(self, ns, dev, path):
-        self.path = path
-        self.log = path.with_suffix(".log")
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, "tcpdump", "-i", dev, "-s", "128", "-U", "-n",
-                 "--time-stamp-precision=nano", "--immediate-mode", "-w", str(path),
-                 f"tcp port {PORT}"],
-                stderr=log,
-            )  # fmt: skip
-        self.said(lambda text: "listening on" in text, "listening on", time.monotonic() + 10)
+    """tcpdump on a namespace's interface, started and stopped by trialbed_daemon as the
+    runner does: its stop drains the capture first (on SIGINT tcpdump drops what is still in
+    its ring)."""
 
-    def said(self, done, what: str, deadline: float) -> list[tuple[int, ...]]:
-        """tcpdump's counters answers so far, once its log satisfies ``done``."""
-        while not done(text := self.log.read_text()):
-            assert time.monotonic() < deadline, f"tcpdump did not say {what}: {text}"
-            time.sleep(0.02)
-        return [tuple(map(int, m)) for m in COUNTERS.findall(text)]
+    def __init__(self, ns, dev, path):
+        self.path, self.name = path, f"{path.stem}.tcpdump"
+        self.daemon(
+            "start", self.name, "--ready", "listening on", "--",
+            "ip", "netns", "exec", ns, "tcpdump", "-i", dev, "-s", "128", "-U", "-n",
+            "--time-stamp-precision=nano", "--immediate-mode", "-w", str(path),
+            f"tcp port {PORT}",
+        )  # fmt: skip
+
+    def daemon(self, *args: str) -> None:
+        cut = args.index("--") if "--" in args else len(args)
+        done = subprocess.run(
+            [sys.executable, str(DAEMON), *args[:cut], "--dir", str(self.path.parent),
+             "--timeout", "10", *args[cut:]],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
 
     def stop(self) -> pd.DataFrame:
-        """SIGINT once tcpdump has read every packet its filter passed, or its counters have
-        said the same for 0.2 s (asked with SIGUSR1, one request at a time, as trialbed_daemon's
-        drain does): on SIGINT it drops what is still in its ring. SIGINT in any case."""
         time.sleep(0.3)  # the last packets still on their way
-        deadline = time.monotonic() + 10
-        answers: list[tuple[int, ...]] = []
-        since = 0.0  # when the last answer's counters were first said
-        try:
-            while True:
-                asked = len(answers)
-                self.proc.send_signal(signal.SIGUSR1)
-                answers = self.said(
-                    lambda t, n=asked: len(COUNTERS.findall(t)) > n, "its counters", deadline
-                )
-                if asked == 0 or answers[-1] != answers[asked - 1]:
-                    since = time.monotonic()
-                captured, passed, dropped = answers[-1]
-                if captured >= passed - dropped or time.monotonic() - since >= 0.2:
-                    break
-        finally:
-            self.proc.send_signal(signal.SIGINT)
-            self.proc.wait(timeout=10)
+        self.daemon("stop", f"{self.name}:INT", "--drain", self.name)
         return read_pcap(self.path)
 
 
