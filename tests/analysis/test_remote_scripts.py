@@ -32,15 +32,19 @@ def stop(proc: subprocess.Popen) -> None:
     assert proc.returncode == 0, err.decode()
 
 
-def test_tc_sampler_every_10_ms(tmp_path: Path) -> None:
-    proc = start(tc_sampler_command(["lo"], out="tc_samples.jsonl"), tmp_path)
-    out = tmp_path / "tc_samples.jsonl"
-    # Until it has written a few dozen samples (on a loaded machine, start-up takes a while).
+def wait_for_samples(out: Path, lines: int) -> None:
+    """Until the sampler has written `lines` lines, 20 s at most (on a loaded machine its
+    start takes a while)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (
-        not out.exists() or len(out.read_text().splitlines()) < 30
+        not out.exists() or len(out.read_text().splitlines()) < lines
     ):
         time.sleep(0.1)
+
+
+def test_tc_sampler_every_10_ms(tmp_path: Path) -> None:
+    proc = start(tc_sampler_command(["lo"], out="tc_samples.jsonl"), tmp_path)
+    wait_for_samples(tmp_path / "tc_samples.jsonl", 30)
     stop(proc)
     samples = read_tc_samples(tmp_path / "tc_samples.jsonl")
     end = json.loads((tmp_path / "tc_samples.jsonl").read_text().splitlines()[-1])
@@ -116,11 +120,7 @@ def test_tc_sampler_survives_overrunning_every_slot(tmp_path: Path) -> None:
     # (once in CI a wait came out negative and the sampler died with ValueError mid-trial).
     proc = start(tc_sampler_command(["lo"], out="tc_samples.jsonl", interval_ms=0.001), tmp_path)
     out = tmp_path / "tc_samples.jsonl"
-    deadline = time.monotonic() + 20  # sampling (its signal handlers set), however slow to start
-    while time.monotonic() < deadline and (
-        not out.exists() or len(out.read_text().splitlines()) < 100
-    ):
-        time.sleep(0.1)
+    wait_for_samples(out, 100)  # sampling (its signal handlers set)
     time.sleep(1)
     assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
     stop(proc)
