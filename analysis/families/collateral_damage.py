@@ -133,9 +133,10 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
             f"mean {fmt(r.owd_mean_ms)} / p99 {fmt(r.owd_p99_ms)} / max {fmt(r.owd_max_ms)} ms",
         ),
     ]
-    both = str(r.get("router_stalls_from")).endswith("and lost service")
-    late = " or left over 2 ms later than the rate allows" if both else ""
-    if known(r.get("router_stalls")) and r.router_stalls > 0:
+    source = str(r.get("router_stalls_from"))
+    stalled = known(r.get("router_stalls")) and r.router_stalls > 0
+    late = " or left over 2 ms later than the rate allows" if "and lost service" in source else ""
+    if stalled:
         rows.append(
             (
                 "router stalls",
@@ -145,10 +146,10 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
             )
         )
     if known(r.get("udp_lost_service_median_ms")):
+        # where late packets were judged apart and no stalls' row says so already
         judged = (
             f"; max OWD of the others {fmt(r.owd_max_ms_unstalled)} ms"
-            if r.get("router_stalls_from") == "lost service"
-            or (both and not (known(r.get("router_stalls")) and r.router_stalls > 0))
+            if source.endswith("lost service") and not stalled
             else ""
         )
         rows.append(
