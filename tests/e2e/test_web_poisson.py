@@ -236,12 +236,12 @@ class Replay:
 def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
     """The pure marker over each flow's packets in the order R1's ingress capture saw them
     (flows are independent: each its own state). Where a flow's DSCPs differ from the marker's
-    (`got`, by row of `seen`), one swap of two neighbouring packets less than 1 ms apart may
+    (`got`, by row of `seen`), swaps of two neighbouring packets less than 1 ms apart may
     explain them: on the router's two CPUs a packet can reach the capture before its
     predecessor and NFQUEUE after it (seen once in CI: a 136-B segment 108 us ahead of the
-    next, which the marker then took for a retransmission). Such a flow is replayed in the
-    order that matches, and the swap is listed. A busier machine may swap a flow's packets
-    more than once: swaps are taken one after another while each explains more of the flow."""
+    next, which the marker then took for a retransmission). Swaps are taken one after another
+    while each explains more of the flow (a busier machine may swap a flow's packets more
+    than once); the flow is replayed in the order they give, and each swap is listed."""
     cols = [seen[c].to_numpy() for c in ("src", "dst", "sport", "dport")]
     seq, size, flags = (seen[c].to_numpy() for c in ("seq", "payload_len", "tcp_flags"))
     ts = seen.ts_ns.to_numpy()
