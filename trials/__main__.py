@@ -29,27 +29,19 @@ from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
 from analysis.results import NotABatch
 from analysis.workers import jobs_setting
+from core.layout import new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
 from trials import nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
-from trials.batch import (
-    Batch,
-    RackBusy,
-    RackLock,
-    batch_name_problem,
-    describe,
-    now_iso,
-    progress,
-    rack_in_use,
-    rack_labels,
-    run_worker,
-    spawn_workers,
-)
+from trials.batch import Batch, batch_name_problem
+from trials.batch_worker import progress, rack_labels, run_worker, spawn_workers
 from trials.collections import controller_problems
+from trials.interrupts import Interrupted
+from trials.locks import RackBusy, RackLock, describe, now_iso, rack_in_use
+from trials.loop import run_plan
 from trials.network import virtual_topology_problems
 from trials.plan import Plan, Trial, load_plan
 from trials.preflight import available, preflight
-from trials.runner import Interrupted, new_batch_path, run_plan
 from trials.spec import SpecError
 
 # Not a terminal (a log, a pipe): lines are not wrapped; tables keep 200 columns.

@@ -33,7 +33,7 @@ from collect.remote import ipfw_sampler_command
 from tests.analysis.test_ipfw_samples import pipe_block
 from tests.unit.test_lab_inventory import lab_trial
 from tests.unit.test_rio_freebsd import EXPERIMENT, queue_show
-from trials.runner import TrialRunner
+from trials import host_commands
 
 PIPE, Q_IN, Q_OUT = 10002, 10002, 10004
 # A recorded sequence of the two queues (IN, OUT): total packets and bytes through each, packets
@@ -106,11 +106,11 @@ def test_the_runner_hands_the_sampler_a_rio_links_two_queues(tmp_path):
         "  - {type: cbr_udp, name: back, from: C, to: A, packet_bytes: 1500, interval: 12ms}\n"
         "duration:",
     )
-    runner, net, generators = rio_trial(tmp_path, both_ways)
+    _, net, generators = rio_trial(tmp_path, both_ways)
     pipes = net.dummynet_pipes("R")
-    queues = TrialRunner.dummynet_rio_queues(net, "R")["em2"]
+    queues = host_commands.dummynet_rio_queues(net, "R")["em2"]
     assert queues["in"] == pipes["em2"] and queues["out"] == pipes["em2"] + len(pipes)
-    commands = {(h, name): cmd for h, name, cmd, _ in runner.recorders(net, generators)}
+    commands = {(h, name): cmd for h, name, cmd, _ in host_commands.recorders(net, generators)}
     argv = shlex.split(commands["R", "ipfw_sampler"])
     assert argv[:2] == ["python3", "-c"]
     # The rio link with its pipe and its IN and OUT queues, the drop-tail one as always.

@@ -13,11 +13,12 @@ import json
 import pytest
 
 from analysis.trial import analyse_trial
+from core.layout import new_batch_path
 from core.rack import Rack
 from tests.e2e.conftest import recap
 from tests.e2e.test_collateral_damage import DELAY_ACCURACY_MS, EXPERIMENT
 from trials.plan import load_plan
-from trials.runner import TrialRunner, new_batch_dir, restore
+from trials.runner import TrialRunner
 
 pytestmark = pytest.mark.rack
 
@@ -35,7 +36,8 @@ def batch(test_rack, tmp_path_factory) -> dict:
     )
     plan = load_plan(experiment, ["duration=3s", "warmup=1s"])
     rack = Rack.load([test_rack.inventory])
-    batch_dir = new_batch_dir(tmp / "results", experiment)
+    batch_dir = new_batch_path(tmp / "results", experiment)
+    batch_dir.mkdir(parents=True)
     runner = TrialRunner(plan, rack, batch_dir, log=print)
     # Two of the plan's four trials, differing in both factors; the choices the first
     # configure renders are the plan's.
@@ -52,7 +54,7 @@ def batch(test_rack, tmp_path_factory) -> dict:
             "configure.yml", "-i", str(test_rack.inventory), "-i", str(overlay)
         )
     finally:
-        restore(runner, rack, batch_dir / "ansible" / "teardown", print)
+        runner.config.restore(batch_dir / "ansible" / "teardown")
         rack.close()
     return {"records": records, "again": again, "rack": test_rack}
 

@@ -20,7 +20,11 @@ from types import SimpleNamespace
 import pytest
 
 from trials import batch as batch_mod
-from trials.batch import Batch, Claims, record_failure, stale_holder, stop_leftovers
+from trials import batch_worker, locks
+from trials.batch import Batch, Claims
+from trials.batch_worker import stop_leftovers
+from trials.locks import stale_holder
+from trials.record import record_failure
 
 
 def dead_pid() -> int:
@@ -48,7 +52,7 @@ def test_two_workers_taking_over_one_stale_claim_get_it_once(tmp_path, monkeypat
     a, b = (Claims(fake, holder(r), warn=lambda m: None) for r in "AB")
     got: dict[str, bool] = {}
     b_done = threading.Event()
-    real = batch_mod.holder_alive
+    real = locks.holder_alive
     hooked = []
 
     def alive(h, *rest):
@@ -60,7 +64,7 @@ def test_two_workers_taking_over_one_stale_claim_get_it_once(tmp_path, monkeypat
             b_done.wait(0.5)  # B runs in A's gap, or waits for A's takeover to end
         return real(h, *rest)
 
-    monkeypatch.setattr(batch_mod, "holder_alive", alive)
+    monkeypatch.setattr(locks, "holder_alive", alive)
     worker_a = threading.Thread(target=lambda: got.update(A=a.claim("t1")), name="A")
     worker_a.start()
     worker_a.join(10)
@@ -76,7 +80,7 @@ def test_a_blank_claim_is_taken_over_only_once_it_is_old(tmp_path):
     path.write_text("")  # its writer died between creating and writing it
     claims = Claims(SimpleNamespace(path=tmp_path, event=lambda **kw: None), holder("A"), print)
     assert not claims.claim("t1")  # maybe being written right now
-    old = time.time() - batch_mod.BLANK_CLAIM_S - 1
+    old = time.time() - locks.BLANK_CLAIM_S - 1
     os.utime(path, (old, old))
     assert claims.claim("t1")
     assert json.loads(path.read_text())["rack"] == "A"
@@ -118,11 +122,11 @@ def test_a_full_disk_leaves_the_trial_record_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "write_text", disk_full)
     with pytest.raises(OSError, match="No space"):
-        record_failure(batch, "t1", "collect: disk full")
+        record_failure(batch.trial_dir("t1"), "t1", "collect: disk full")
     monkeypatch.undo()
     assert record.read_text() == whole
     assert [p.name for p in record.parent.iterdir()] == ["trial.json"]
-    record_failure(batch, "t1", "collect: disk full")
+    record_failure(batch.trial_dir("t1"), "t1", "collect: disk full")
     assert json.loads(record.read_text())["errors"] == ["collect: disk full"]
 
 
@@ -225,7 +229,7 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
     rack) while a batch holds the rack's lock: refused, naming the holder, before Ansible."""
     import trials.__main__ as cli
     from core.rack import Rack
-    from trials.batch import RackLock
+    from trials.locks import RackLock
 
     inventory = Path(__file__).resolve().parents[2] / "inventory/lab.example/hosts.yml"
     monkeypatch.setattr(cli, "DEFAULT_INVENTORY", inventory)  # stands in for the rack that is up
@@ -280,7 +284,7 @@ def test_a_holder_on_another_machine_is_alive_while_its_heartbeat_lasts(tmp_path
     path.parent.mkdir()
     far = {**holder("far"), "host": "another-controller"}
     path.write_text(json.dumps(far))  # written by a version without the heartbeat
-    silent = time.time() - batch_mod.SILENT_HOLDER_S - 1
+    silent = time.time() - locks.SILENT_HOLDER_S - 1
     os.utime(path, (silent, silent))
     assert stale_holder(path)[0] is False  # it cannot be judged by a silence it never broke
     path.write_text(json.dumps({**far, "boot": "f" * 32}))
@@ -288,8 +292,8 @@ def test_a_holder_on_another_machine_is_alive_while_its_heartbeat_lasts(tmp_path
     os.utime(path, (silent, silent))
     assert stale_holder(path)[0] is True
     # What keeps a live holder's file fresh: the heartbeat touches what it holds, only that.
-    monkeypatch.setattr(batch_mod, "HEARTBEAT_S", 0.05)
-    beat = batch_mod.Heartbeat()
+    monkeypatch.setattr(locks, "HEARTBEAT_S", 0.05)
+    beat = locks.Heartbeat()
     other = tmp_path / "claims" / "t2.json"
     other.write_text("{}")
     os.utime(other, (silent, silent))
@@ -317,10 +321,10 @@ def test_a_holders_silence_is_timed_by_the_clock_that_stamps_its_file(tmp_path, 
     blank = tmp_path / "claims" / "t2.json"
     blank.write_text("")
     real = time.time
-    monkeypatch.setattr(batch_mod.time, "time", lambda: real() + 3600)
+    monkeypatch.setattr(locks.time, "time", lambda: real() + 3600)
     assert stale_holder(path)[0] is False
     assert stale_holder(blank)[0] is False
-    silent = real() - batch_mod.SILENT_HOLDER_S - 1
+    silent = real() - locks.SILENT_HOLDER_S - 1
     os.utime(path, (silent, silent))
     assert stale_holder(path)[0] is True
     assert sorted(p.name for p in path.parent.iterdir()) == ["t1.json", "t2.json"]
@@ -330,15 +334,15 @@ def test_a_zombie_holds_nothing():
     """A worker killed with its batch is a zombie until init reaps it: not a live holder."""
     child = subprocess.Popen(["sleep", "30"])
     try:
-        me = {**batch_mod.this_process(), "pid": child.pid,
-              "started": batch_mod.process_started(child.pid)}  # fmt: skip
-        assert batch_mod.holder_alive(me)
+        me = {**locks.this_process(), "pid": child.pid,
+              "started": locks.process_started(child.pid)}  # fmt: skip
+        assert locks.holder_alive(me)
         child.kill()
         deadline = time.time() + 5  # killed, not reaped (no wait yet): a zombie
         while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
             assert time.time() < deadline
             time.sleep(0.01)
-        assert not batch_mod.holder_alive(me)
+        assert not locks.holder_alive(me)
     finally:
         child.kill()
         child.wait()
@@ -347,18 +351,22 @@ def test_a_zombie_holds_nothing():
 def test_a_holder_from_before_a_reboot_or_a_reused_pid_is_gone(tmp_path):
     """The controller rebooted (another boot id) or its pid now belongs to another process
     (another start time): the claim is stale, although a process with that pid runs."""
-    me = batch_mod.this_process()
+    me = locks.this_process()
     assert me["boot"] and me["started"] is not None
-    assert batch_mod.holder_alive(me)
-    assert not batch_mod.holder_alive({**me, "boot": "0" * 32})
-    assert not batch_mod.holder_alive({**me, "started": me["started"] - 1})
-    assert not batch_mod.holder_alive({**me, "pid": 0})  # kill(0) asks about a group
-    assert not batch_mod.holder_alive({**me, "pid": dead_pid()})
+    assert locks.holder_alive(me)
+    assert not locks.holder_alive({**me, "boot": "0" * 32})
+    assert not locks.holder_alive({**me, "started": me["started"] - 1})
+    assert not locks.holder_alive({**me, "pid": 0})  # kill(0) asks about a group
+    assert not locks.holder_alive({**me, "pid": dead_pid()})
 
 
 class FakeRunner:
-    def __init__(self) -> None:
+    def __init__(self, rack: LocalRack, batch: Batch) -> None:
         self.ran: list[str] = []
+        self.rack, self.batch = rack, batch
+
+    def trial_dir(self, trial):
+        return self.batch.trial_dir(trial.name)
 
     def run(self, trial):
         self.ran.append(trial.name)
@@ -369,9 +377,9 @@ def run_t1(batch: Batch, rack: LocalRack, retries: int = 2) -> tuple[int, FakeRu
     """Worker A claims t1 and runs it (run_one): what it returned, and what the runner ran."""
     claims = Claims(batch, holder("A"), warn=print)
     assert claims.claim("t1")
-    runner = FakeRunner()
+    runner = FakeRunner(rack, batch)
     trial = SimpleNamespace(name="t1", id="x")
-    return batch_mod.run_one(batch, claims, runner, rack, trial, "A", retries, print), runner
+    return batch_worker.run_one(batch, claims, runner, trial, "A", retries, print), runner
 
 
 def attempt_left(batch: Batch, status: str, rack: LocalRack) -> None:
@@ -398,9 +406,9 @@ def test_a_trial_whose_worker_keeps_dying_counts_against_retries(tmp_path, retri
     if not runs:
         last = list(batch.events())[-1]
         assert last["event"] == "failed" and "given up after 3 attempts" in last["error"]
-        assert batch_mod.progress(batch, retries).failed == 1
+        assert batch_worker.progress(batch, retries).failed == 1
         claims = Claims(batch, holder("A"), warn=print)
-        assert batch_mod.next_trial(batch, claims, [SimpleNamespace(name="t1")], retries) is None
+        assert batch_worker.next_trial(batch, claims, [SimpleNamespace(name="t1")], retries) is None
 
 
 def test_a_failed_attempts_files_left_on_a_host_do_not_reach_the_next_attempt(tmp_path):
@@ -451,7 +459,7 @@ def test_a_partial_attempt_of_another_rack_brings_its_files_from_that_rack(tmp_p
     (left / "tcp_probe.txt").write_bytes(b"B's recording")
     attempt_left(batch, "running", rack_b)
     loaded = []
-    monkeypatch.setattr(batch_mod.Rack, "load", lambda inv: loaded.append(inv) or rack_b)
+    monkeypatch.setattr(batch_worker.Rack, "load", lambda inv: loaded.append(inv) or rack_b)
     got, runner = run_t1(batch, rack_a, 2)
     assert got == 1
     assert loaded == [rack_b.inventory] and rack_b.closed
@@ -497,7 +505,7 @@ def test_a_collection_cut_short_is_finished_before_the_trial_runs_again(tmp_path
 
 class SilentHostRack(LocalRack):
     def run(self, host, command, check=True, timeout=None):
-        raise batch_mod.RackError(f"{host} does not answer")
+        raise batch_worker.RackError(f"{host} does not answer")
 
 
 def test_files_that_cannot_be_brought_back_keep_the_trial_from_running(tmp_path):
@@ -519,7 +527,7 @@ LOCK_AS_NOBODY = """
 import sys
 from pathlib import Path
 from core.rack import Rack, RackError
-from trials.batch import RackLock
+from trials.locks import RackLock
 lock = RackLock.for_rack(Rack.load([Path(sys.argv[1])]), "night-1", "rack")
 try:
     lock.acquire()
@@ -568,7 +576,7 @@ def test_a_controller_user_who_cannot_write_the_lock_directory_is_told_what_to_d
     assert as_nobody(shared) == "held"
     assert list(shared.iterdir()) == []  # released
     from core.rack import Rack
-    from trials.batch import RackLock
+    from trials.locks import RackLock
 
     lock = RackLock.for_rack(Rack.load([inventory]), "night-0", "rack")
     lock.path = shared / lock.path.name

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trials.network import CaptureSite, ResolvedNetwork
-from trials.runner import capture_stats, truncated_captures
+from trials.record import capture_stats, truncated_captures
 
 POINT = CaptureSite(name="bottleneck_in", node="R", host="R", iface="left", clock="R")
 NET = ResolvedNetwork(source="test", nodes={"R": "R"}, hosts={}, routers={"R"}, captures=[POINT])

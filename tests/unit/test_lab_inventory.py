@@ -13,11 +13,13 @@ from types import SimpleNamespace
 
 from core.rack import Rack
 from tests.unit.test_freebsd_host import list_hosts
+from trials import host_commands
 from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
+from trials.host_vars import cc_switchable, host_vars
 from trials.network import host_settings, resolve_network
 from trials.plan import load_plan
-from trials.runner import TrialRunner, cc_switchable, host_vars
+from trials.runner import TrialRunner
 
 PROJECT = Path(__file__).resolve().parents[2]
 LAB = PROJECT / "inventory/lab.example/hosts.yml"
@@ -128,13 +130,13 @@ def test_the_freebsd_router_samples_its_pipes_and_snapshots_them(tmp_path):
     )
     order = [link["iface"] for link in variables["R"]["linux_router_links"]]
     assert net.dummynet_pipes("R") == {iface: 10001 + i for i, iface in enumerate(order)}
-    recorders = {(h, name): cmd for h, name, cmd, _ in runner.recorders(net, generators)}
+    recorders = {(h, name): cmd for h, name, cmd, _ in host_commands.recorders(net, generators)}
     assert set(recorders) == {("R", "ipfw_sampler"), ("A", "tcp_probe")}
     # Both flows cross em2 (towards C and D): only its pipe is sampled.
     assert f"em2={net.dummynet_pipes('R')['em2']}" in recorders["R", "ipfw_sampler"].split()[-1]
-    assert runner.recorder_names(net, generators) == list(recorders)
+    assert host_commands.recorder_names(net, generators) == list(recorders)
     daemons = SimpleNamespace(remote={h: f"/var/lib/trialbed/trials/b/t/{h}" for h in "ABCDR"})
-    snapshot = runner.snapshot_commands(net, daemons, "before")["R"]  # type: ignore[arg-type]
+    snapshot = host_commands.snapshot_commands(net, daemons, "before")["R"]  # type: ignore[arg-type]
     pipes = " ".join(f"{i}={n}" for i, n in net.dummynet_pipes("R").items())
     assert snapshot.startswith(f"{{ echo '## pipes {pipes}'; ipfw pipe show; }} > ")
     assert "ipfw_before.txt" in snapshot and "tc " not in snapshot
@@ -143,9 +145,9 @@ def test_the_freebsd_router_samples_its_pipes_and_snapshots_them(tmp_path):
 def test_a_freebsd_sender_records_its_cwnd_with_siftr(tmp_path):
     overlay = tmp_path / "freebsd_a.yml"
     overlay.write_text("all:\n  children:\n    freebsd_hosts:\n      hosts:\n        A: {}\n")
-    runner, net, generators = lab_trial(tmp_path, overlay)
+    _, net, generators = lab_trial(tmp_path, overlay)
     recorders = {
-        (h, name): (cmd, ready) for h, name, cmd, ready in runner.recorders(net, generators)
+        (h, name): (cmd, ready) for h, name, cmd, ready in host_commands.recorders(net, generators)
     }
     assert set(recorders) == {("R", "ipfw_sampler"), ("A", "siftr")}
     command, ready = recorders["A", "siftr"]
@@ -157,11 +159,11 @@ def test_seed000_switches_between_its_three_congestion_controls(tmp_path):
     configure makes, so that reno -> htcp -> cubic are switches, not configure runs."""
     runner, net, _ = lab_trial(tmp_path)
     htcp = {"use_bandwidth_switch": 0, "use_rtt_scaling": 1}
-    assert runner.cc_choices()["A"] == {"cubic": {}, "htcp": htcp, "reno": {}}
+    assert runner.config.choices.cc["A"] == {"cubic": {}, "htcp": htcp, "reno": {}}
     by_cc = {}
     for trial in runner.plan.trials:
         settings = host_settings(trial.experiment, net, str(EXPERIMENT))
-        variables = host_vars(trial, net, settings, runner.cc_choices())["A"]
+        variables = host_vars(trial, net, settings, runner.config.choices.cc)["A"]
         if trial.overrides["traffic[tcp].flows"] == 1 and trial.repetition == 1:
             by_cc.setdefault(trial.overrides["hosts.all.cc"], variables)
     assert by_cc["htcp"]["testbed_host_cc_params"] == htcp

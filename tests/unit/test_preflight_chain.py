@@ -170,6 +170,6 @@ def test_a_flows_cc_that_the_plan_switches_the_host_to_has_its_parameters_set(
     rack = Rack.load([inventory])
     plan = load_plan(EXPERIMENT, ["factors={}", *sets])
     runner = TrialRunner(plan, rack, tmp_path)
-    assert runner.cc_choices()["S1"] == {"cubic": {"beta": 717}, "reno": {}}
+    assert runner.config.choices.cc["S1"] == {"cubic": {"beta": 717}, "reno": {}}
     chain_preflight(tmp_path, monkeypatch, TABLES, sets)
     chain_preflight(tmp_path, monkeypatch, TABLES, sets, only=["*reno*"])

@@ -30,9 +30,11 @@ from analysis.ipfw_samples import parse_queue_show, rio_queue_counters
 from analysis.trial import queue_drops_counted
 from core.rack import Rack
 from tests.unit import test_host_facts_freebsd as lab
+from trials import host_commands
+from trials import record as trial_record
+from trials.host_vars import host_vars
 from trials.network import host_settings, resolve_network
 from trials.plan import load_plan
-from trials.runner import TrialRunner, host_vars
 from trials.spec import SpecError
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -130,7 +132,7 @@ def test_rio_record_of_a_freebsd_router_from_its_queue_snapshots(tmp_path):
     # The router's record, as roles/freebsd_router writes it into delay_backend.json.
     backend = _plugin("trialbed_dummynet")["trialbed_dummynet_rio_record"](links, 10000)
     assert list(backend) == ["em2"]
-    queues = TrialRunner.dummynet_rio_queues(net, "R")
+    queues = host_commands.dummynet_rio_queues(net, "R")
     assert queues == {"em2": backend["em2"]["queues"]}  # numbered as the role numbers them
     q_in, q_out = queues["em2"]["in"], queues["em2"]["out"]
     pipe = net.dummynet_pipes("R")["em2"]
@@ -138,7 +140,7 @@ def test_rio_record_of_a_freebsd_router_from_its_queue_snapshots(tmp_path):
 
     # The snapshot writes both queues, after their numbers, beside the pipes'.
     daemons = SimpleNamespace(remote={h: f"/w/{h}" for h in "ABCDR"})
-    command = TrialRunner.snapshot_commands(net, daemons, "after")["R"]  # type: ignore[arg-type]
+    command = host_commands.snapshot_commands(net, daemons, "after")["R"]  # type: ignore[arg-type]
     assert (
         f"{{ echo '## queues in={q_in} out={q_out}'; ipfw queue show {q_in} {q_out}; }} "
         "> /w/R/ipfw_queues_em2_after.txt 2>&1; "
@@ -155,7 +157,7 @@ def test_rio_record_of_a_freebsd_router_from_its_queue_snapshots(tmp_path):
             f"## queues in={q_in} out={q_out}\n"
             + queue_show(q_in, q_out, pipe, counted_in, counted_out)
         )
-    record = TrialRunner.rio_record(tmp_path, net, {"R": {"backend": "dummynet", "rio": backend}})
+    record = trial_record.rio_record(tmp_path, net, {"R": {"backend": "dummynet", "rio": backend}})
     entry = record["R:em2"]
     assert entry["approximation"] == LABEL == backend["em2"]["rio"]
     assert entry["queues"] == {"in": q_in, "out": q_out} and entry["pipe"] == pipe
@@ -174,14 +176,14 @@ def test_rio_record_of_a_freebsd_router_from_its_queue_snapshots(tmp_path):
     json.dumps(record)  # as trial.json takes it
 
     # Without the router's record (no delay on the link): the same numbers and a fixed label.
-    alone = TrialRunner.rio_record(tmp_path, net)["R:em2"]
+    alone = trial_record.rio_record(tmp_path, net)["R:em2"]
     assert alone["approximation"] == LABEL and alone["counters"] == entry["counters"]
     # The analysis's drop count at the bottleneck: both queues' drops (the pipe's own queue
     # stays empty), (67 - 1) + (124 - 2).
     assert queue_drops_counted(host, "em2") == 188
     # A snapshot missing: an error naming the command, no counters.
     (host / "ipfw_queues_em2_before.txt").unlink()
-    missing = TrialRunner.rio_record(tmp_path, net)["R:em2"]
+    missing = trial_record.rio_record(tmp_path, net)["R:em2"]
     assert "counters" not in missing
     assert missing["error"] == (
         f"no dummynet queue counters (ipfw queue show {q_in} {q_out}) came back"

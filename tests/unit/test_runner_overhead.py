@@ -6,16 +6,11 @@ from pathlib import Path
 
 from tests.unit.test_marking import dumbbell
 from trials.ansible import configure_tags
+from trials.host_vars import cc_switchable, host_vars, shaping_switchable
 from trials.network import host_settings, resolve_network
 from trials.plan import load_plan
-from trials.runner import (
-    TrialRunner,
-    cc_switchable,
-    host_vars,
-    overhead_phases,
-    overhead_s,
-    shaping_switchable,
-)
+from trials.record import overhead_phases, overhead_s
+from trials.runner import TrialRunner
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -104,7 +99,7 @@ def test_seed000_renders_both_delays_on_the_router_and_switches_with_the_cc(tmp_
     )
     rack = dumbbell()
     runner = TrialRunner(plan, rack, tmp_path)
-    choices = runner.shaping_choices()
+    choices = runner.config.choices.shaping
     assert set(choices) == {"R"}
     assert [{x["delay_ms"] for x in c} for c in choices["R"]] == [{25.0}, {50.0}]
     variables = {}
@@ -112,7 +107,7 @@ def test_seed000_renders_both_delays_on_the_router_and_switches_with_the_cc(tmp_
         net = resolve_network(trial.experiment, rack, str(source))
         settings = host_settings(trial.experiment, net, str(source))
         variables[trial.name] = host_vars(
-            trial, net, settings, runner.cc_choices(), runner.shaping_choices()
+            trial, net, settings, runner.config.choices.cc, runner.config.choices.shaping
         )
     first, second = variables["cc-reno_delay-25ms_r1"], variables["cc-cubic_delay-50ms_r1"]
     assert shaping_switchable(first["R"], second["R"])

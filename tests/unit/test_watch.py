@@ -208,7 +208,7 @@ def test_ctrl_c_during_a_check_interrupts_and_is_no_unreachable_host(monkeypatch
     wraps what the connection raises): it reaches the runner as an interrupt, not as a host
     that stopped answering."""
     from core.rack import Rack
-    from trials.runner import Interrupted
+    from trials.interrupts import Interrupted
 
     class CtrlC:
         def run(self, *args, **kwargs):

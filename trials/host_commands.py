@@ -1,0 +1,199 @@
+"""The commands a trial runs on its hosts (snapshots, counters, captures, recorders) and how a
+step runs on every host at once."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from collect.remote import (
+    ipfw_sampler_command,
+    siftr_command,
+    tc_sampler_command,
+    tcp_probe_command,
+)
+from core.daemons import Daemons
+from trials.generators import TrafficGenerator
+from trials.network import CaptureSite, ResolvedNetwork
+
+# The nftables table of role dscp_marker (its default dscp_marker_table): per-rule counters.
+DSCP_TABLE = "inet trialbed_dscp"
+# How often a bottleneck's queue is sampled, unless the inventory says (trialbed_tc_sample_ms).
+TC_SAMPLE_MS = 10.0
+
+
+Step = tuple[str, str, Callable[[], None]]  # (host, what, action)
+
+
+def per_host(steps: Sequence[Step]) -> list[str]:
+    """Run the steps, every host's in their order, the hosts at once (a trial's SSH round
+    trips are its overhead: five hosts cost one round trip, not five). Every step is tried;
+    returns the failures as 'what: error'."""
+    hosts: dict[str, list[tuple[str, Callable[[], None]]]] = {}
+    for host, what, action in steps:
+        hosts.setdefault(host, []).append((what, action))
+
+    def run(todo: list[tuple[str, Callable[[], None]]]) -> list[str]:
+        failed = []
+        for what, action in todo:
+            try:
+                action()
+            except Exception as exc:
+                failed.append(f"{what}: {type(exc).__name__}: {exc}")
+        return failed
+
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        return [f for failed in pool.map(run, hosts.values()) for f in failed]
+
+
+def must(failures: list[str]) -> None:
+    """Before T0 a failed step fails the trial (the first failure is the cause)."""
+    if failures:
+        raise RuntimeError("; ".join(failures))
+
+
+def capture_command(c: CaptureSite, snaplen: int) -> str:
+    """tcpdump for one capture point, writing <name>.pcap in the trial's remote directory."""
+    # Immediate mode: without it libpcap hands packets over a ring block at a time (up to 1 s
+    # late), and SIGINT discards the block still being filled.
+    return (
+        f"tcpdump -i {shlex.quote(c.iface)} -n -s {int(snaplen)} -B 16384 --immediate-mode "
+        f"--time-stamp-precision=nano -Z root -w {shlex.quote(c.name + '.pcap')} ip"
+    )
+
+
+def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
+    """Per shaping host: the command that writes its snapshot into the trial directory."""
+    commands = {}
+    for host in sorted({e.host for e in net.egress}):
+        ifaces = [e.iface for e in net.egress if e.host == host]
+        if net.runs_freebsd(host):  # dummynet: the pipes' counters, after their numbers
+            pipes = " ".join(f"{i}={n}" for i, n in net.dummynet_pipes(host).items())
+            d = shlex.quote(daemons.remote[host])
+            # qdisc rio: its IN and OUT queues' counters (analysis.ipfw_samples
+            # .rio_queue_deltas), as GRED's per VQ on Linux.
+            queues = "".join(
+                f"{{ echo '## queues in={q['in']} out={q['out']}'; "
+                f"ipfw queue show {q['in']} {q['out']}; }} "
+                f"> {d}/ipfw_queues_{i}_{tag}.txt 2>&1; "
+                for i, q in dummynet_rio_queues(net, host).items()
+            )
+            commands[host] = (
+                f"{{ echo '## pipes {pipes}'; ipfw pipe show; }} > {d}/ipfw_{tag}.txt 2>&1; "
+                f"{queues}true"
+            )
+            continue
+        show = "; ".join(
+            f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}" for i in ifaces
+        )
+        d = shlex.quote(daemons.remote[host])
+        # RIO's GRED counters per VQ, exact (the text form rounds sizes).
+        gred = "".join(
+            f"tc -s -j qdisc show dev {e.iface} > {d}/gred_{e.iface}_{tag}.json; "
+            for e in net.egress
+            if e.host == host and e.shaping.qdisc == "rio"
+        )
+        commands[host] = (
+            f"{{ {show}; }} > {d}/tc_{tag}.txt; {gred}"
+            f"cat /proc/net/netfilter/nfnetlink_queue > {d}/nfqueue_{tag}.txt 2>/dev/null; true"
+        )
+    return commands
+
+
+def dummynet_rio_queues(net: ResolvedNetwork, host: str) -> dict[str, dict[str, int]]:
+    """A FreeBSD router's rio interfaces and their queue numbers, as roles/freebsd_router
+    numbers them (trialbed_dummynet_rio_queues): IN base+i, OUT base+N+i, with base+i the
+    link's pipe (net.dummynet_pipes) and N the number of the host's links."""
+    links = [e for e in net.egress if e.host == host]
+    pipes = net.dummynet_pipes(host)
+    return {
+        e.iface: {"in": pipes[e.iface], "out": pipes[e.iface] + len(links)}
+        for e in links
+        if e.shaping.qdisc == "rio"
+    }
+
+
+def marking_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
+    """Per marking host: the command that writes its rules' counters (nft -j) into the
+    trial directory."""
+    return {
+        host: f"nft -j list table {DSCP_TABLE} > "
+        f"{shlex.quote(daemons.remote[host])}/dscp_counters_{tag}.json"
+        for host in sorted(net.marking)
+    }
+
+
+def pacing_commands(pacing: dict[str, list[str]], daemons: Daemons, tag: str) -> dict[str, str]:
+    """Per pacing host: the command that writes the root qdisc of each of its interfaces
+    (`tc -s -j`: fq and its counters) into the trial directory."""
+    return {
+        host: "; ".join(
+            f"tc -s -j qdisc show dev {i} root > "
+            f"{shlex.quote(daemons.remote[host])}/pacing_{i}_{tag}.json"
+            for i in ifaces
+        )
+        for host, ifaces in pacing.items()
+    }
+
+
+def bottlenecks(net: ResolvedNetwork, generators: list[TrafficGenerator]) -> dict[str, list]:
+    """host -> interfaces of the bottlenecks the generators cross."""
+    out: dict[str, list[str]] = {}
+    for g in generators:
+        b = net.path_summary(g.spec.from_, g.spec.to)["bottleneck"]
+        if b and b["iface"] not in out.setdefault(b["host"], []):
+            out[b["host"]].append(b["iface"])
+    return out
+
+
+def tcp_senders(generators: list[TrafficGenerator]) -> dict[str, list[str]]:
+    """Sender host -> both addresses of each of its TCP flows whose cwnd is recorded."""
+    out: dict[str, list[str]] = {}
+    for g in generators:
+        if g.records_cwnd and g.record().get("proto") == 6:
+            addrs = out.setdefault(g.sender, [])
+            addrs += [a for a in (str(g.src), str(g.dst)) if a not in addrs]
+    return out
+
+
+def recorders(
+    net: ResolvedNetwork,
+    generators: list[TrafficGenerator],
+    interval_ms: float = TC_SAMPLE_MS,
+    tag: str = "",
+) -> Iterator[tuple[str, str, str, str | None]]:
+    """(host, daemon, command, log line that says it records) of the measurements taken
+    during the trial: every bottleneck's queue every 10 ms (`tc -s` on Linux, `ipfw pipe
+    show` on a FreeBSD router, `ipfw queue show` of the two queues of a rio link there),
+    and cwnd, ssthresh and srtt on every TCP sender (the tcp_probe tracepoint on Linux,
+    SIFTR on FreeBSD)."""
+    interval = float(interval_ms)
+    for host, ifaces in bottlenecks(net, generators).items():
+        if net.runs_freebsd(host):
+            pipes = {i: n for i, n in net.dummynet_pipes(host).items() if i in ifaces}
+            # qdisc rio: its packets wait in the IN and OUT queues, sampled instead of
+            # the pipe's own (empty) queue.
+            rio = {i: q for i, q in dummynet_rio_queues(net, host).items() if i in pipes}
+            command = ipfw_sampler_command(pipes, interval_ms=interval, rio_queues=rio)
+            yield host, "ipfw_sampler", command, None
+        else:
+            yield host, "tc_sampler", tc_sampler_command(ifaces, interval_ms=interval), None
+    for host, addrs in tcp_senders(generators).items():
+        if net.runs_freebsd(host):  # SIFTR logs every flow of the host; analysis picks
+            yield host, "siftr", siftr_command(), "recording siftr"
+        else:
+            command = tcp_probe_command(addrs, tag=tag)
+            yield host, "tcp_probe", command, "recording tcp_probe"
+
+
+def recorder_names(
+    net: ResolvedNetwork, generators: list[TrafficGenerator]
+) -> list[tuple[str, str]]:
+    """(host, daemon) of every recorder `recorders` starts."""
+    return [(host, name) for host, name, _, _ in recorders(net, generators)]
+
+
+# -- one trial --------------------------------------------------------------------------------
