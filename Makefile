@@ -20,7 +20,10 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: docs setup rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test lint bench
+.PHONY: help docs setup rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test lint bench
+
+help:  ## every target, with what it does (the default)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
@@ -104,9 +107,10 @@ status: setup  ## what every host of the rack is doing now: shaping, delay, coun
 test: setup lint  ## lint, unit tests, then end-to-end tests on a virtual rack the tests build and remove
 	@$(PYTHON) -m pytest
 
-lint: setup  ## ruff, ansible-lint (production profile, yamllint included; .ansible-lint), and a syntax check of every playbook
+lint: setup  ## ruff, the import contracts of the layers (lint-imports: pyproject.toml), ansible-lint (production profile, yamllint included; .ansible-lint), and a syntax check of every playbook
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/lint-imports --no-cache
 	@$(VENV)/bin/ansible-lint -q playbooks roles
 
 bench: setup  ## analysis of a generated trial (fresh process cold/warm, in-process, DataFrame API) against tcptrace, tshark, tcpdump -w and cat (BENCH_ARGS="--packets N,M --no-tshark"); the transaction generator's own overhead on loopback
