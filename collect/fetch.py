@@ -13,9 +13,8 @@ import os
 import shlex
 from pathlib import Path
 
+from core.layout import MANIFEST
 from core.rack import Rack, RackError
-
-MANIFEST = "MANIFEST.sha256"
 
 
 class CollectError(RuntimeError):

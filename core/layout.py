@@ -142,6 +142,20 @@ class BatchDir:
         return self.trials.is_dir()
 
 
+def attempt_number(attempt_dir: Path) -> int:
+    """The n of attempts/<trial>/<n>-<status> (0 for anything else)."""
+    head = attempt_dir.name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def ended_attempts(batch_dir: Path, trial: str) -> list[Path]:
+    """The trial's kept attempts that failed or whose worker died (attempts/<trial>/<n>-failed,
+    <n>-partial), in attempt order: what counts against a batch's --retries."""
+    kept = BatchDir(batch_dir).attempts(trial).glob("*-*")
+    ended = [d for d in kept if d.name.endswith(("-failed", "-partial"))]
+    return sorted(ended, key=attempt_number)
+
+
 def new_batch_path(results: Path, experiment_file: Path) -> Path:
     """results/<UTC time>-<experiment file's stem>: a batch begun now."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

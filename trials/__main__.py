@@ -580,7 +580,7 @@ def watch(
     codes = [proc.returncode for _, proc in workers]
     for (label, _), c in zip(workers, codes, strict=True):
         if c:
-            log = batch.path / "workers" / f"{label}.log"
+            log = batch.layout.worker_log(label)
             tail = log.read_text().strip().splitlines()[-5:] if log.exists() else []
             console.print(f"[red]worker {label} exited {c}[/]; {log}:")
             for line in tail:

@@ -27,13 +27,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from analysis.results import attempt_number, ended_attempts
-from collect.fetch import MANIFEST, manifest_entries, verify_manifest, write_whole
+from collect.fetch import manifest_entries, verify_manifest, write_whole
+from core.layout import (
+    ATTEMPT_LABEL,
+    BATCH_META,
+    RECORD,
+    BatchDir,
+    attempt_number,
+    ended_attempts,
+)
 from trials.locks import HEARTBEAT, create_new, describe, now_iso, stale_holder, taking_over
 from trials.plan import Plan, Trial, load_plan
 from trials.spec import SpecError
 
-BATCH_FILE = "batch.json"
 # A batch's name names a directory on every host (and in shell commands there).
 BATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
@@ -52,9 +58,12 @@ def batch_name_problem(name: str, given_as: str) -> str | None:
 
 
 class Batch:
+    """A batch directory's state: its plan (batch.json), trials, attempts, claims and events."""
+
     def __init__(self, path: Path):
         self.path = path
-        self.meta: dict[str, Any] = json.loads((path / BATCH_FILE).read_text())
+        self.layout = BatchDir(path)
+        self.meta: dict[str, Any] = json.loads(self.layout.meta.read_text())
 
     @classmethod
     def create_or_resume(
@@ -65,7 +74,7 @@ class Batch:
         wanted = [
             {"name": t.name, "id": t.id, "duration_s": t.experiment.duration / 1e9} for t in trials
         ]
-        meta_file = path / BATCH_FILE
+        meta_file = BatchDir(path).meta
         if meta_file.exists():
             batch = cls(path)
             have = {t["id"] for t in batch.meta["trials"]}
@@ -79,9 +88,9 @@ class Batch:
                 )
             return batch, True
         if path.exists() and any(path.iterdir()):
-            raise SpecError(f"{path}: exists and is not a batch directory (no {BATCH_FILE})")
+            raise SpecError(f"{path}: exists and is not a batch directory (no {BATCH_META})")
         path.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(plan.source, path / "experiment.yml")
+        shutil.copyfile(plan.source, BatchDir(path).experiment)
         meta = {
             "experiment": str(plan.source),
             "sets": sets,
@@ -95,7 +104,7 @@ class Batch:
 
     def plan(self) -> tuple[Plan, list[Trial]]:
         """The batch's plan, from its own copy of the experiment file."""
-        plan = load_plan(self.path / "experiment.yml", self.meta["sets"])
+        plan = load_plan(self.layout.experiment, self.meta["sets"])
         plan.source = Path(self.meta["experiment"])
         by_id = {t.id: t for t in plan.trials}
         trials = []
@@ -112,11 +121,11 @@ class Batch:
         return self.path.name
 
     def trial_dir(self, name: str) -> Path:
-        return self.path / "trials" / name
+        return self.layout.trial(name).path
 
     def status(self, name: str) -> str:
         """complete, failed, interrupted, partial (a run that never ended) or todo."""
-        record = self.trial_dir(name) / "trial.json"
+        record = self.layout.trial(name).record
         if not record.exists():
             return "partial" if self.trial_dir(name).exists() else "todo"
         status = json.loads(record.read_text()).get("status", "partial")
@@ -125,9 +134,9 @@ class Batch:
     def done(self, name: str) -> bool:
         """Complete, with a manifest that lists its record (an empty or cut-short manifest,
         a disk that filled while it was written, is not done)."""
-        if self.status(name) != "complete" or not (self.trial_dir(name) / MANIFEST).exists():
+        if self.status(name) != "complete" or not self.layout.trial(name).manifest.exists():
             return False
-        return "trial.json" in manifest_entries(self.trial_dir(name))
+        return RECORD in manifest_entries(self.trial_dir(name))
 
     def failed_attempts(self, name: str) -> int:
         """Attempts that count against --retries: kept ones that failed or whose worker died
@@ -142,13 +151,13 @@ class Batch:
     def ran_on(self, name: str) -> list[str]:
         """The inventory of the rack the trial's current attempt ran on (its record says)."""
         with contextlib.suppress(OSError, ValueError, LookupError, TypeError, AttributeError):
-            return list(json.loads((self.trial_dir(name) / "trial.json").read_text())["inventory"])
+            return list(json.loads(self.layout.trial(name).record.read_text())["inventory"])
         return []
 
     def next_attempt(self, name: str) -> int:
         """The number the trial's next attempt gets: on from the highest kept, so that a
         removed attempt cannot make the next one collide with a kept one."""
-        kept = (self.path / "attempts" / name).glob("*")
+        kept = self.layout.attempts(name).glob("*")
         return 1 + max((attempt_number(d) for d in kept), default=0)
 
     def set_aside(self, name: str) -> Path | None:
@@ -157,31 +166,31 @@ class Batch:
         if not current.exists():
             return None
         status, ran_on = self.status(name), self.ran_on(name)
-        target = self.path / "attempts" / name / f"{self.next_attempt(name)}-{status}"
+        target = self.layout.attempts(name) / f"{self.next_attempt(name)}-{status}"
         target.parent.mkdir(parents=True, exist_ok=True)
         current.rename(target)
         # "pending" until the files it left on the hosts have joined it (collect_leftovers):
         # a worker stopped or killed meanwhile leaves the label, and the next one finishes it.
         label = {"status": status, "set_aside": now_iso(), "trial": name}
         label |= {"ran_on": ran_on, "leftovers": "pending"}
-        write_whole(target / "ATTEMPT.json", json.dumps(label, indent=2) + "\n")
+        write_whole(target / ATTEMPT_LABEL, json.dumps(label, indent=2) + "\n")
         return target
 
     def pending_leftovers(self, name: str) -> list[tuple[Path, list[str]]]:
         """Kept attempts of the trial whose files on the hosts were not brought back yet, with
         the inventory of the rack each ran on."""
         out = []
-        for kept in sorted((self.path / "attempts" / name).glob("*"), key=attempt_number):
+        for kept in sorted(self.layout.attempts(name).glob("*"), key=attempt_number):
             with contextlib.suppress(OSError, json.JSONDecodeError):
-                label = json.loads((kept / "ATTEMPT.json").read_text())
+                label = json.loads((kept / ATTEMPT_LABEL).read_text())
                 if label.get("leftovers") == "pending":
                     out.append((kept, list(label.get("ran_on") or [])))
         return out
 
     def leftovers_collected(self, kept: Path) -> None:
-        label = json.loads((kept / "ATTEMPT.json").read_text())
+        label = json.loads((kept / ATTEMPT_LABEL).read_text())
         label["leftovers"] = "collected"
-        write_whole(kept / "ATTEMPT.json", json.dumps(label, indent=2) + "\n")
+        write_whole(kept / ATTEMPT_LABEL, json.dumps(label, indent=2) + "\n")
 
     def verify(self) -> dict[str, list[str]]:
         """Complete trials whose files no longer match their manifest: they run again."""
@@ -199,11 +208,11 @@ class Batch:
 
     def event(self, **fields: Any) -> None:
         line = json.dumps({"time": now_iso(), **fields}) + "\n"
-        with (self.path / "events.jsonl").open("a") as f:
+        with self.layout.events.open("a") as f:
             f.write(line)
 
     def events(self) -> Iterator[dict[str, Any]]:
-        path = self.path / "events.jsonl"
+        path = self.layout.events
         if path.exists():
             for line in path.read_text().splitlines():
                 with contextlib.suppress(json.JSONDecodeError):
@@ -215,7 +224,7 @@ class Claims:
 
     def __init__(self, batch: Batch, holder: dict[str, Any], warn: Callable[[str], None]):
         self.batch, self.holder, self.warn = batch, holder, warn
-        self.dir = batch.path / "claims"
+        self.dir = batch.layout.claims
         self.dir.mkdir(exist_ok=True)
 
     def claim(self, name: str) -> bool:
@@ -251,7 +260,7 @@ class Claims:
 def claim_holders(batch: Batch) -> dict[str, dict[str, Any]]:
     """trial -> the worker that has claimed it."""
     out = {}
-    for path in (batch.path / "claims").glob("*.json"):
+    for path in batch.layout.claims.glob("*.json"):
         with contextlib.suppress(OSError, json.JSONDecodeError):
             out[path.stem] = json.loads(path.read_text())
     return out

@@ -263,14 +263,14 @@ def spawn_workers(
     import subprocess
     import sys
 
-    (batch.path / "workers").mkdir(exist_ok=True)
+    batch.layout.workers.mkdir(exist_ok=True)
     procs = []
     for inventory, label in zip(racks, labels, strict=True):
         cmd = [sys.executable, "-m", "trials", "worker", str(batch.path), "--label", label]
         cmd += ["--retries", str(retries)]
         for inv in inventory:
             cmd += ["-i", str(inv)]
-        log = (batch.path / "workers" / f"{label}.log").open("a")
+        log = batch.layout.worker_log(label).open("a")
         procs.append(
             (
                 label,

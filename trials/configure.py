@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.layout import TrialDir
 from core.rack import Rack
 from trials.ansible import configure_tags, run_playbook, write_host_vars
 from trials.host_vars import SwitchChoices, cc_switchable, shaping_switchable, switch_choices
@@ -45,7 +46,7 @@ class RackConfiguration:
         has not configured yet); nothing at all when no host's differ (a repetition right
         after its twin). The record says which hosts and tags ran, or which trial's
         configuration was kept."""
-        overlay = write_host_vars(trial_dir / "ansible" / "trial_vars.yml", variables)
+        overlay = write_host_vars(TrialDir(trial_dir).ansible / "trial_vars.yml", variables)
         self.last_vars = {**(self.last_vars or {}), **variables}
         changed = sorted(h for h in variables if self.applied.get(h) != variables[h])
         if not changed:
@@ -113,7 +114,7 @@ class RackConfiguration:
         recap = run_playbook(
             "configure.yml",
             [*self.rack.inventory, overlay],
-            trial_dir / "ansible" / "configure.log",
+            TrialDir(trial_dir).ansible / "configure.log",
             tuple(args),
         )
         self.applied.update({h: variables[h] for h in changed})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from collect.remote import (
     ipfw_sampler_command,
@@ -16,6 +17,7 @@ from collect.remote import (
 from core.daemons import Daemons
 from trials.generators import TrafficGenerator
 from trials.network import CaptureSite, ResolvedNetwork
+from trials.watch import ENDS_EARLY_SLACK_S, UNTIL_STOPPED
 
 # The nftables table of role dscp_marker (its default dscp_marker_table): per-rule counters.
 DSCP_TABLE = "inet trialbed_dscp"
@@ -197,3 +199,45 @@ def recorder_names(
 
 
 # -- one trial --------------------------------------------------------------------------------
+
+
+def must_keep_running(
+    net: ResolvedNetwork, generators: list[TrafficGenerator], record: dict[str, Any], t0: float
+) -> list[tuple[str, str, str, float]]:
+    """(host, daemon, label, until) of what must keep running during the trial: captures,
+    recorders and markers until the runner stops them (UNTIL_STOPPED), each generator's
+    processes until its own schedule ends."""
+    out = [(c.host, f"{c.name}.tcpdump", f"capture {c.name}", UNTIL_STOPPED) for c in net.captures]
+    out += [(h, n, f"recorder {n}", UNTIL_STOPPED) for h, n in recorder_names(net, generators)]
+    out += [
+        (m["host"], m["daemon"], f"marker {name}", UNTIL_STOPPED)
+        for name, m in (record.get("markers") or {}).items()
+    ]
+    for g in generators:
+        if g.runs_to_its_end:
+            until = t0 + (g.spec.start + g.duration_ns) / 1e9 - ENDS_EARLY_SLACK_S
+            out += [(h, n, f"{g.name} ({g.type})", until) for h, n in g.daemon_names()]
+    return out
+
+
+def stop_stages(
+    net: ResolvedNetwork, generators: list[TrafficGenerator], record: dict[str, Any]
+) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """What a trial stops, per host, in two stages: the traffic's daemons, then what recorded
+    it (recorders, captures stopped by SIGINT, markers by TERM: stats written, rules removed);
+    and the captures, which stop lets catch up first (drain): tcpdump writes out on SIGINT
+    only what it has read. One call per host and stage stops all of that stage's daemons."""
+    traffic: dict[str, list[str]] = {}
+    for g in generators:
+        for host, name in g.daemon_names():
+            traffic.setdefault(host, []).append(name)
+    recording: dict[str, list[str]] = {}
+    for host, name in recorder_names(net, generators):
+        recording.setdefault(host, []).append(name)
+    captures: dict[str, list[str]] = {}
+    for c in net.captures:
+        recording.setdefault(c.host, []).append(f"{c.name}.tcpdump:INT")
+        captures.setdefault(c.host, []).append(f"{c.name}.tcpdump")
+    for m in (record.get("markers") or {}).values():
+        recording.setdefault(m["host"], []).append(m["daemon"])
+    return traffic, recording, captures

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from core.layout import BatchDir, TrialDir
 from core.rack import PROJECT_DIR
 from trials.spec import SpecError
 
@@ -198,9 +199,9 @@ def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> li
         if today - day <= timedelta(days=keep_days):
             continue
         files, kept = [], 0
-        for trial in sorted((batch / "trials").glob("*")):
+        for trial in sorted(BatchDir(batch).trials.glob("*")):
             captures = [p for p in trial.rglob("*") if p.is_file() and p.suffix in CAPTURE_SUFFIXES]
-            if (trial / "analysis" / "summary.json").exists():
+            if TrialDir(trial).summary.exists():
                 files += captures
             else:
                 kept += len(captures)
@@ -232,13 +233,13 @@ def last_runs(limit: int = 10) -> list[dict]:
     """The most recent nightly batches of every experiment, newest first."""
     runs = []
     for batch in NIGHTLY_DIR.glob("*/????-??-??"):
-        meta = batch / "batch.json"
+        meta = BatchDir(batch).meta
         if not meta.exists():
             continue
         trials = json.loads(meta.read_text())["trials"]
         status = {}
         for t in trials:
-            record = batch / "trials" / t["name"] / "trial.json"
+            record = BatchDir(batch).trial(t["name"]).record
             s = json.loads(record.read_text()).get("status") if record.exists() else "not run"
             status[s] = status.get(s, 0) + 1
         runs.append(
@@ -248,7 +249,7 @@ def last_runs(limit: int = 10) -> list[dict]:
                 "batch": str(batch),
                 "trials": len(trials),
                 "status": status,
-                "pruned": (batch / "PRUNED.json").exists(),
+                "pruned": (batch / PRUNED_FILE).exists(),
             }
         )
     runs.sort(key=lambda r: (r["date"], r["experiment"]), reverse=True)

@@ -36,13 +36,7 @@ from trials.network import ResolvedNetwork, host_settings, resolve_network
 from trials.plan import Plan, Trial
 from trials.preflight import host_facts
 from trials.rack_kind import vm_record
-from trials.watch import (
-    ENDS_EARLY_SLACK_S,
-    UNTIL_STOPPED,
-    TrialWatch,
-    WatchFailure,
-    watch_timeout_s,
-)
+from trials.watch import TrialWatch, WatchFailure, watch_timeout_s
 
 # Between launching the senders and their common start time T0: the launches (one SSH
 # round trip per sending host, all hosts at once) must be done by then. Measured: 0.1-0.3 s
@@ -78,6 +72,12 @@ class TrialRunner:
         todo = {h: c for h, c in commands.items() if h not in skip}
         if todo:
             self.rack.run_parallel(todo)
+
+    def command_steps(self, what: str, commands: dict[str, str]) -> list[Step]:
+        """One step per host that runs its command there."""
+        return [
+            (h, f"{what} on {h}", lambda h=h, c=c: self.rack.run(h, c)) for h, c in commands.items()
+        ]
 
     def shaping_snapshot(
         self, net: ResolvedNetwork, daemons: Daemons, tag: str, skip: Container[str] = ()
@@ -241,17 +241,8 @@ class TrialRunner:
         """What must keep running, and until when: captures, recorders and markers until the
         runner stops them, each generator's processes until its own schedule ends."""
         self.watching = watch = TrialWatch(daemons, t0, timeout_s=self.watch_timeout_s)
-        for c in net.captures:
-            watch.expect(c.host, f"{c.name}.tcpdump", f"capture {c.name}", UNTIL_STOPPED)
-        for host, name in hc.recorder_names(net, generators):
-            watch.expect(host, name, f"recorder {name}", UNTIL_STOPPED)
-        for name, m in (record.get("markers") or {}).items():
-            watch.expect(m["host"], m["daemon"], f"marker {name}", UNTIL_STOPPED)
-        for g in generators:
-            if g.runs_to_its_end:
-                until = t0 + (g.spec.start + g.duration_ns) / 1e9 - ENDS_EARLY_SLACK_S
-                for host, name in g.daemon_names():
-                    watch.expect(host, name, f"{g.name} ({g.type})", until)
+        for host, daemon, label, until in hc.must_keep_running(net, generators, record, t0):
+            watch.expect(host, daemon, label, until)
         return watch
 
     def arm(
@@ -300,29 +291,18 @@ class TrialRunner:
         record["markers"] = {m.name: m.record() for m in markers}
 
         steps: list[Step] = [
-            (host, f"snapshot shaping on {host}", lambda h=host, c=command: self.rack.run(h, c))
-            for host, command in hc.snapshot_commands(net, daemons, "before").items()
+            *self.command_steps("snapshot shaping", hc.snapshot_commands(net, daemons, "before")),
+            *self.command_steps(
+                "read marking counters", hc.marking_commands(net, daemons, "before")
+            ),
+            *self.command_steps(
+                "read pacing qdisc", hc.pacing_commands(self.pacing, daemons, "before")
+            ),
         ]
+        # Resets the delay line's counters for this trial.
         steps += [
-            (
-                host,
-                f"read marking counters on {host}",
-                lambda h=host, c=command: self.rack.run(h, c),
-            )
-            for host, command in hc.marking_commands(net, daemons, "before").items()
-        ]
-        steps += [
-            (host, f"read pacing qdisc on {host}", lambda h=host, c=command: self.rack.run(h, c))
-            for host, command in hc.pacing_commands(self.pacing, daemons, "before").items()
-        ]
-        steps += [
-            # Resets the delay line's counters for this trial.
-            (
-                host,
-                f"reset delay line stats on {host}",
-                lambda h=host: self.delayline_stats(daemons, h),
-            )
-            for host in nfqueue
+            (h, f"reset delay line stats on {h}", lambda h=h: self.delayline_stats(daemons, h))
+            for h in nfqueue
         ]
         steps += [
             (
@@ -332,27 +312,20 @@ class TrialRunner:
             )
             for m in markers
         ]
-        for c in net.captures:
-            command = hc.capture_command(c, exp.capture.snaplen)
-            steps.append(
-                (
-                    c.host,
-                    f"start capture {c.name}",
-                    lambda c=c, cmd=command: daemons.spawn(
-                        c.host, f"{c.name}.tcpdump", cmd, ready="listening on"
-                    ),
-                )
+        spawns = [
+            (
+                c.host,
+                f"{c.name}.tcpdump",
+                hc.capture_command(c, exp.capture.snaplen),
+                "listening on",
             )
-        for host, name, command, ready in hc.recorders(
-            net, generators, self.sample_ms, tag=trial.name
-        ):
-            steps.append(
-                (
-                    host,
-                    f"start {name} on {host}",
-                    lambda h=host, n=name, cmd=command, r=ready: daemons.spawn(h, n, cmd, ready=r),
-                )
-            )
+            for c in net.captures
+        ]
+        spawns += hc.recorders(net, generators, self.sample_ms, tag=trial.name)
+        steps += [
+            (h, f"start {n} on {h}", lambda h=h, n=n, c=c, r=r: daemons.spawn(h, n, c, ready=r))
+            for h, n, c, r in spawns
+        ]
         must(per_host(steps))
         lap("start")  # snapshots, markers, captures, recorders
         must(per_host([(g.receiver, f"arm {g.name}", g.arm) for g in generators]))
@@ -388,21 +361,7 @@ class TrialRunner:
                 )
             # Traffic first (every host at once), then what recorded it: a capture stops only
             # after every sender and receiver has.
-            # One call per host and stage stops all of that host's daemons of the stage.
-            traffic: dict[str, list[str]] = {}
-            for g in generators:
-                for host, name in g.daemon_names():
-                    traffic.setdefault(host, []).append(name)
-            recording: dict[str, list[str]] = {}
-            for host, name in hc.recorder_names(net, generators):
-                recording.setdefault(host, []).append(name)
-            # tcpdump writes out what it has read on SIGINT; stop lets it catch up first (drain)
-            captures: dict[str, list[str]] = {}
-            for c in net.captures:
-                recording.setdefault(c.host, []).append(f"{c.name}.tcpdump:INT")
-                captures.setdefault(c.host, []).append(f"{c.name}.tcpdump")
-            for m in (record.get("markers") or {}).values():  # TERM: stats, rules removed
-                recording.setdefault(m["host"], []).append(m["daemon"])
+            traffic, recording, captures = hc.stop_stages(net, generators, record)
             stages = [
                 [
                     (

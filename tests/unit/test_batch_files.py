@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trials import batch as batch_mod
+from core.layout import BATCH_META, BatchDir
 from trials import batch_worker, locks
 from trials.batch import Batch, Claims
 from trials.batch_worker import stop_leftovers
@@ -48,7 +48,7 @@ def test_two_workers_taking_over_one_stale_claim_get_it_once(tmp_path, monkeypat
     """Worker B tries to take over while A is between reading the stale claim and making its
     own (the gap in which, before, B's fresh claim was unlinked by A: both ran the trial)."""
     path = stale_claim(tmp_path)
-    fake = SimpleNamespace(path=tmp_path, event=lambda **kw: None)
+    fake = SimpleNamespace(path=tmp_path, layout=BatchDir(tmp_path), event=lambda **kw: None)
     a, b = (Claims(fake, holder(r), warn=lambda m: None) for r in "AB")
     got: dict[str, bool] = {}
     b_done = threading.Event()
@@ -78,7 +78,8 @@ def test_a_blank_claim_is_taken_over_only_once_it_is_old(tmp_path):
     path = tmp_path / "claims" / "t1.json"
     path.parent.mkdir(parents=True)
     path.write_text("")  # its writer died between creating and writing it
-    claims = Claims(SimpleNamespace(path=tmp_path, event=lambda **kw: None), holder("A"), print)
+    fake = SimpleNamespace(path=tmp_path, layout=BatchDir(tmp_path), event=lambda **kw: None)
+    claims = Claims(fake, holder("A"), print)
     assert not claims.claim("t1")  # maybe being written right now
     old = time.time() - locks.BLANK_CLAIM_S - 1
     os.utime(path, (old, old))
@@ -90,7 +91,7 @@ def make_batch(tmp_path: Path) -> Batch:
     """A batch directory with one trial, t1 (its files made by each test)."""
     path = tmp_path / "batch"
     (path / "trials").mkdir(parents=True)
-    (path / batch_mod.BATCH_FILE).write_text(json.dumps({"trials": [{"name": "t1", "id": "x"}]}))
+    (path / BATCH_META).write_text(json.dumps({"trials": [{"name": "t1", "id": "x"}]}))
     return Batch(path)
 
 
@@ -191,7 +192,7 @@ def nightly_batch(root: Path, day: str, analysed: bool) -> Path:
     batch = root / "exp" / day
     trial = batch / "trials" / "t1"
     (trial / "R").mkdir(parents=True)
-    (batch / batch_mod.BATCH_FILE).write_text(json.dumps({"trials": [{"name": "t1", "id": "x"}]}))
+    (batch / BATCH_META).write_text(json.dumps({"trials": [{"name": "t1", "id": "x"}]}))
     (trial / "R" / "p.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(100))
     (trial / "trial.json").write_text(json.dumps({"status": "complete"}))
     if analysed:
