@@ -20,7 +20,7 @@ from collect.fetch import verify_manifest
 from core.rack import Rack
 from tests.e2e.conftest import PROJECT, built_rack
 from tests.e2e.test_collateral_damage import EXPERIMENT
-from trials.batch import lock_dir, rack_key
+from trials.locks import lock_dir, rack_key
 
 pytestmark = pytest.mark.rack
 
