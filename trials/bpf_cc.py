@@ -16,8 +16,9 @@ BUILD_TOOLS = {"clang": "clang", "cc": "gcc", "bpftool": "bpftool"}
 
 def bpf_cc_names() -> list[str]:
     """The congestion controls hostside/bpf_cc/ has: a folder <name>/ with <name>.bpf.c (the role
-    finds them by the same glob: roles/testbed_host/vars/main.yml)."""
-    return sorted({p.parent.name for p in BPF_CC_DIR.glob("*/*.bpf.c")})
+    finds them by the same rule: roles/testbed_host/vars/main.yml)."""
+    sources = BPF_CC_DIR.glob("*/*.bpf.c")
+    return sorted(p.parent.name for p in sources if p.name == f"{p.parent.name}.bpf.c")
 
 
 def bpf_cc_problem(facts: dict[str, Any], cc: str) -> str | None:
