@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from analysis.tcp_probe import congestion_events, for_flows, read_tcp_probe
-from tests.e2e.conftest import PROJECT
+from tests.e2e.conftest import PROJECT, recap
 from trials.bpf_cc import BPF_CC_DIR, bpf_cc_provenance
 
 pytestmark = pytest.mark.rack
@@ -245,3 +245,53 @@ def test_the_registration_is_gone_after_the_trial(trial):
     assert not [u for u in users if u.startswith(state_dir)]
     if not users:
         assert not registered(ran["struct_ops_id"])
+
+
+@pytest.fixture(scope="module")
+def by_hand(trial):
+    """The trial's variables applied by hand after the runner (whose teardown unregistered
+    htcp), twice, then teardown without variables, twice: what the record under /run said
+    after each."""
+    rack = trial["rack"]
+    inventory = ("-i", str(rack.inventory))
+    overlay = ("-i", str(trial["dir"] / "ansible" / "trial_vars.yml"))
+    out = {}
+    for step, playbook, args in (
+        ("configure", "configure.yml", (*inventory, *overlay)),
+        ("configure_again", "configure.yml", (*inventory, *overlay)),
+        ("teardown", "teardown.yml", inventory),
+        ("teardown_again", "teardown.yml", inventory),
+    ):
+        done = rack.playbook(playbook, *args)
+        assert done.returncode == 0, done.stdout[-3000:]
+        try:
+            record = json.loads((RECORDS / "htcp.json").read_text())
+        except OSError:
+            record = None
+        out[step] = {"changed": {h: r["changed"] for h, r in recap(done.stdout).items()},
+                     "record": record}  # fmt: skip
+    return out
+
+
+def test_configure_registers_htcp_once_for_the_rack_and_again_changes_nothing(by_hand, trial):
+    state_dir = str(trial["rack"].state_dir)
+    first = by_hand["configure"]
+    assert first["changed"]["localhost"] > 0  # registered (and allowed) for the rack
+    users = [u for u in first["record"]["users"] if u.startswith(state_dir)]
+    # The rack (its controller, before the allowed list) and each of its five hosts: one
+    # registration.
+    assert len(users) == 6 and state_dir in users, users
+    again = by_hand["configure_again"]
+    assert all(v == 0 for v in again["changed"].values()), again["changed"]
+    assert again["record"]["id"] == first["record"]["id"]
+
+
+def test_teardown_unregisters_it_and_again_changes_nothing(by_hand, trial):
+    struct_ops_id = by_hand["configure"]["record"]["id"]
+    state_dir = str(trial["rack"].state_dir)
+    down = by_hand["teardown"]
+    assert not [u for u in (down["record"] or {}).get("users", {}) if u.startswith(state_dir)]
+    if down["record"] is None:
+        assert not registered(struct_ops_id)
+    again = by_hand["teardown_again"]
+    assert all(v == 0 for v in again["changed"].values()), again["changed"]
