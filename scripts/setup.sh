@@ -14,6 +14,7 @@ apt_packages=(
   tcptrace tshark  # make bench compares the analysis with them
   chromium  # the report test opens the HTML page headless (no console errors, a screenshot)
   qemu-system-x86 qemu-utils debootstrap e2fsprogs  # the VM rack (RACK=vm)
+  clang bpftool libbpf-dev  # congestion controls the kernel lacks, as BPF (hostside/bpf_cc)
 )
 missing=()
 for p in "${apt_packages[@]}"; do

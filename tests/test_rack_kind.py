@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from trials import rack_kind
 from trials.plan import load_plan
 
@@ -45,3 +47,13 @@ def test_local_offers_reads_this_kernel():
     offers = rack_kind.local_offers()
     assert "reno" in offers["cc"]
     assert "htb" in offers["qdiscs"]
+
+
+def test_a_congestion_control_this_kernel_can_take_as_bpf_keeps_the_namespace_rack():
+    """htcp has no module here; hostside/bpf_cc/htcp/ is built and registered instead, where
+    the kernel can take it (trials/bpf_cc.py says what it needs)."""
+    offers = rack_kind.local_offers()
+    if "htcp" not in offers["bpf_cc"]:
+        pytest.skip(f"this kernel has htcp itself or cannot take BPF: {offers}")
+    kind, why = rack_kind.choose(trials_of("htcp_smoke.yml"), "auto")
+    assert kind == "namespaces" and "htcp: registered as BPF" in why, why

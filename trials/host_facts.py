@@ -159,6 +159,54 @@ def tracepoints_available():
     return [name for event, name in wanted.items() if event in found]
 
 
+# BPF congestion controls (hostside/bpf_cc/, roles/testbed_host): where testbed_host records
+# what it registered (testbed_host_bpf_cc_record_dir), and what the kernel needs to take one.
+BPF_CC_RECORDS = "/run/trialbed/bpf_cc"
+BTF = "/sys/kernel/btf/vmlinux"
+
+
+def bpf_cc_kernel():
+    """Whether this kernel can take a BPF congestion control, and what building one needs:
+    BTF, bpf_tcp_ca (struct_ops for TCP congestion control, 5.6 on), the BPF JIT (struct_ops
+    runs only JITed; its sysctl is in the initial namespace only: inside another, the JIT being
+    built in is what can be seen), and clang, a C compiler, bpftool and libbpf's headers."""
+    try:
+        with open("/proc/kallsyms") as f:
+            symbols = f.read()
+    except OSError:
+        symbols = None
+    enabled = read("/proc/sys/net/core/bpf_jit_enable")
+    if enabled is not None:
+        jit = enabled != "0"
+    else:
+        jit = None if symbols is None else " bpf_int_jit_compile" in symbols
+    return {
+        "btf": os.path.exists(BTF),
+        "bpf_tcp_ca": None if symbols is None else " bpf_tcp_ca_" in symbols,
+        "jit": jit,
+        "tools": {t: shutil.which(t) for t in ("clang", "cc", "bpftool")},
+        "libbpf_headers": os.path.exists("/usr/include/bpf/libbpf.h"),
+    }
+
+
+def bpf_cc_registered(loaded):
+    """The BPF congestion controls testbed_host registered in this boot of the kernel, name ->
+    its record (struct_ops id, parameters, the source's and the object's sha256)."""
+    boot = read("/proc/sys/kernel/random/boot_id")
+    out = {}
+    for path in sorted(glob.glob(f"{BPF_CC_RECORDS}/*.json")):
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        cc = record.get("cc")
+        if record.get("boot_id") == boot and cc in loaded:
+            keep = ("id", "params", "source_sha256", "object_sha256")
+            out[cc] = {k: record.get(k) for k in keep}
+    return out
+
+
 def mtu(interface):
     value = read(f"/sys/class/net/{interface}/mtu")
     return int(value) if value else None
@@ -491,9 +539,11 @@ def main(workdir, interfaces, changing_only=False, destinations=(), source=None)
     addresses = ipv4_addresses(interfaces)
     own = {a.split("/")[0] for found in (addresses or {}).values() for a in found}
     source = source if source in own else None  # a missing one: preflight names it
+    loaded = (read("/proc/sys/net/ipv4/tcp_available_congestion_control") or "").split()
     facts = {
-        "cc_loaded": (read("/proc/sys/net/ipv4/tcp_available_congestion_control") or "").split(),
+        "cc_loaded": loaded,
         "cc_params": cc_params,
+        "bpf_cc": bpf_cc_registered(loaded),
         "sysctls": {k: read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS},
         "offloads": offloads,
         "mtu": {itf: mtu(itf) for itf in interfaces},
@@ -513,6 +563,8 @@ def main(workdir, interfaces, changing_only=False, destinations=(), source=None)
             qdiscs=qdiscs_available(release, modules),
             tracepoints=tracepoints_available(),
             tools={name: first_line(cmd) for name, cmd in TOOLS.items()},
+            # Not in STATIC yet (preflight's STATIC_FACTS must list it too): read with them.
+            bpf_cc_kernel=bpf_cc_kernel(),
         )
     print(json.dumps(facts))
 

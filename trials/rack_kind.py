@@ -1,6 +1,7 @@
 """Which rack runs an experiment (RACK=auto: the namespace rack when this machine's kernel has
-everything the trials need, else the VM rack with Debian's stock kernel), and what a VM rack
-adds to a trial's metadata (the VM, its clock offset now, its calibration)."""
+everything the trials need, or can take it as BPF (hostside/bpf_cc), else the VM rack with
+Debian's stock kernel), and what a VM rack adds to a trial's metadata (the VM, its clock offset
+now, its calibration)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from core.rack import PROJECT_DIR, Rack
 from trials import host_facts
+from trials.bpf_cc import bpf_cc_names, bpf_cc_problem
 from trials.plan import Trial
 from trials.spec import KERNEL_QDISC
 
@@ -47,12 +49,20 @@ def needs(trials: list[Trial]) -> dict[str, set[str]]:
 
 
 def local_offers() -> dict[str, set[str]]:
-    """What this machine's kernel has (the namespace rack's hosts share it)."""
+    """What this machine's kernel has (the namespace rack's hosts share it): its congestion
+    controls, those it can take as BPF programs (configure registers them), its qdiscs."""
     release = platform.release()
     loaded = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
     modules = host_facts.module_names(release)
     cc = set(loaded) | set(host_facts.cc_modules(modules))
-    return {"cc": cc, "qdiscs": set(host_facts.qdiscs_available(release, modules))}
+    facts = {"cc_loaded": loaded, "cc_modules": sorted(cc), "kernel": release,
+             "bpf_cc_kernel": host_facts.bpf_cc_kernel()}  # fmt: skip
+    as_bpf = {name for name in bpf_cc_names() if name not in cc and not bpf_cc_problem(facts, name)}
+    return {
+        "cc": cc | as_bpf,
+        "bpf_cc": as_bpf,
+        "qdiscs": set(host_facts.qdiscs_available(release, modules)),
+    }
 
 
 def choose(trials: list[Trial], asked: str) -> tuple[str, str]:
@@ -64,9 +74,10 @@ def choose(trials: list[Trial], asked: str) -> tuple[str, str]:
         f"sch_{q}" for q in sorted(need["qdiscs"] - have["qdiscs"])
     ]
     if not missing:
+        as_bpf = ", ".join(sorted(need["cc"] & have.get("bpf_cc", set())))
         return "namespaces", (
             f"namespace rack: this machine's kernel ({platform.release()}) has everything "
-            "the experiment needs"
+            "the experiment needs" + (f" ({as_bpf}: registered as BPF)" if as_bpf else "")
         )
     return "vm", (
         f"VM rack (Debian's stock kernel under qemu): this machine's kernel "
