@@ -223,7 +223,16 @@ def speed(interface):
 
 # What does not change while the kernel and the packages stay: `--changing` leaves these out
 # (a runner reads them once per host and keeps them for its later trials).
-STATIC = ("hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools", "siftr")
+STATIC = (
+    "hostname",
+    "kernel",
+    "cc_modules",
+    "qdiscs",
+    "tracepoints",
+    "tools",
+    "siftr",
+    "bpf_cc_kernel",
+)
 
 
 # -- FreeBSD (a dummynet router of the group freebsd_routers, an end host of freebsd_hosts) --

@@ -19,10 +19,12 @@ from core.rio import counters_delta, gred_counters
 from core.rio import high_dscp as rio_high_dscp
 from core.trial_record import dump_record
 from trials import adaptive_marking
+from trials.bpf_cc import bpf_cc_provenance
 from trials.generators import TrafficGenerator
 from trials.host_commands import dummynet_rio_queues
 from trials.network import Egress, ResolvedNetwork
 from trials.plan import Trial
+from trials.spec import HostSettings
 
 
 def git_state() -> dict[str, Any]:
@@ -39,6 +41,19 @@ def git_state() -> dict[str, Any]:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def cc_implementations(
+    net: ResolvedNetwork, settings: dict[str, HostSettings], facts: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per host and congestion control it was given: which implementation ran (the kernel's
+    module or the BPF one of hostside/bpf_cc, with its hashes and parameters)."""
+    out: dict[str, dict[str, Any]] = {}
+    for node, s in settings.items():
+        host = net.host_of(node)
+        if s.cc and host in facts:
+            out.setdefault(host, {})[s.cc] = bpf_cc_provenance(facts[host], s.cc)
+    return out
 
 
 def pacing_record(trial_dir: Path, pacing: dict[str, list[str]]) -> dict[str, Any]:

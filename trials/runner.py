@@ -165,6 +165,7 @@ class TrialRunner:
 
             self.log(f"[{trial.name}] arm: captures, recorders, receivers")
             nfqueue = self.arm(trial, net, daemons, generators, remote, record)
+            record["cc_implementation"] = rec.cc_implementations(net, settings, record["hosts"])
             record["times"]["armed"] = rec.now_iso()
 
             # Receivers are up (armed); senders wait on their host until T0.

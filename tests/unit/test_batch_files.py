@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -20,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from core.layout import BATCH_META, BatchDir
+from tests.as_user import run_as
 from trials import batch_worker, locks
 from trials.batch import Batch, Claims
 from trials.batch_worker import stop_leftovers
@@ -529,7 +529,9 @@ import sys
 from pathlib import Path
 from core.rack import Rack, RackError
 from trials.locks import RackLock
-lock = RackLock.for_rack(Rack.load([Path(sys.argv[1])]), "night-1", "rack")
+rack = Rack.load([Path(sys.argv[1])])
+become_the_user()  # nobody from here on: the modules and the inventory are read
+lock = RackLock.for_rack(rack, "night-1", "rack")
 try:
     lock.acquire()
 except RackError as exc:
@@ -549,6 +551,7 @@ def open_tmp():
     shutil.rmtree(path)
 
 
+@pytest.mark.changes_user
 @pytest.mark.skipif(os.geteuid() != 0, reason="switches to the user nobody")
 def test_a_controller_user_who_cannot_write_the_lock_directory_is_told_what_to_do(open_tmp):
     """A batch run by a user other than root: a lock directory it cannot write gives what to
@@ -562,12 +565,8 @@ def test_a_controller_user_who_cannot_write_the_lock_directory_is_told_what_to_d
     shared.chmod(0o1777)
 
     def as_nobody(lock_dir: Path) -> str:
-        done = subprocess.run(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             str(Path(sys.executable)), "-c", LOCK_AS_NOBODY, str(inventory)],
-            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
-            env={**os.environ, "TRIALBED_LOCK_DIR": str(lock_dir), "HOME": "/tmp"},
-        )  # fmt: skip
+        env = {**os.environ, "TRIALBED_LOCK_DIR": str(lock_dir), "HOME": "/tmp"}
+        done = run_as("nobody", LOCK_AS_NOBODY, str(inventory), cwd=open_tmp, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 

@@ -430,8 +430,8 @@ def lab_preflight(
     def no_ssh(*_, **__):
         raise AssertionError("nothing is probed over SSH")
 
-    monkeypatch.setattr(preflight, "host_facts", fake_facts)
-    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    monkeypatch.setattr(preflight.run, "host_facts", fake_facts)
+    monkeypatch.setattr(preflight.run, "reachability", lambda rack, names: (list(names), []))
     monkeypatch.setattr(rack, "run_parallel", no_ssh)
     trials = load_plan(EXPERIMENT, list(sets)).select(None)
     return preflight.preflight(trials, rack, str(EXPERIMENT))

@@ -1,7 +1,8 @@
 """Preflight on a lab rack of two Linux routers (the seed-001 chain), facts stood in for. The
 route check: every host on the path between a flow's ends, the routers included, must route to
 the far end through the rack's links. No role sets routes; a first router without a route to
-the far segment via the second would send the trial's traffic nowhere."""
+the far segment via the second would send the trial's traffic nowhere. And the table of checks
+itself: a row added to it is read for every trial and judged on the hosts that answered."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from core.rack import Rack
 from trials import preflight
 from trials.plan import load_plan
+from trials.preflight.context import Check
 from trials.runner import TrialRunner
 from trials.spec import SpecError
 
@@ -63,7 +65,7 @@ def kernel_route(table, address: str) -> dict | None:
     return {"dev": dev, "gateway": gateway}
 
 
-def chain_preflight(tmp_path, monkeypatch, tables, sets=(), only=None):
+def chain_preflight(tmp_path, monkeypatch, tables, sets=(), only=None, unreachable=()):
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(CHAIN)
     rack = Rack.load([inventory])
@@ -88,8 +90,13 @@ def chain_preflight(tmp_path, monkeypatch, tables, sets=(), only=None):
             for n in names
         }
 
-    monkeypatch.setattr(preflight, "host_facts", fake_facts)
-    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    monkeypatch.setattr(preflight.run, "host_facts", fake_facts)
+
+    def reachability(rack, names):
+        gone = [n for n in names if n in unreachable]
+        return [n for n in names if n not in gone], [f"host {n} does not answer" for n in gone]
+
+    monkeypatch.setattr(preflight.run, "reachability", reachability)
     plan = load_plan(EXPERIMENT, ["factors={}", *sets])
     trials = plan.select(only)
     preflight.preflight(trials, rack, str(EXPERIMENT), plan_trials=plan.trials)
@@ -173,3 +180,36 @@ def test_a_flows_cc_that_the_plan_switches_the_host_to_has_its_parameters_set(
     assert runner.config.choices.cc["S1"] == {"cubic": {"beta": 717}, "reno": {}}
     chain_preflight(tmp_path, monkeypatch, TABLES, sets)
     chain_preflight(tmp_path, monkeypatch, TABLES, sets, only=["*reno*"])
+
+
+def test_a_row_added_to_the_table_is_read_per_trial_and_judged_on_the_hosts_that_answered(
+    tmp_path, monkeypatch
+):
+    """Adding a check is adding a row: its need reads every selected trial, every host it
+    wants something of is asked, and its judge sees those that answered; one that does not
+    (R2) is named once and dropped from every row's wants."""
+    read, judged = [], {}
+
+    def need_every_node(ctx, view, wants):
+        read.append(view.trial.name)
+        for node in view.net.nodes:
+            wants.setdefault(view.net.host_of(node), set()).add(view.trial.name)
+        return []
+
+    def judge_every_node(ctx, wants):
+        judged.update(wants)
+        return [f"host {h}: judged with kernel {ctx.facts[h]['kernel']}" for h in sorted(wants)]
+
+    row = Check("every node", need=need_every_node, judge=judge_every_node)
+    monkeypatch.setattr(preflight.run, "CHECKS", [*preflight.CHECKS, row])
+    sets = ["factors.hosts.senders.cc=[reno,cubic]"]
+    with pytest.raises(SpecError) as exc:
+        chain_preflight(tmp_path, monkeypatch, TABLES, sets, unreachable={"R2"})
+    said = str(exc.value).split("\nWhat the hosts have:")[0].splitlines()
+    trials = {t.name for t in load_plan(EXPERIMENT, ["factors={}", *sets]).trials}
+    assert len(read) == len(trials) == 2 and set(read) == trials
+    assert judged == {host: trials for host in ("D1", "R1", "S1")}
+    assert said == [
+        "host R2 does not answer",
+        *(f"host {host}: judged with kernel 6.1.0-28-amd64" for host in sorted(judged)),
+    ]

@@ -368,8 +368,8 @@ def fake_facts(rack, names, **_):
 
 
 def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, monkeypatch):
-    monkeypatch.setattr(preflight, "host_facts", fake_facts)
-    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    monkeypatch.setattr(preflight.run, "host_facts", fake_facts)
+    monkeypatch.setattr(preflight.run, "reachability", lambda rack, names: (list(names), []))
     trials = load_plan(write(tmp_path, EXPERIMENT)).select(None)
     rack = FakeRack("namespaces", set())
     with pytest.raises(SpecError) as exc:
@@ -402,8 +402,8 @@ def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, 
 def test_preflight_refuses_host_pacing_without_fq(tmp_path, monkeypatch):
     """Linux host pacing needs sch_fq; a kernel without it (this machine's, a namespace rack)
     is refused by preflight with the key and what works instead, before any host is touched."""
-    monkeypatch.setattr(preflight, "host_facts", fake_facts)
-    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
+    monkeypatch.setattr(preflight.run, "host_facts", fake_facts)
+    monkeypatch.setattr(preflight.run, "reachability", lambda rack, names: (list(names), []))
     paced = (
         EXPERIMENT.replace("qdisc: rio", "qdisc: droptail") + "hosts:\n  senders: {pacing: true}\n"
     )
@@ -421,15 +421,15 @@ def test_preflight_refuses_host_pacing_without_fq(tmp_path, monkeypatch):
 def test_preflight_keeps_free_twice_what_all_of_a_hosts_captures_write(tmp_path, monkeypatch):
     """Two capture points on R write at once: the disk check adds them up (it took the larger
     one alone, half of what a trial writes)."""
-    monkeypatch.setattr(preflight, "reachability", lambda rack, names: (list(names), []))
-    monkeypatch.setattr(preflight, "capture_bytes", lambda net, site, duration: 300e6)
+    monkeypatch.setattr(preflight.run, "reachability", lambda rack, names: (list(names), []))
+    monkeypatch.setattr(preflight.checks, "capture_bytes", lambda net, site, duration: 300e6)
 
     def little_disk_on_r(rack, names, **kw):
         facts = fake_facts(rack, names, **kw)
         facts["R"]["free_disk_bytes"] = 1000 * 10**6  # above 2 x 300 MB, below 2 x 600 MB
         return facts
 
-    monkeypatch.setattr(preflight, "host_facts", little_disk_on_r)
+    monkeypatch.setattr(preflight.run, "host_facts", little_disk_on_r)
     two_points = (
         EXPERIMENT.replace("qdisc: rio}", "qdisc: droptail}\n    - {name: edge, from: R, to: A, "
                            "rate: 1500kbit, buffer: 60kB}")

@@ -1,0 +1,107 @@
+"""What the hosts have, as they answer it: their facts (trials/host_facts.py run on each, in
+parallel), what a host's kernel offers in one line, and which queue disciplines a Linux
+kernel can load."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.rack import Rack
+from trials.network import FREEBSD_GROUPS
+
+_FACTS_SOURCE = (Path(__file__).parents[1] / "host_facts.py").read_text()
+# host_facts.STATIC (that module runs on the hosts and is not imported here).
+STATIC_FACTS = (
+    "hostname",
+    "kernel",
+    "cc_modules",
+    "qdiscs",
+    "tracepoints",
+    "tools",
+    "siftr",
+    "bpf_cc_kernel",
+)
+# Kernel modules of a link's qdisc where it is not sch_<qdisc> alone. rio: GRED in RIO mode,
+# whose virtual queue a clsact (sch_ingress) egress filter sets: flower for IN, matchall OUT.
+QDISC_MODULES = {"rio": ["sch_gred", "sch_ingress", "cls_flower", "cls_matchall"]}
+
+
+def host_facts(
+    rack: Rack,
+    names: list[str],
+    before: Callable[[str], str] | None = None,
+    static: dict[str, dict[str, Any]] | None = None,
+    route_to: dict[str, list[str]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Facts of each host (host_facts.py run there), gathered in parallel; `before(host)`:
+    a command run first on that host in the same round trip (it must succeed). With
+    `static` (a cache the caller keeps), a host's unchanging facts (kernel, modules, tool
+    versions) are read on its first call only and taken from the cache after. `route_to`:
+    per host, addresses whose route its kernel picks (the facts' route_to)."""
+    commands = {}
+    for name in names:
+        host = rack.host(name)
+        words = [host.workdir, *host.interfaces]
+        asked = (route_to or {}).get(name, [])
+        words += [f"--route-to={a}" for a in asked]
+        if asked and len(host.interfaces) == 1:  # an end host: routes from its address
+            words.append(f"--route-from={next(iter(host.interfaces.values())).ip}")
+        if static is not None and name in static:
+            words.append("--changing")
+        args = shlex.join(words)
+        first = f"{before(name)} && " if before else ""
+        commands[name] = f"{first}python3 -c {shlex.quote(_FACTS_SOURCE)} {args}"
+    facts = {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
+    if static is not None:
+        for name, f in facts.items():
+            known = static.setdefault(name, {k: f[k] for k in STATIC_FACTS if k in f})
+            facts[name] = {**known, **f}
+    return facts
+
+
+def available(facts: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per host: what its kernel offers (congestion controls, queue disciplines,
+    tracepoints)."""
+    lines = []
+    for name, f in sorted(facts.items()):
+        ccs = sorted(set(f["cc_loaded"]) | set(f["cc_modules"]))
+        trace = f.get("tracepoints")
+        siftr = f"; siftr {'yes' if f['siftr'] else 'no'}" if "siftr" in f else ""  # FreeBSD
+        lines.append(
+            f"{name} (kernel {f['kernel']}): cc {' '.join(ccs)}; "
+            f"qdiscs {' '.join(f.get('qdiscs') or []) or '?'}; "
+            f"tracepoints {' '.join(trace) if trace else ('none' if trace == [] else '?')}" + siftr
+        )
+    return lines
+
+
+def runs_freebsd(rack: Rack, host: str) -> bool:
+    """A host of the groups freebsd_routers or freebsd_hosts (ResolvedNetwork.runs_freebsd)."""
+    return any(g in rack.host(host).groups for g in FREEBSD_GROUPS)
+
+
+def kernel_modules(qdisc: str) -> list[str]:
+    """The kernel modules a link's qdisc needs (rio: GRED, clsact, flower and matchall)."""
+    return QDISC_MODULES.get(qdisc, [f"sch_{qdisc}"])
+
+
+def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str, set[str]]:
+    """Which of the named qdiscs each host's kernel has (every module it needs loaded, built
+    in, or loadable)."""
+    if not names or not hosts:
+        return {h: set() for h in hosts}
+    # { ...; } groups, never "((": the shell would read that as arithmetic.
+    probe = "; ".join(
+        "{ "
+        + " && ".join(
+            f"{{ test -d /sys/module/{m} || modprobe -n {m}; }}" for m in kernel_modules(q)
+        )
+        + f"; }} >/dev/null 2>&1 && echo {q}"
+        for q in sorted(names)
+    )
+    out = rack.run_parallel({h: probe + "; true" for h in hosts})
+    return {h: set(text.split()) for h, text in out.items()}
