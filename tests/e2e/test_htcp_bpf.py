@@ -181,6 +181,7 @@ def test_the_flow_ran_the_bpf_htcp_built_from_this_checkout(trial):
     assert sender["sysctls"]["net.ipv4.tcp_congestion_control"] == "htcp"
     assert "htcp" not in sender["cc_modules"]  # the point: this kernel has no module
     ran = bpf_cc_provenance(sender, "htcp")
+    assert record["cc_implementation"]["A"]["htcp"] == ran  # the record names it itself
     module = registration_module()
     assert ran["implementation"] == "bpf"
     assert ran["source_sha256"] == module.source_sha256(module.source_files(sources(), "htcp"))
