@@ -14,14 +14,14 @@ import ipaddress
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, PlainValidator
 
 from core.dscp import DSCP_NAMES, parse_dscp
+from core.rio import MEAN_PACKET_RANGE
 from core.units import (
-    ETHERNET_HEADER,
     Buffer,
     format_duration,
     format_rate,
@@ -70,8 +70,17 @@ def shown(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Allowed:
+    """What a key allows, in words, where no Range or Identifier says it (for the docs)."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Range:
-    """The values a key may take, in its base unit; `show` writes a bound as a file would."""
+    """The values a key may take, in its base unit; `show` writes a bound as a file would,
+    `kind` names the quantity (rate, duration, whole number)."""
 
     low: int | float
     high: int | float
@@ -79,10 +88,12 @@ class Range:
     show: Callable[[Any], str] = str
     open_low: bool = False
     open_high: bool = False
+    kind: str = "whole number"
 
     def text(self) -> str:
         low, high = self.show(self.low), self.show(self.high)
-        if isinstance(self.low, int) and self.high == self.low + 1:
+        whole_numbers = isinstance(self.low, int) and isinstance(self.high, int)
+        if whole_numbers and self.high == self.low + 1:
             return f"{low} or {high}"
         if self.open_low and self.open_high:
             return f"above {low} and below {high}"
@@ -124,7 +135,7 @@ def real(
     low: float, high: float, why: str, *, open_low: bool = False, open_high: bool = False
 ) -> Any:
     """A finite number (whole or not) in the range."""
-    limit = Range(low, high, why, open_low=open_low, open_high=open_high)
+    limit = Range(float(low), float(high), why, lambda v: f"{v:g}", open_low, open_high, "number")
 
     def check(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -141,6 +152,7 @@ def quantity(
 ) -> Any:
     """A number with a unit ('1mbit', '20ms'), parsed to its base unit and range-checked;
     `serialize` writes it back (trial ids hash that form: keep it)."""
+    limit = replace(limit, kind=what)
 
     def check(value: Any) -> int:
         if isinstance(value, bool):
@@ -206,16 +218,15 @@ PACKET_INTERVAL = Range(
 )  # fmt: skip
 MTU = Range(68, 9000, "IPv4's smallest MTU (RFC 791) to a 9000-byte jumbo frame")
 MEAN_PACKET = Range(
-    64, int(MTU.high) + ETHERNET_HEADER, "a minimum Ethernet frame to a full jumbo frame",
-    _bytes_text,
-)  # fmt: skip
+    *MEAN_PACKET_RANGE, "a minimum Ethernet frame to a jumbo packet (core/rio.py)", _bytes_text
+)
 MAX_QUEUE_PACKETS = 100_000
 _QUEUE_WHY = (
     "100 000 full-size frames (150MB) at most: the kernel holds a queue in memory, and at "
     "1 Gbit/s that is over a second of queue"
 )
-BUFFER_BYTES = Range(1, 150 * 10**6, _QUEUE_WHY, _bytes_text)
-BUFFER_PACKETS = Range(1, MAX_QUEUE_PACKETS, _QUEUE_WHY, lambda n: f"{n}pkt")
+BUFFER_BYTES = Range(1, 150 * 10**6, _QUEUE_WHY, _bytes_text, kind="buffer")
+BUFFER_PACKETS = Range(1, MAX_QUEUE_PACKETS, _QUEUE_WHY, lambda n: f"{n}pkt", kind="buffer")
 SOCKET_BUFFER = Range(
     1024, 1 << 28,
     "1024 B (below that TCP stalls) to 256 MiB, above any bandwidth-delay product of a rack",
@@ -226,7 +237,9 @@ MESSAGE_BYTES = Range(
     1, (1 << 31) - 1, "1 B to 2 GiB, what one transaction's 32-bit length holds", _bytes_text
 )
 MAX_SEED = 2**63 - 1
-LOAD = Range(0, 1, "a fraction of the link rate: 0.64 or 64%", open_low=True)
+LOAD = Range(
+    0.0, 1.0, "a fraction of the link rate: 0.64 or 64%", lambda v: f"{v:g}", True, kind="load"
+)
 
 LinkRate = quantity(parse_rate, format_rate, "rate", LINK_RATE)
 LinkDelay = quantity(parse_offset_ns, format_duration, "one-way delay", LINK_DELAY)
@@ -272,7 +285,9 @@ def _buffer(value: Any) -> Buffer:
     return buffer
 
 
-BufferSize = Annotated[Buffer, PlainValidator(_buffer), PlainSerializer(str), BUFFER_BYTES]
+BufferSize = Annotated[
+    Buffer, PlainValidator(_buffer), PlainSerializer(str), BUFFER_BYTES, BUFFER_PACKETS
+]
 
 
 # -- identifiers -------------------------------------------------------------------------------
@@ -358,7 +373,14 @@ def _cc_param_value(value: Any) -> int | str:
     raise ValueError(f"{shown(value)} is not a module parameter value; {allowed}")
 
 
-CcParamValue = Annotated[int | str, PlainValidator(_cc_param_value), CC_PARAM_INT]
+CcParamValue = Annotated[
+    int | str,
+    PlainValidator(_cc_param_value),
+    Allowed(
+        "whole number or word",
+        f"{CC_PARAM_INT.text()}, or a word of up to 64 letters, digits or _ . , + -",
+    ),
+]
 
 
 def _known_cc(value: Any) -> str:
@@ -369,7 +391,9 @@ def _known_cc(value: Any) -> str:
     return value
 
 
-CongestionControl = Annotated[str, BeforeValidator(_known_cc)]
+CongestionControl = Annotated[
+    str, BeforeValidator(_known_cc), Allowed("congestion control", ", ".join(LINUX_CC))
+]
 
 
 def _dscp(value: Any) -> int | str:
@@ -383,14 +407,17 @@ def _dscp(value: Any) -> int | str:
 
 
 # A DSCP as written (0..63 or a name: be, ef, af11..af43, cs0..cs7), kept as written.
-Dscp = Annotated[int | str, PlainValidator(_dscp)]
+Dscp = Annotated[
+    int | str,
+    PlainValidator(_dscp),
+    Allowed("DSCP", f"0 to 63 or a name: {', '.join(DSCP_NAMES)}"),
+]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def text(longest: int, *, lines: bool) -> Any:
     """Free text (a description): printable, at most `longest` characters."""
-    limit = Range(0, longest, "characters", open_low=False)
 
     def check(value: Any) -> str:
         if not isinstance(value, str):
@@ -405,7 +432,8 @@ def text(longest: int, *, lines: bool) -> Any:
             )
         return value
 
-    return Annotated[str, BeforeValidator(check), limit]
+    rule = f"at most {longest} printable characters" + (" (lines, tabs)" if lines else "")
+    return Annotated[str, BeforeValidator(check), Allowed("text", rule)]
 
 
 Label = text(200, lines=False)

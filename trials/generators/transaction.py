@@ -53,7 +53,8 @@ class TransactionSpec(GeneratorSpec):
     )
     tcp_window: MessageBytes | None = Field(
         None,
-        description="tcp: SO_SNDBUF and SO_RCVBUF of both ends (the paper's 8760B); not "
+        description=f"tcp: SO_SNDBUF and SO_RCVBUF of both ends ({SOCKET_BUFFER.text()}; "
+        "the paper's 8760B); not "
         "applied to udp (its window is `window`), so one file may cross both protocols",
     )
     window: MessageBytes | None = Field(None, description="udp: bytes per window (default 17726 B)")

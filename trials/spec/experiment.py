@@ -134,7 +134,9 @@ class Experiment(Strict):
     description: Description = Field("", description="free text")
     topology: Name = Field("dumbbell", description="the rack topology it needs")
     network: Network = Field(default_factory=Network)
-    traffic: list[Generator] = Field(min_length=1)
+    traffic: list[Generator] = Field(
+        min_length=1, description="typed generators, one table per type below"
+    )
     capture: Capture = Field(default_factory=Capture)
     markers: list[EdgeMarker] = Field(
         default_factory=list, description="adaptive per-flow DSCP markers at edge routers"

@@ -29,7 +29,7 @@ MAX_VALUES = 10_000
 MAX_VALUE_CHARS = 10_000
 MAX_NUMBER_CHARS = 40
 LIMITS = {
-    "file size": (f"{MAX_FILE_BYTES} bytes (256 KiB)", "80 times the largest shipped file"),
+    "file size": (f"{MAX_FILE_BYTES} bytes", "256 KiB: 80 times the largest shipped file"),
     "nesting depth": (
         f"{MAX_DEPTH} levels",
         "twice the deepest the schema needs: a factor whose levels are whole link lists",
@@ -59,12 +59,7 @@ class _UniqueKeyLoader(_SafeLoader):  # type: ignore[misc, valid-type]
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
                 continue
             key = self.construct_object(key_node)
-            try:
-                first = seen.get(key)
-            except TypeError:  # an alias to a list or mapping as a key
-                raise yaml.constructor.ConstructorError(
-                    None, None, "a key must be a plain value", key_node.start_mark
-                ) from None
+            first = seen.get(key)
             if first is not None:
                 raise yaml.constructor.ConstructorError(
                     None,
@@ -98,7 +93,7 @@ class _Open:
 def _over(source: object, mark: Any, what: str, found: str) -> SpecError:
     limit, why = LIMITS[what]
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-    return SpecError(f"{source}: {where}{found}; allowed {what}: at most {limit} ({why})")
+    return SpecError(f"{source}: {where}{what}: {found}; allowed: at most {limit} ({why})")
 
 
 def _check_events(events: Any, source: object) -> None:
@@ -124,12 +119,12 @@ def _check_events(events: Any, source: object) -> None:
                     )
                 parent.entries += 1
                 if parent.entries > MAX_ENTRIES * (2 if parent.mapping else 1):
-                    found = f"more than {MAX_ENTRIES} entries in one list or mapping"
+                    found = f"more than {MAX_ENTRIES}"
                     raise _over(source, event.start_mark, "entries of one list or mapping", found)
         if isinstance(event, yaml.CollectionStartEvent):
             total += 1
             if len(stack) + 1 > MAX_DEPTH:
-                found = f"nested more than {MAX_DEPTH} levels deep"
+                found = f"more than {MAX_DEPTH} levels"
                 raise _over(source, event.start_mark, "nesting depth", found)
             stack.append(_Open(event.anchor, isinstance(event, yaml.MappingStartEvent)))
         elif isinstance(event, yaml.CollectionEndEvent):
@@ -164,7 +159,7 @@ def _check_events(events: Any, source: object) -> None:
                 stack[-1].values += values
                 stack[-1].height = max(stack[-1].height, height)
         if total > MAX_VALUES:
-            found = f"more than {MAX_VALUES} values (aliases expanded)"
+            found = f"more than {MAX_VALUES}"
             raise _over(source, getattr(event, "start_mark", None), "values in the file", found)
 
 
@@ -173,12 +168,12 @@ def _check_scalar(
 ) -> None:
     value = event.value
     if len(value) > MAX_VALUE_CHARS:
-        found = f"a value of {len(value)} characters"
+        found = f"{len(value)}"
         raise _over(source, event.start_mark, "characters of one value", found)
     if len(value) > MAX_NUMBER_CHARS and event.implicit[0]:
         tag = resolver.resolve(yaml.ScalarNode, value, event.implicit)
         if tag.endswith((":int", ":float")):
-            found = f"a number of {len(value)} characters"
+            found = f"{len(value)}"
             raise _over(source, event.start_mark, "characters of one number", found)
 
 
@@ -202,11 +197,23 @@ def _key_lines(root: yaml.Node) -> dict[tuple[str | int, ...], int]:
     return lines
 
 
-def _not_yaml(source: object, exc: yaml.YAMLError) -> SpecError:
+def _not_yaml(source: object, exc: yaml.YAMLError, text: str) -> SpecError:
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not take
+        pos = int(exc.position)
+        line, column = text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return SpecError(
+            f"{source}: line {line}, column {column}: not valid YAML: character U+{code:04X}: "
+            f"{exc.reason}"
+        )
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        return SpecError(f"{source}: {where}not valid YAML: {exc.problem or exc.context}")
+        context = ""
+        if exc.problem and exc.context and exc.context_mark:
+            start = exc.context_mark
+            context = f" ({exc.context}, from line {start.line + 1}, column {start.column + 1})"
+        return SpecError(f"{source}: {where}not valid YAML: {exc.problem or exc.context}{context}")
     return SpecError(f"{source}: not valid YAML: {exc}")
 
 
@@ -224,7 +231,7 @@ def load_text(text: str, source: object) -> Loaded:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
-        raise _not_yaml(source, exc) from None
+        raise _not_yaml(source, exc, text) from None
 
 
 def read_file(path: Path) -> Loaded:

@@ -21,6 +21,7 @@ from core.rio import DEFAULTS as RIO_DEFAULTS
 from core.rio import HIGH_DSCP, IN_DSCP, MAX_OVER_MIN, MEAN_PACKET, RioError, virtual_queues
 from core.units import ETHERNET_HEADER, parse_bytes
 from trials.fields import (
+    Allowed,
     BufferSize,
     Dscp,
     InventoryHost,
@@ -165,17 +166,23 @@ class Link(Strict):
     """
 
     name: Name
-    between: tuple[Name, Name] | None = None
-    from_: Name | None = Field(None, alias="from")
+    between: tuple[Name, Name] | None = Field(None, description="[X, Y]: both directions")
+    from_: Name | None = Field(None, alias="from", description="with to: one direction")
     to: Name | None = None
-    rate: LinkRate | None = None
-    buffer: BufferSize | None = None
-    delay: LinkDelay = 0
-    qdisc: Literal[QDISCS] = "droptail"  # type: ignore[valid-type]
+    rate: LinkRate | None = Field(None, description="link rate; none = not shaped")
+    buffer: BufferSize | None = Field(None, description="drop-tail limit, bytes or packets")
+    delay: LinkDelay = Field(0, description="one-way propagation delay")
+    qdisc: Literal[QDISCS] = Field("droptail", description="queue discipline")  # type: ignore[valid-type]
     rio: Rio | None = Field(None, description="qdisc rio: thresholds per drop precedence")
-    mtu: Mtu = 1500
-    forward: dict[str, Any] = Field(default_factory=dict)
-    reverse: dict[str, Any] = Field(default_factory=dict)
+    mtu: Mtu = Field(1500, description="MTU of both ends' interfaces")
+    forward: dict[str, Any] = Field(
+        default_factory=dict,
+        description="between[0] -> between[1] (or from -> to): rate, buffer, delay, qdisc, "
+        "rio of this direction",
+    )
+    reverse: dict[str, Any] = Field(
+        default_factory=dict, description="between[1] -> between[0]: as forward"
+    )
 
     @model_validator(mode="after")
     def _ends(self) -> Link:
@@ -263,8 +270,14 @@ def _address_or_node(value: Any) -> str:
     )
 
 
-Ports = Annotated[int | str, BeforeValidator(_ports)]
-AddressOrNode = Annotated[str, BeforeValidator(_address_or_node)]
+Ports = Annotated[
+    int | str, BeforeValidator(_ports), Allowed("port", "1 to 65535, or a range lo-hi")
+]
+AddressOrNode = Annotated[
+    str,
+    BeforeValidator(_address_or_node),
+    Allowed("address or node", "an IPv4 address or prefix, or a node's name"),
+]
 
 
 class MarkRule(Strict):
