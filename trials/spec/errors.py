@@ -37,7 +37,7 @@ def require_unique(what: str, key: str, names: list[str]) -> None:
         if name in names[:i]:
             raise At(
                 f"{key}[{i}]",
-                f"{what} names must be unique; repeated: {name} (also {key}[{names.index(name)}])",
+                f"{what} names must be unique; repeated: {name} (first at [{names.index(name)}])",
             )
 
 
