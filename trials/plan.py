@@ -30,7 +30,7 @@ from trials.spec import (
     validate,
 )
 from trials.spec.errors import Path as KeyPath
-from trials.spec.errors import key_text
+from trials.spec.errors import key_text, printable
 
 __all__ = ["Plan", "Trial", "load_plan", "parse_key", "parse_set", "set_key"]
 
@@ -226,11 +226,19 @@ def trial_id(exp: Experiment, repetition: int) -> str:
 _NOT_FACTORS = {*_NOT_PARAMETERS, "topology"}
 
 
+def _canonical(value: Any) -> str:
+    """One text per level, whatever order its mappings were written in."""
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except TypeError:  # keys of several types (1 and 'a') cannot be sorted
+        return repr(value)
+
+
 def _check_factors(levels: dict[str, list[Any]], path: Path) -> None:
     """SpecError for a factor whose key is not a key, names the matrix itself or the
     topology, or whose levels are none or repeat one another."""
     for key, values in levels.items():
-        where = f"{path}: key 'factors.{key}'"
+        where = f"{path}: key 'factors.{_said(key)}'"
         try:
             parts = parse_key(key)
         except ValueError as exc:
@@ -244,7 +252,7 @@ def _check_factors(levels: dict[str, list[Any]], path: Path) -> None:
             raise SpecError(f"{where}: {parts[0]} cannot be a factor ({why})")
         if not values:
             raise SpecError(f"{where}: no levels; give one value or a list of them")
-        texts = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        texts = [_canonical(v) for v in values]
         twice = sorted({t for t in texts if texts.count(t) > 1})
         if twice:
             raise SpecError(f"{where}: level {', '.join(twice)} given more than once")
@@ -287,13 +295,13 @@ def _apply_sets(
                 raw["factors"] = {k: v for k, v in file_factors.items() if k != key}
             changed = set_key(raw, key, value)  # `factors={...}` replaces them all
         except ValueError as exc:
-            raise SpecError(f"{path}: --set {text}: {exc}") from None
+            raise SpecError(f"{path}: --set {_said(text)}: {exc}") from None
         for earlier in applied:
             both = next((p for p in changed for q in earlier.paths if _overlap(p, q)), None)
             if both is not None:
                 raise SpecError(
-                    f"{path}: --set {text}: {key_text(both)} is already set by --set "
-                    f"{earlier.text}; set it once"
+                    f"{path}: --set {_said(text)}: {key_text(both)} is already set by "
+                    f"--set {_said(earlier.text)}; set it once"
                 )
         applied.append(_Setting(text, key, changed))
     return applied
@@ -310,24 +318,38 @@ def _factor_paths(
         try:
             targets[key] = key_targets(raw, key)
         except ValueError as exc:
-            raise SpecError(f"{path}: key 'factors.{key}': {exc}") from None
+            raise SpecError(f"{path}: key 'factors.{_said(key)}': {exc}") from None
         for other, paths in targets.items():
             both = next(
                 (p for p in targets[key] for q in paths if other != key and _overlap(p, q)), None
             )
             if both is not None:
                 raise SpecError(
-                    f"{path}: key 'factors.{key}': it varies {key_text(both)}, as "
-                    f"factors.{other} does; give one factor for one setting"
+                    f"{path}: key 'factors.{_said(key)}': it varies {key_text(both)}, as "
+                    f"factors.{_said(other)} does; give one factor for one setting"
                 )
         for setting in settings:
             both = next((p for p in targets[key] for q in setting.paths if _overlap(p, q)), None)
             if both is not None:
                 raise SpecError(
-                    f"{path}: --set {setting.text}: {key_text(both)} is varied by factors.{key}; "
-                    f"replace the factor with --set {key}=VALUE, or leave it"
+                    f"{path}: --set {_said(setting.text)}: {key_text(both)} is varied by "
+                    f"factors.{_said(key)}; replace the factor with --set "
+                    f"{_said(key)}=VALUE, or leave it"
                 )
     return targets
+
+
+def _said(text: Any) -> str:
+    """A key or a --set from the file or the command line as a message shows it: one line,
+    cut short."""
+    said = printable(str(text))
+    return said if len(said) <= 80 else f"{said[:70]}...{said[-5:]}"
+
+
+def _level(value: Any) -> str:
+    """A factor level as a message shows it: JSON, cut short."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else f"{text[:55]}...{text[-3:]}"
 
 
 def _check_trials(trials: list[Trial], path: Path) -> None:
@@ -342,8 +364,7 @@ def _check_trials(trials: list[Trial], path: Path) -> None:
             first = seen.setdefault(value, t)
             if first is not t:
                 differ = [
-                    f"{k}: {json.dumps(first.overrides[k], default=str)} and "
-                    f"{json.dumps(t.overrides[k], default=str)}"
+                    f"{_said(k)}: {_level(first.overrides[k])} and {_level(t.overrides[k])}"
                     for k in t.overrides
                     if first.overrides[k] != t.overrides[k]
                 ]
@@ -385,7 +406,8 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
         base: Experiment | None = validate(raw, path, lines)
     except SpecError as exc:
         if sets:  # say that the file was changed before it was judged
-            exc = SpecError(f"{exc}\n  (the file as changed by --set {' '.join(sets)})")
+            changed = " ".join(_said(s) for s in sets)
+            exc = SpecError(f"{exc}\n  (the file as changed by --set {changed})")
         # The file as written may be invalid only where factors override it (e.g. a late
         # joiner's start beyond a shortened duration): then each trial is judged alone.
         if not factors:
@@ -410,7 +432,7 @@ def load_plan(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Plan:
             try:
                 set_key(trial_raw, key, value)
             except ValueError as exc:
-                raise SpecError(f"{path}: key 'factors.{key}': {exc}") from None
+                raise SpecError(f"{path}: key 'factors.{_said(key)}': {exc}") from None
         exp, error = None, None
         try:
             exp = validate(trial_raw, path, factor_lines)

@@ -14,9 +14,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trials.fields import shown
 from trials.generators import GENERATOR_TYPES
 
 Path = tuple[str | int, ...]
+_LONGEST_PART = 60  # characters of one part of a key shown in a message
+
+
+# What would break a message's line or rewrite a terminal: C0 and C1 controls, and what
+# str.splitlines takes for a line end.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """Text from a file as one line of a message: control characters escaped (\\n, \\x1b)."""
+    return _UNPRINTABLE.sub(lambda m: repr(m[0])[1:-1], text)
 
 
 class SpecError(ValueError):
@@ -45,28 +57,32 @@ _TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[([^\]]*)\]")
 _ELEMENT = re.compile(r"-?[0-9]+|\*|[A-Za-z][A-Za-z0-9_]{0,31}")
 
 
-def parse_key(key: str) -> list[str | int]:
+def parse_key(key: Any) -> list[str | int]:
     """'traffic[0].cc' -> ['traffic', 0, 'cc']; '[*]' and '[name]' stay strings in brackets."""
+    text = key if isinstance(key, str) else ""
     parts: list[str | int] = []
     pos = 0
-    while pos < len(key):
-        m = _TOKEN.match(key, pos)
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
         inner = m[2].strip() if m and m[2] is not None else None
         if (
             not m
-            or (pos == 0 and key.startswith("."))
+            or (pos == 0 and text.startswith("."))
             or (inner is not None and not _ELEMENT.fullmatch(inner))
         ):
-            raise ValueError(
-                f"{key!r} is not a key; write dotted names with list indices, e.g. "
-                "traffic[0].cc, hosts.senders.initcwnd, network.links[bottleneck].delay (an "
-                "element by its index, by its name, or [*] for every one)"
-            )
+            parts = []
+            break
         if m[1] is not None:
             parts.append(m[1])
         else:
             parts.append(int(inner) if inner.lstrip("-").isdigit() else f"[{inner}]")  # type: ignore[union-attr]
         pos = m.end()
+    if not parts:
+        raise ValueError(
+            f"{shown(key)} is not a key; write dotted names with list indices, e.g. "
+            "traffic[0].cc, hosts.senders.initcwnd, network.links[bottleneck].delay (an "
+            "element by its index, by its name, or [*] for every one)"
+        )
     return parts
 
 
@@ -77,8 +93,13 @@ def path_of(loc: Iterable[Any]) -> Path:
 
 
 def key_text(path: Iterable[Any]) -> str:
-    """('traffic', 0, 'cc') -> 'traffic[0].cc'."""
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    """('traffic', 0, 'cc') -> 'traffic[0].cc' (a part of a hostile file's key cut short)."""
+
+    def part(p: Any) -> str:
+        text = str(p)
+        return text if len(text) <= _LONGEST_PART else f"{text[:_LONGEST_PART]}..."
+
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{part(p)}" for p in path).lstrip(".")
 
 
 def join(base: Path, key: str) -> Path:

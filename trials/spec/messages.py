@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from trials.fields import shown
 from trials.generators import GENERATOR_TYPES
-from trials.spec.errors import Lines, error_path, key_text, parse_key
+from trials.spec.errors import Lines, error_path, key_text, parse_key, printable
 from trials.spec.experiment import Experiment
 
 _LEADING_KEY = re.compile(
@@ -59,7 +59,7 @@ def format_errors(
         else:
             text = f"{where}: {msg}"
         line = lines.of(path) if lines is not None and not prefix else None
-        out.append(f"{source}: {text}" + (f" (line {line})" if line else ""))
+        out.append(f"{source}: {printable(text)}" + (f" (line {line})" if line else ""))
     return "\n".join(dict.fromkeys(out))
 
 
