@@ -325,19 +325,22 @@ HostKey = identifier(
     "letters, digits or _ (all, senders, receivers, an inventory group or a node)",
 )  # fmt: skip
 _DNS_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_DNS_NAME = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?")
 
 
 def _address_or_dns(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
+    # with a ':', or of digits and dots only, it is read as an address: it must be one
+    if ":" in text or re.fullmatch(r"[0-9.]+", text):
+        try:
+            ipaddress.ip_address(text)
+        except ValueError:
+            return False
         return True
-    except ValueError:
-        # a name of digits and dots only would be read as an (invalid) IPv4 address
-        return len(text) <= 253 and not re.fullmatch(r"[0-9.]+", text)
+    return len(text) <= 253 and bool(_DNS_NAME.fullmatch(text))
 
 
 InventoryHost = identifier(
-    "an IP address or a DNS name", rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?|[0-9A-Fa-f:.]+",
+    "an IP address or a DNS name", r"[0-9A-Za-z_.:-]+",
     "give the inventory host as an IPv4/IPv6 address or a DNS name (labels of letters, "
     "digits, - and _, at most 253 characters)",
     _address_or_dns,
@@ -413,7 +416,9 @@ Dscp = Annotated[
     Allowed("DSCP", f"0 to 63 or a name: {', '.join(DSCP_NAMES)}"),
 ]
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Control characters (C0 but tab and newline, C1), line and paragraph separators, and the
+# bidirectional overrides that make text read other than it is.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def text(longest: int, *, lines: bool) -> Any:

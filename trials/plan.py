@@ -83,7 +83,7 @@ def key_targets(raw: Any, key: str) -> list[KeyPath]:
             wanted = head[1:-1]
             indices = [i for i, item in enumerate(node) if element_name(item, i) == wanted]
             if not indices:
-                names = ", ".join(str(element_name(item, i)) for i, item in enumerate(node))
+                names = ", ".join(_said(element_name(item, i)) for i, item in enumerate(node))
                 raise ValueError(
                     f"'{key_text(done)}' has no entry named {wanted!r}; it has: {names}"
                 )
@@ -156,7 +156,7 @@ class Plan:
         broken: dict[str, list[str]] = {}  # message -> the factor levels of its trials
         for t in chosen:
             if t.error:
-                levels = ", ".join(f"{k}={v}" for k, v in t.overrides.items())
+                levels = ", ".join(f"{_said(k)}={_said(v)}" for k, v in t.overrides.items())
                 broken.setdefault(t.error, []).append(levels)
         if broken:
             lines = []

@@ -13,8 +13,10 @@ import pytest
 from tests.unit.spec_files import GOOD, check, error_of, write
 from trials.fields import shown
 from trials.plan import load_plan
+from trials.spec import SpecError
 
 HOSTILE = ["$(reboot)", ";rm -rf /", "a'b", 'a"b', "a b", "a\nb", "a\x00b", "-oProxyCommand=x"]
+HOSTILE += ["::::", "abc:def", "1.2.3", "x" * 254, "a..b", "-a.example"]
 NAME_RULE = "a letter, then up to 31 letters, digits or _"
 
 
@@ -183,6 +185,8 @@ def test_description_and_name_are_printable_text(tmp_path):
     ) in message
     text = GOOD.replace("topology:", 'description: "two\\nlines"\nname: one line\ntopology:')
     assert load_plan(write(tmp_path, text)).base.description == "two\nlines"
+    message = error_of(tmp_path, GOOD.replace("topology:", 'name: "a\\u202eb"\ntopology:'))
+    assert "key 'name': 'a\\u202eb' holds the control character '\\u202e'" in message
 
 
 def test_factor_keys_name_elements_by_index_name_or_star(tmp_path):
@@ -204,3 +208,21 @@ def test_names_from_the_file_never_hold_what_a_shell_reads(tmp_path):
             names += [p.interface for p in exp.capture.points if p.interface]
             for name in names:
                 assert name.replace("_", "").replace(".", "").replace("-", "").isalnum(), name
+
+
+def test_a_message_keeps_one_problem_per_line_whatever_the_file_holds(tmp_path):
+    text = GOOD.replace(
+        "hosts.senders.initcwnd: [1, 3, 10]", 'hosts.senders.initcwnd: [1, "a\\nb"]'
+    )
+    plan = load_plan(write(tmp_path, text))
+    with pytest.raises(SpecError) as exc:
+        plan.select(None)
+    (line,) = str(exc.value).splitlines()
+    assert line.startswith(
+        f"{tmp_path / 'exp.yml'}: key 'hosts.senders.initcwnd': 'a\\nb' is not a whole number; "
+    )
+    assert "(in the trial with hosts.senders.initcwnd=a\\nb, traffic[late].start=" in line
+    message = error_of(tmp_path, GOOD.replace("hosts:\n", 'hosts:\n  "x\\ny": {cc: reno}\n'))
+    assert f"{tmp_path / 'exp.yml'}: key 'hosts.x\\ny': 'x\\ny' is not a node or group name" in (
+        message
+    )

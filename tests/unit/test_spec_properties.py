@@ -97,7 +97,7 @@ def scaled(value: Any, factor: float) -> Any:
         number = float(m[1]) * factor
         return f"{number:g}{m[2]}"
     if isinstance(value, str):
-        return value * 100
+        return (value * 100)[:20_000]  # beyond the longest value a file may hold
     return value
 
 

@@ -96,7 +96,7 @@ def key_text(path: Iterable[Any]) -> str:
     """('traffic', 0, 'cc') -> 'traffic[0].cc' (a part of a hostile file's key cut short)."""
 
     def part(p: Any) -> str:
-        text = str(p)
+        text = printable(str(p))
         return text if len(text) <= _LONGEST_PART else f"{text[:_LONGEST_PART]}..."
 
     return "".join(f"[{p}]" if isinstance(p, int) else f".{part(p)}" for p in path).lstrip(".")
