@@ -40,6 +40,8 @@ DEFAULTS: dict[str, dict[str, float]] = {
 }
 MAX_OVER_MIN = 3
 MEAN_PACKET = "1500B"  # the seed-004 flow table: 190 packets carry 284 454 bytes (1497 B each)
+# Bytes per packet that convert thresholds: a minimum Ethernet frame to a jumbo packet.
+MEAN_PACKET_RANGE = (64, 9000)
 # IN: drop precedence 1 of every AF class (RFC 2597); every other DSCP is OUT.
 IN_DSCP = ("af11", "af21", "af31", "af41")
 # High: drop precedence 3 of every AF class, when the queue has that level.
@@ -162,8 +164,9 @@ def mean_packet_bytes(rio: dict[str, Any]) -> int:
         value = parse_bytes(rio.get("mean_packet") or MEAN_PACKET)
     except ValueError as e:
         raise RioError(f"rio.mean_packet: {e}") from None
-    if not 64 <= value <= 9000:
-        raise RioError(f"rio.mean_packet: {value} B is not a packet size (64B to 9000B)")
+    low, high = MEAN_PACKET_RANGE
+    if not low <= value <= high:
+        raise RioError(f"rio.mean_packet: {value} B is not a packet size ({low}B to {high}B)")
     return value
 
 

@@ -192,7 +192,7 @@ def resolve_network(exp: Experiment, rack: Rack, source: str) -> ResolvedNetwork
         try:
             hosts[host] = rack.host(host)
         except RackError as exc:
-            where = f"network.nodes.{node}" if node in net.nodes else f"node {node}"
+            where = f"key 'network.nodes.{node}.host'" if node in net.nodes else f"node {node}"
             raise RackError(f"{source}: {where}: {exc}") from None
     # Routers on the paths between the experiment's nodes forward its packets too.
     for name, host in rack.hosts.items():
@@ -410,7 +410,12 @@ def virtual_topology_problems(exp: Experiment, source: str) -> list[str]:
     problems = []
     for where, node in exp.node_references():
         host = exp.network.host_of(node)
-        if host not in hosts:
+        if host not in hosts and node in exp.network.nodes:  # the binding is at fault
+            problems.append(
+                f"{source}: key 'network.nodes.{node}.host': {host!r} (node {node}) is not a "
+                f"host of the {exp.topology} topology; its hosts are: {', '.join(hosts)}"
+            )
+        elif host not in hosts:
             problems.append(
                 f"{source}: key '{where}': node {node!r} is not a host of the {exp.topology} "
                 f"topology; its hosts are: {', '.join(hosts)}"

@@ -3,42 +3,17 @@ not (every message names the file and the key)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from core.units import Buffer, parse_buffer, parse_bytes, parse_duration_ns, parse_rate
-from tests.unit.spec_files import error_of, write
+from tests.unit.spec_files import GOOD, check, error_of, write
 from trials import preflight, rack_kind
 from trials.plan import load_plan, parse_key, set_key
 from trials.spec import SpecError
 
 PROJECT = Path(__file__).resolve().parents[2]
-GOOD = """\
-experiment: startup
-topology: chain2
-network:
-  links:
-    - {name: bottleneck, between: [R1, R2], rate: 1.5mbit, buffer: 20pkt, delay: 50ms}
-    - {name: access1, between: [S1, R1], rate: 10mbit, buffer: 100pkt, forward: {delay: 0s}}
-traffic:
-  - {type: bulk_tcp, name: first, from: S1, to: D1, cc: reno}
-  - {type: bulk_tcp, name: late, from: S2, to: D2, cc: reno, start: 15s}
-  - {type: cbr_udp, from: S2, to: D2, dscp: af11}
-capture:
-  points:
-    - {name: before, link: access1, at: R1}
-    - {name: r2_core, node: R2, interface: core}
-hosts:
-  senders: {initcwnd: 10, rto_min: 200ms, tcp_no_metrics_save: 1, rcvbuf: 128kB}
-duration: 30s
-factors:
-  hosts.senders.initcwnd: [1, 3, 10]
-  traffic[late].start: [0s, 15s]
-repetitions: 2
-"""
 
 
 def test_shipped_experiments_load():
@@ -215,14 +190,6 @@ def test_units_are_exact():
     assert parse_buffer("60kB") == Buffer(60_000, "B") and str(parse_buffer("20pkt")) == "20pkt"
     with pytest.raises(ValueError, match="bit, kbit, mbit, gbit"):
         parse_rate("2mbps")
-
-
-def check(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess:
-    """`python -m trials check` of ``text`` written as tmp_path/exp.yml (touches no host)."""
-    return subprocess.run(
-        [sys.executable, "-m", "trials", "check", str(write(tmp_path, text)), *args],
-        capture_output=True, text=True, cwd=PROJECT, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
 
 
 def test_check_prints_the_plan(tmp_path):

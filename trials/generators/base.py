@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from trials.fields import Name, OffsetNs, Strict
+from trials.fields import Name, StartOffset, Strict
 
 if TYPE_CHECKING:
     from core.daemons import Daemons
@@ -21,9 +21,9 @@ class GeneratorSpec(Strict):
 
     type: str
     name: Name | None = Field(None, description="label in results (default: <type><index>)")
-    from_: str = Field(alias="from", description="sending node")
-    to: str = Field(description="receiving node")
-    start: OffsetNs = Field(0, description="start time after T0")
+    from_: Name = Field(alias="from", description="sending node")
+    to: Name = Field(description="receiving node")
+    start: StartOffset = Field(0, description="start time after T0")
 
     def label(self, index: int) -> str:
         return self.name or f"{self.type}{index}"

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from core.dscp import parse_dscp
-from trials.fields import Bytes, CongestionControl, DurationNs
+from trials.fields import CongestionControl, Dscp, Flows, Port, TrafficDuration, TransferBytes
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 
 BASE_PORT = 5201
@@ -20,26 +20,21 @@ PACING_CAP = "10G"
 
 class BulkTcpSpec(GeneratorSpec):
     type: Literal["bulk_tcp"]
-    flows: int = Field(1, ge=1, le=128, description="parallel TCP connections (iperf3 -P)")
+    flows: Flows = Field(1, description="parallel TCP connections (iperf3 -P)")
     cc: CongestionControl | None = Field(None, description="default: the sender host's")
-    duration: DurationNs | None = Field(None, description="default: until the trial ends")
-    bytes: Bytes | None = Field(None, description="send this many bytes instead (iperf3 -n)")
-    pacing: bool = Field(False, description="TCP internal pacing (SO_MAX_PACING_RATE)")
-    port: int | None = Field(None, ge=1024, le=65535, description="default: 5201 + index")
-    dscp: int | str | None = Field(
+    duration: TrafficDuration | None = Field(None, description="default: until the trial ends")
+    bytes: TransferBytes | None = Field(
+        None, description="send this many bytes instead (iperf3 -n)"
+    )
+    pacing: StrictBool = Field(False, description="TCP internal pacing (SO_MAX_PACING_RATE)")
+    port: Port | None = Field(None, description="default: 5201 + index")
+    dscp: Dscp | None = Field(
         None,
         description="DSCP of the data packets, set on the sender's socket (iperf3 -S): 0..63 "
         "or a name (af11, af12, ef, ...); default: unmarked. iperf3's control connection stays "
         "unmarked: to mark every packet of the flow (e.g. into a RIO queue's IN class), use a "
         "network.marking rule with flow: instead",
     )
-
-    @field_validator("dscp")
-    @classmethod
-    def _dscp(cls, value: int | str | None) -> int | str | None:
-        if value is not None:
-            parse_dscp(value)
-        return value
 
     @model_validator(mode="after")
     def _length(self) -> BulkTcpSpec:

@@ -10,11 +10,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from core.dscp import parse_dscp
 from core.units import ETHERNET_HEADER
-from trials.fields import DurationNs
+from trials.fields import Dscp, PacketInterval, Port, TrafficDuration, UdpPacketBytes
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 from trials.udp_stream import rewrite_for_rack, write_stream_template
 
@@ -23,17 +23,11 @@ BASE_PORT = 40000
 
 class CbrUdpSpec(GeneratorSpec):
     type: Literal["cbr_udp"]
-    packet_bytes: int = Field(186, ge=36, le=1500, description="IP packet size (headers included)")
-    interval: DurationNs = Field(20_000_000, description="time between packets")
-    dscp: int | str = Field(0, description="DSCP of every packet: 0..63 or a name (ef, af11, ...)")
-    duration: DurationNs | None = Field(None, description="default: until the trial ends")
-    port: int | None = Field(None, ge=1024, le=65535, description="default: 40000 + index")
-
-    @field_validator("dscp")
-    @classmethod
-    def _dscp(cls, value: int | str) -> int | str:
-        parse_dscp(value)
-        return value
+    packet_bytes: UdpPacketBytes = Field(186, description="IP packet size (headers included)")
+    interval: PacketInterval = Field(20_000_000, description="time between packets")
+    dscp: Dscp = Field(0, description="DSCP of every packet: 0..63 or a name (ef, af11, ...)")
+    duration: TrafficDuration | None = Field(None, description="default: until the trial ends")
+    port: Port | None = Field(None, description="default: 40000 + index")
 
     def tools(self) -> dict[str, list[str]]:
         return {self.from_: ["tcpreplay"], self.to: ["python3"]}

@@ -11,7 +11,15 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from trials.fields import Bytes, DurationNs
+from trials.fields import (
+    SOCKET_BUFFER,
+    MessageBytes,
+    Pairs,
+    Port,
+    Timeout,
+    TrafficDuration,
+    Transactions,
+)
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 
 BASE_PORT = 45000  # + 100 * index; UDP pair i uses port + i
@@ -26,7 +34,6 @@ UDP_RTO_NS = 200_000_000
 UDP_HEADER = 20  # the reliable scheme's header before each datagram's data
 MAX_UDP_SEND = 65507 - UDP_HEADER
 MAX_TCP_SEND = 1 << 24
-MIN_SOCKBUF, MAX_SOCKBUF = 1024, 1 << 28
 
 
 class TransactionSpec(GeneratorSpec):
@@ -37,24 +44,27 @@ class TransactionSpec(GeneratorSpec):
         "file / 1-byte ack)"
     )
     protocol: Literal["tcp", "udp"] = Field("tcp", description="udp: the reliable window scheme")
-    request: Bytes | None = Field(None, description="EFT request size (default 100 B)")
-    file_size: Bytes | None = Field(None, description="FILETRANSF-LONG file (default 1460000 B)")
-    send_size: Bytes | None = Field(
+    request: MessageBytes | None = Field(None, description="EFT request size (default 100 B)")
+    file_size: MessageBytes | None = Field(
+        None, description="FILETRANSF-LONG file (default 1460000 B)"
+    )
+    send_size: MessageBytes | None = Field(
         None, description="bytes per send call (default 32767 B for tcp, 8863 B for udp)"
     )
-    tcp_window: Bytes | None = Field(
+    tcp_window: MessageBytes | None = Field(
         None,
-        description="tcp: SO_SNDBUF and SO_RCVBUF of both ends (the paper's 8760B); not "
+        description=f"tcp: SO_SNDBUF and SO_RCVBUF of both ends ({SOCKET_BUFFER.text()}; "
+        "the paper's 8760B); not "
         "applied to udp (its window is `window`), so one file may cross both protocols",
     )
-    window: Bytes | None = Field(None, description="udp: bytes per window (default 17726 B)")
-    rto: DurationNs | None = Field(None, description="udp: retransmission timeout (default 200ms)")
-    pairs: int = Field(1, ge=1, le=64, description="concurrent client/server pairs")
-    count: int | None = Field(
-        None, ge=1, description="transactions per pair (default: until the duration ends)"
+    window: MessageBytes | None = Field(None, description="udp: bytes per window (default 17726 B)")
+    rto: Timeout | None = Field(None, description="udp: retransmission timeout (default 200ms)")
+    pairs: Pairs = Field(1, description="concurrent client/server pairs")
+    count: Transactions | None = Field(
+        None, description="transactions per pair (default: until the duration ends)"
     )
-    duration: DurationNs | None = Field(None, description="default: until the trial ends")
-    port: int | None = Field(None, ge=1024, le=65535, description="default: 45000 + 100 * index")
+    duration: TrafficDuration | None = Field(None, description="default: until the trial ends")
+    port: Port | None = Field(None, description="default: 45000 + 100 * index")
 
     @model_validator(mode="after")
     def _consistent(self) -> TransactionSpec:
@@ -71,25 +81,22 @@ class TransactionSpec(GeneratorSpec):
         for key in ("window", "rto"):
             if tcp and getattr(self, key) is not None:
                 raise ValueError(f"{key} applies to protocol udp only (TCP's is tcp_window)")
-        if self.request_bytes < 1 or self.request_bytes >= 1 << 31:
-            raise ValueError(f"request/file_size {self.request_bytes} B: allowed 1 B to 2 GiB")
         limit = MAX_TCP_SEND if tcp else MAX_UDP_SEND
         if not 1 <= self.send_bytes <= limit:
             raise ValueError(
                 f"send_size {self.send_bytes} B: allowed 1 to {limit} B for "
                 f"{self.protocol}" + ("" if tcp else " (one datagram per send)")
             )
-        if self.tcp_window is not None and not MIN_SOCKBUF <= self.tcp_window <= MAX_SOCKBUF:
+        if self.tcp_window is not None and not SOCKET_BUFFER.holds(self.tcp_window):
             raise ValueError(
-                f"tcp_window {self.tcp_window} B: allowed {MIN_SOCKBUF} B to {MAX_SOCKBUF} B"
+                f"tcp_window {self.tcp_window} B: allowed {SOCKET_BUFFER.low} B to "
+                f"{SOCKET_BUFFER.high} B"
             )
         if not tcp and self.window_bytes < self.send_bytes:
             raise ValueError(
                 f"window {self.window_bytes} B must hold at least one send "
                 f"(send_size {self.send_bytes} B)"
             )
-        if not tcp and self.rto_ns < 1_000_000:
-            raise ValueError("rto: allowed 1ms or more")
         if self.port is not None and self.port + self.pairs - 1 > 65535:
             raise ValueError(f"port {self.port} + pairs {self.pairs} goes beyond port 65535")
         return self

@@ -23,12 +23,12 @@ import shutil
 import tempfile
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
-from trials.fields import DurationNs, RateBps
+from trials.fields import LOAD, MAX_SEED, LinkRate, Port, TrafficDuration, shown
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 
 BASE_PORT = 8000
@@ -89,9 +89,9 @@ def parse_load(value: object) -> float:
         load = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
         load = float("nan")
-    if not 0 < load <= 1:
+    if not LOAD.holds(load):
         raise ValueError(
-            f"load {value!r}: allowed a fraction of the link rate in (0, 1] or a percentage "
+            f"load {shown(value)}: allowed a fraction of the link rate in (0, 1] or a percentage "
             "in (0%, 100%], e.g. 0.64 or 64%"
         )
     return load
@@ -99,26 +99,23 @@ def parse_load(value: object) -> float:
 
 class WebPoissonSpec(GeneratorSpec):
     type: Literal["web_poisson"]
-    load: float | str = Field(description="offered web load: fraction of link_rate (0.64, 64%)")
-    link_rate: RateBps | None = Field(
+    load: Annotated[float | str, LOAD] = Field(
+        description="offered web load: fraction of link_rate (0.64, 64%)"
+    )
+    link_rate: LinkRate | None = Field(
         None, description="the rate load is a fraction of (default: the path's bottleneck)"
     )
-    seed: int = Field(1, ge=0, le=2**63 - 1, description="same seed, same flows")
-    backlogged: bool = Field(True, description="one more flow that sends for the whole duration")
-    duration: DurationNs | None = Field(None, description="default: until the trial ends")
-    port: int | None = Field(None, ge=1024, le=65535, description="default: 8000 + index")
+    seed: int = Field(1, ge=0, le=MAX_SEED, strict=True, description="same seed, same flows")
+    backlogged: StrictBool = Field(
+        True, description="one more flow that sends for the whole duration"
+    )
+    duration: TrafficDuration | None = Field(None, description="default: until the trial ends")
+    port: Port | None = Field(None, description="default: 8000 + index")
 
     @field_validator("load")
     @classmethod
     def _load(cls, value: float | str) -> float:
         return parse_load(value)
-
-    @field_validator("link_rate")
-    @classmethod
-    def _rate(cls, value: int | None) -> int | None:
-        if value is not None and value <= 0:
-            raise ValueError("link_rate must be above 0, e.g. 6mbit")
-        return value
 
     def tools(self) -> dict[str, list[str]]:
         return {self.from_: ["python3"], self.to: ["python3"]}
