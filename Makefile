@@ -98,8 +98,9 @@ teardown: setup  ## give every rack host back what configure changed there, from
 	@$(call need_file,$(RACK_INVENTORY),inventory,$(INVENTORY_HINT))
 	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i $(RACK_INVENTORY) $(if $(CHECK),--check --diff)
 
-docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults
+docs: setup  ## write each role's README.md from its meta/argument_specs.yml and defaults, and docs/experiment-schema.md (every key, its range) from the experiment schema
 	@$(PYTHON) scripts/role_docs.py
+	@$(PYTHON) scripts/schema_docs.py
 
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
 	@$(PYTHON) -m trials status $(if $(INVENTORY),-i $(INVENTORY))
