@@ -33,13 +33,13 @@ def hostside_files(root: str) -> list[dict]:
     ]
 
 
-def hostside_folders(root: str) -> list[str]:
-    """Every folder of `root` that holds a shipped file, parents first ('' is `root`)."""
+def hostside_folders(root: str, dest: str) -> list[str]:
+    """`dest` and each of its folders that will hold a file `root` ships, parents first."""
     folders = {""}
     for path in hostside.shipped_files(Path(root).resolve()):
         parts = path.split("/")[:-1]
         folders.update("/".join(parts[: i + 1]) for i in range(len(parts)))
-    return sorted(folders)
+    return [f"{dest}/{folder}" if folder else dest for folder in sorted(folders)]
 
 
 def hostside_sums(root: str) -> str:

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,18 @@ def test_the_folder_is_shipped_once_with_its_sums_and_the_helper_linked(tmp_path
     )
     assert json.loads(answer.stdout)["daemons"] == {"nap": {"state": "running"}}
     subprocess.run([helper, "stop", "nap", "--dir", str(trial)], capture_output=True, check=True)
+    # A daemon that ended: the check hands over to the helper beside its link (with the log).
+    subprocess.run([helper, "start", "brief", "--dir", str(trial), "--", "echo", "said bye"],
+                   capture_output=True, check=True)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while (trial / "brief.pid").exists() and time.monotonic() < deadline:
+        answer = subprocess.run(
+            [str(bin_dir / "trialbed-check"), str(trial), "brief"], capture_output=True, text=True
+        )
+        if json.loads(answer.stdout)["daemons"]["brief"]["state"] == "ended":
+            break
+        time.sleep(0.1)
+    assert "said bye" in json.dumps(json.loads(answer.stdout)["daemons"]["brief"]), answer.stdout
 
     assert changed(first) > 0
     assert changed(ship(tmp_path, source)) == 0
