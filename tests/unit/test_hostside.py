@@ -61,13 +61,13 @@ def changed(run: subprocess.CompletedProcess) -> int:
 
 @pytest.fixture
 def source(tmp_path: Path) -> Path:
-    """A copy of the project's hostside/ with a congestion control's folder two levels down
-    (as hostside/bpf_cc/<name>/) and the bytecode a test importing a program leaves."""
+    """A copy of the project's hostside/ with a program two folders down (as a BPF congestion
+    control's, hostside/bpf_cc/<name>/) and the bytecode a test importing a program leaves."""
     copy = tmp_path / "hostside"
     shutil.copytree(hostside.SOURCE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "bpf_cc/htcp").mkdir(parents=True)
-    (copy / "bpf_cc/htcp/htcp.bpf.c").write_text("/* H-TCP */\n")
-    (copy / "markers/__pycache__").mkdir()
+    (copy / "bpf_cc/probe_cc").mkdir(parents=True)
+    (copy / "bpf_cc/probe_cc/probe_cc.bpf.c").write_text("/* a congestion control */\n")
+    (copy / "markers/__pycache__").mkdir(exist_ok=True)
     (copy / "markers/__pycache__/markers.cpython-311.pyc").write_bytes(b"\x00bytecode")
     return copy
 
@@ -80,7 +80,7 @@ def test_the_folder_is_shipped_once_with_its_sums_and_the_helper_linked(tmp_path
     shipped = tmp_path / "work" / hostside.REMOTE_NAME
 
     files = hostside.shipped_files(source)
-    assert "bpf_cc/htcp/htcp.bpf.c" in files and "daemon/trialbed_daemon.py" in files
+    assert "bpf_cc/probe_cc/probe_cc.bpf.c" in files and "daemon/trialbed_daemon.py" in files
     assert not any("__pycache__" in p for p in files)
     on_host = {p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file()} - {
         hostside.SUMS
