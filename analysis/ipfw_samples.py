@@ -1,4 +1,4 @@
-"""`ipfw pipe show` samples of a FreeBSD dummynet router (collect/remote/ipfw_sampler.py, JSON
+"""`ipfw pipe show` samples of a FreeBSD dummynet router (hostside/recorders/ipfw_sampler.py, JSON
 lines with ipfw's text), read into the table analysis.tc_samples reads from a Linux router:
 one row per sample and pipe with ts_ns, spread_ns, dev, kind ("dummynet"), handle (the pipe
 number), parent, bytes, packets, drops, overlimits, requeues, backlog (queued bytes) and qlen

@@ -1,4 +1,4 @@
-"""`tc -s` samples recorded during a trial by collect/remote/tc_sampler.py (JSON lines), and
+"""`tc -s` samples recorded during a trial by hostside/recorders/tc_sampler.py (JSON lines), and
 their comparison with the queue reconstructed from the captures (analysis.queue)."""
 
 from __future__ import annotations

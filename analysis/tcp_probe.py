@@ -1,5 +1,5 @@
 """cwnd, ssthresh and srtt of TCP senders from the ``tcp:tcp_probe`` tracepoint, as recorded by
-collect/remote/tcp_probe.py (trace_pipe text; the kernel 6.x format is
+hostside/recorders/tcp_probe.py (trace_pipe text; the kernel 6.x format is
 
     <task>-<pid> [cpu] flags <sec>.<usec>: tcp_probe: family=AF_INET src=A:p dest=B:q mark=0x0
     data_len=0 snd_nxt=0x.. snd_una=0x.. snd_cwnd=10 ssthresh=2147483647 snd_wnd=64512

@@ -37,8 +37,8 @@ from analysis.traffic import ANALYSES
 from analysis.traffic.cbr_udp import judge_lost_service, max_transit_ns
 from core.units import parse_duration_ns, parse_offset_ns
 
-TC_SAMPLES = "tc_samples.jsonl"  # collect/remote/tc_sampler.py's output in the router's dir
-IPFW_SAMPLES = "ipfw_samples.jsonl"  # collect/remote/ipfw_sampler.py's, on a FreeBSD router
+TC_SAMPLES = "tc_samples.jsonl"  # hostside/recorders/tc_sampler.py's output in the router's dir
+IPFW_SAMPLES = "ipfw_samples.jsonl"  # hostside/recorders/ipfw_sampler.py's, on a FreeBSD router
 
 QUEUE_WINDOW_NS = 60 * 10**9  # queue-full events are counted over 60 s mid-trial
 

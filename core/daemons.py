@@ -1,7 +1,7 @@
 """Detached processes on rack hosts (servers, senders, captures, the delay line), started,
-signalled and stopped through the one helper every rack host has (`trialbed-daemon`, installed
-by the remote_daemons role): each has NAME.pid and NAME.log in its host's trial directory,
-unless a call names another directory."""
+signalled and stopped through the one helper every rack host has (`trialbed-daemon`, linked
+into <trialbed_dir>/bin by the remote_daemons role, which ships it in hostside/daemon/): each
+has NAME.pid and NAME.log in its host's trial directory, unless a call names another directory."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The experiment's adaptive markers (`markers:`) on the rack: where each runs, how it is
 started and stopped, and what the trial records of it.
 
-Each marker is one daemon on its edge router (trials/edge_marker.py with trials/markers.py
-put beside it in the router's trial directory), bound to its own NFQUEUE; it adds its own
+Each marker is one daemon on its edge router (hostside/markers/edge_marker.py, which role
+remote_daemons ships with markers.py beside it), bound to its own NFQUEUE; it adds its own
 iptables rules (one per marked interface, mangle PREROUTING, --queue-bypass) once bound and
 removes them when it stops. SIGTERM makes it write `<name>_stats.json` (packets, packets per
 second, DSCPs written, retransmissions seen, time per packet in it), which trial.json keeps
@@ -12,18 +12,16 @@ under markers.<name>.stats.
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.daemons import Daemons
+from core.hostside import EDGE_MARKER, program_command, remote_dir
 from core.rack import Rack, RackError
 from trials.network import ResolvedNetwork, _shared_interfaces
 from trials.spec import EdgeMarker, Experiment
 
-HERE = Path(__file__).resolve().parent
-FILES = (HERE / "edge_marker.py", HERE / "markers.py")
 QUEUE_BASE = 100  # NFQUEUE numbers: the delay line's start at 1
 
 
@@ -44,14 +42,15 @@ class MarkerSite:
     def stats_file(self) -> str:
         return f"{self.name}_stats.json"
 
-    def command(self, python: str) -> str:
+    def command(self, python: str, hostside_dir: str) -> str:
+        """The marker run by `python` from the host's shipped programs (`hostside_dir`)."""
         s = self.spec
-        args = [python, "edge_marker.py", "--queue", str(self.queue), "--marker", s.marker,
-                "--stats", self.stats_file, "--af-class", str(s.af_class), "--a0", str(s.a0),
-                "--alpha", str(s.alpha), "--ns", str(s.n_s), "--na", str(s.n_a)]  # fmt: skip
+        args = ["--queue", str(self.queue), "--marker", s.marker, "--stats", self.stats_file,
+                "--af-class", str(s.af_class), "--a0", str(s.a0), "--alpha", str(s.alpha),
+                "--ns", str(s.n_s), "--na", str(s.n_a)]  # fmt: skip
         for iface in self.ifaces:
             args += ["--iface", iface]
-        return shlex.join(args)
+        return program_command(hostside_dir, EDGE_MARKER, *args, python=python)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -95,12 +94,9 @@ def router_python(rack: Rack, host: str) -> str:
 
 
 def start(rack: Rack, daemons: Daemons, site: MarkerSite) -> None:
-    """Put the program beside the host's trial files and start it; returns once its rules
-    are in place."""
-    remote = daemons.remote[site.host]
-    for local in FILES:
-        rack.put(site.host, local, f"{remote}/{local.name}")
-    command = site.command(router_python(rack, site.host))
+    """Start the marker on its host; returns once its rules are in place."""
+    shipped = remote_dir(rack.host(site.host).workdir)
+    command = site.command(router_python(rack, site.host), shipped)
     daemons.spawn(site.host, site.daemon, command, ready="ready")
 
 

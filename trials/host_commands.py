@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from collect.remote import (
+from core.daemons import Daemons
+from core.hostside import (
     ipfw_sampler_command,
+    remote_dir,
     siftr_command,
     tc_sampler_command,
     tcp_probe_command,
 )
-from core.daemons import Daemons
 from trials.generators import TrafficGenerator
 from trials.network import CaptureSite, ResolvedNetwork
 from trials.watch import ENDS_EARLY_SLACK_S, UNTIL_STOPPED
@@ -174,20 +175,23 @@ def recorders(
     SIFTR on FreeBSD)."""
     interval = float(interval_ms)
     for host, ifaces in bottlenecks(net, generators).items():
+        programs = remote_dir(net.hosts[host].workdir)  # shipped by role remote_daemons
         if net.runs_freebsd(host):
             pipes = {i: n for i, n in net.dummynet_pipes(host).items() if i in ifaces}
             # qdisc rio: its packets wait in the IN and OUT queues, sampled instead of
             # the pipe's own (empty) queue.
             rio = {i: q for i, q in dummynet_rio_queues(net, host).items() if i in pipes}
-            command = ipfw_sampler_command(pipes, interval_ms=interval, rio_queues=rio)
+            command = ipfw_sampler_command(programs, pipes, interval_ms=interval, rio_queues=rio)
             yield host, "ipfw_sampler", command, None
         else:
-            yield host, "tc_sampler", tc_sampler_command(ifaces, interval_ms=interval), None
+            command = tc_sampler_command(programs, ifaces, interval_ms=interval)
+            yield host, "tc_sampler", command, None
     for host, addrs in tcp_senders(generators).items():
+        programs = remote_dir(net.hosts[host].workdir)
         if net.runs_freebsd(host):  # SIFTR logs every flow of the host; analysis picks
-            yield host, "siftr", siftr_command(), "recording siftr"
+            yield host, "siftr", siftr_command(programs), "recording siftr"
         else:
-            command = tcp_probe_command(addrs, tag=tag)
+            command = tcp_probe_command(programs, addrs, tag=tag)
             yield host, "tcp_probe", command, "recording tcp_probe"
 
 

@@ -2,9 +2,11 @@
 object with what a trial depends on: kernel, congestion controls, tool versions, sysctls,
 offloads, MTUs, link speeds, interfaces and their IPv4 addresses, IPv4 routes with their
 metrics (initcwnd, rto_min, ...) and the route the kernel picks to given addresses, free
-disk. Used both by the preflight and for each trial's metadata."""
+disk, and the sha256 of the project's host programs shipped there. Used both by the preflight
+and for each trial's metadata."""
 
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -469,6 +471,30 @@ def trials_disk(workdir):
     return shutil.disk_usage(where)
 
 
+# The project's host-side programs as role remote_daemons ships them: <workdir>/hostside with
+# a SHA256SUMS of what was shipped (core/hostside.py's REMOTE_NAME and SUMS).
+HOSTSIDE = "hostside"
+HOSTSIDE_SUMS = "SHA256SUMS"
+
+
+def hostside_files(workdir):
+    """The sha256 of every file the shipped folder's SHA256SUMS lists, as the file is on this
+    host now (None for one that is missing); None when nothing was shipped."""
+    folder = os.path.join(workdir, HOSTSIDE)
+    listed = read(os.path.join(folder, HOSTSIDE_SUMS))
+    if listed is None:
+        return None
+    files = {}
+    for line in listed.splitlines():
+        path = line.partition("  ")[2]
+        try:
+            with open(os.path.join(folder, path), "rb") as f:
+                files[path] = hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            files[path] = None
+    return files
+
+
 def freebsd_facts(workdir, interfaces, changing_only=False, destinations=()):
     def sysctl(name):
         out = run_soft(["sysctl", "-n", name])
@@ -488,6 +514,7 @@ def freebsd_facts(workdir, interfaces, changing_only=False, destinations=()):
         "routes": freebsd_routes(),
         "route_to": {a: freebsd_route_to(a) for a in destinations} if which("route") else None,
         "free_disk_bytes": usage.free,
+        "hostside": hostside_files(workdir),
     }
     if not changing_only:
         kernel = run_soft(["uname", "-r"])
@@ -511,6 +538,7 @@ def freebsd_facts(workdir, interfaces, changing_only=False, destinations=()):
             qdiscs=list(DUMMYNET_AQMS) if kld_available("dummynet") else [],
             tracepoints=[],
             siftr=kld_available("siftr"),
+            bpf_cc_kernel=None,  # BPF congestion controls are Linux's (bpf_tcp_ca)
             tools=tools,
         )
     return facts
@@ -562,6 +590,7 @@ def main(workdir, interfaces, changing_only=False, destinations=(), source=None)
         "routes": ipv4_routes(),
         "route_to": {a: route_to(a, source) for a in destinations} if shutil.which("ip") else None,
         "free_disk_bytes": usage.free,
+        "hostside": hostside_files(workdir),
     }
     if not changing_only:
         modules = module_names(release)

@@ -21,7 +21,7 @@ from core.units import ETHERNET_HEADER, parse_duration_ns, parse_offset_ns
 CUTOFFS_S = (1, 5, 10, 20, 30)
 DEFAULT_RTO_MIN_NS = 200_000_000  # Linux TCP_RTO_MIN
 KEY = ["src", "dst", "sport", "dport"]
-TCP_PROBE = "tcp_probe.txt"  # collect/remote/tcp_probe.py's output in the sender's dir
+TCP_PROBE = "tcp_probe.txt"  # hostside/recorders/tcp_probe.py's output in the sender's dir
 SIFTR_LOG = "siftr.log"  # a FreeBSD sender's SIFTR log (net.inet.siftr.logfile) in its dir
 
 

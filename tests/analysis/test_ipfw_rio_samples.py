@@ -29,13 +29,14 @@ from analysis.ipfw_samples import (
 )
 from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
 from analysis.trial import IPFW_SAMPLES, queue_samples, tc_cross_check
-from collect.remote import ipfw_sampler_command
+from core.hostside import SOURCE, ipfw_sampler_command, remote_dir
 from tests.analysis.test_ipfw_samples import pipe_block
 from tests.unit.test_lab_inventory import lab_trial
 from tests.unit.test_rio_freebsd import EXPERIMENT, queue_show
 from trials import host_commands
 
 PIPE, Q_IN, Q_OUT = 10002, 10002, 10004
+HOSTSIDE = str(SOURCE)  # the programs as the hosts get them
 # A recorded sequence of the two queues (IN, OUT): total packets and bytes through each, packets
 # and bytes queued at the sample, drops. An empty tuple: no packet yet (no flow line).
 SEQUENCE = [
@@ -112,23 +113,27 @@ def test_the_runner_hands_the_sampler_a_rio_links_two_queues(tmp_path):
     assert queues["in"] == pipes["em2"] and queues["out"] == pipes["em2"] + len(pipes)
     commands = {(h, name): cmd for h, name, cmd, _ in host_commands.recorders(net, generators)}
     argv = shlex.split(commands["R", "ipfw_sampler"])
-    assert argv[:2] == ["python3", "-c"]
+    # The shipped sampler, from the host's own folder.
+    shipped = remote_dir(net.hosts["R"].workdir)
+    assert argv[:2] == ["python3", f"{shipped}/recorders/ipfw_sampler.py"]
     # The rio link with its pipe and its IN and OUT queues, the drop-tail one as always.
     assert argv[-2:] == [
         f"em1={pipes['em1']}",
         f"em2={pipes['em2']}/{queues['in']},{queues['out']}",
     ]
-    assert argv[3:7] == ["--interval-ms", "10", "--out", IPFW_SAMPLES]
-    # collect.remote's own form of it.
-    own = ipfw_sampler_command({"em2": 10002, "em1": 10001}, rio_queues={"em2": queues})
+    assert argv[2:6] == ["--interval-ms", "10", "--out", IPFW_SAMPLES]
+    # core.hostside's own form of it.
+    own = ipfw_sampler_command(shipped, {"em2": 10002, "em1": 10001}, rio_queues={"em2": queues})
     assert own.split()[-2:] == ["em1=10001", f"em2=10002/{queues['in']},{queues['out']}"]
-    assert ipfw_sampler_command({"em1": 10001}).endswith(" em1=10001")  # as before
+    assert ipfw_sampler_command(shipped, {"em1": 10001}).endswith(" em1=10001")  # as before
 
 
 def test_a_rio_links_queue_over_time_is_its_two_queues_summed(tmp_path):
     texts = [queue_show(Q_IN, Q_OUT, PIPE, i, o) for i, o in SEQUENCE]
     ipfw = fake_ipfw(tmp_path, {"queue": texts})
-    command = ipfw_sampler_command({"em2": PIPE}, rio_queues={"em2": {"in": Q_IN, "out": Q_OUT}})
+    command = ipfw_sampler_command(
+        HOSTSIDE, {"em2": PIPE}, rio_queues={"em2": {"in": Q_IN, "out": Q_OUT}}
+    )
     records = sample(command, ipfw, tmp_path, lines=len(SEQUENCE) + 2)
     # Only `ipfw queue show IN OUT`: the pipe's own queue stays empty on a rio link.
     calls = set((tmp_path / "ipfw_data" / "calls.log").read_text().splitlines())
@@ -174,7 +179,7 @@ def test_a_rio_link_beside_a_drop_tail_pipe(tmp_path):
         },
     )
     command = ipfw_sampler_command(
-        {"em1": 10001, "em2": PIPE}, rio_queues={"em2": {"in": Q_IN, "out": Q_OUT}}
+        HOSTSIDE, {"em1": 10001, "em2": PIPE}, rio_queues={"em2": {"in": Q_IN, "out": Q_OUT}}
     )
     records = sample(command, ipfw, tmp_path, lines=3)
     calls = set((tmp_path / "ipfw_data" / "calls.log").read_text().splitlines())

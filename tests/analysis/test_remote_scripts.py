@@ -1,4 +1,4 @@
-"""The remote recorders run exactly as the runner starts them (collect.remote's commands), on
+"""The remote recorders run exactly as the runner starts them (core.hostside's commands), on
 this machine: tc samples of the loopback device; tcp_probe of a loopback TCP transfer."""
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ import pytest
 
 from analysis.tc_samples import read_tc_samples
 from analysis.tcp_probe import for_flows, read_tcp_probe
-from collect.remote import tc_sampler_command, tcp_probe_command
+from core.hostside import SOURCE, tc_sampler_command, tcp_probe_command
+from tests.hostside import load
+
+HOSTSIDE = str(SOURCE)  # the programs as the hosts get them
 
 
 def start(command: str, cwd: Path) -> subprocess.Popen:
@@ -43,7 +46,7 @@ def wait_for_samples(out: Path, lines: int) -> None:
 
 
 def test_tc_sampler_every_10_ms(tmp_path: Path) -> None:
-    proc = start(tc_sampler_command(["lo"], out="tc_samples.jsonl"), tmp_path)
+    proc = start(tc_sampler_command(HOSTSIDE, ["lo"], out="tc_samples.jsonl"), tmp_path)
     wait_for_samples(tmp_path / "tc_samples.jsonl", 30)
     stop(proc)
     samples = read_tc_samples(tmp_path / "tc_samples.jsonl")
@@ -62,7 +65,7 @@ def test_tc_sampler_keeps_a_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """On a virtual clock, with tc answering in 3 ms (once in 25 ms): a sample's time is the
     midpoint of its tc call, the calls start on a 10 ms grid from the first, and the slots a
     call overran are skipped (counted), the next call on the grid again."""
-    from collect.remote import tc_sampler
+    tc_sampler = load("recorders/tc_sampler.py")
 
     now = [1_800_000_000 * 10**9]
     starts: list[int] = []
@@ -118,7 +121,9 @@ def test_tc_sampler_keeps_a_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_tc_sampler_survives_overrunning_every_slot(tmp_path: Path) -> None:
     # A 1 µs grid: every tc call overruns and each wait is computed a hair from its deadline
     # (once in CI a wait came out negative and the sampler died with ValueError mid-trial).
-    proc = start(tc_sampler_command(["lo"], out="tc_samples.jsonl", interval_ms=0.001), tmp_path)
+    proc = start(
+        tc_sampler_command(HOSTSIDE, ["lo"], out="tc_samples.jsonl", interval_ms=0.001), tmp_path
+    )
     out = tmp_path / "tc_samples.jsonl"
     wait_for_samples(out, 100)  # sampling (its signal handlers set)
     time.sleep(1)
@@ -130,7 +135,7 @@ def test_tc_sampler_survives_overrunning_every_slot(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="tracefs needs root")
 def test_tcp_probe_records_a_loopback_transfer(tmp_path: Path) -> None:
-    cmd = tcp_probe_command(["127.0.0.1"], out="tcp_probe.txt", tag="test trial/1")
+    cmd = tcp_probe_command(HOSTSIDE, ["127.0.0.1"], out="tcp_probe.txt", tag="test trial/1")
     proc = start(cmd, tmp_path)
     assert proc.stderr is not None
     assert proc.stderr.readline().startswith(b"recording tcp_probe")  # what the runner waits for

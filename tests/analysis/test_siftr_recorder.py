@@ -1,4 +1,4 @@
-"""collect/remote/siftr.py as the runner would start it, against a stand-in for FreeBSD's
+"""hostside/recorders/siftr.py as the runner would start it, against a stand-in for FreeBSD's
 sysctl(8) and kldload(8) (no FreeBSD host runs here): the module loaded when missing, the
 log pointed at the trial directory, every packet logged, enabled until SIGTERM, then disabled
 and the earlier settings given back; a second recording on the host is refused. The stand-in
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.siftr import read_siftr
-from collect.remote import siftr_command
+from core.hostside import SOURCE, siftr_command
 
 # A sysctl(8) for the net.inet.siftr tree, its state in a JSON file beside it.
 FAKE_SYSCTL = r"""
@@ -76,7 +76,10 @@ def state(tools: Path) -> dict:
 
 
 def start(tools: Path, cwd: Path, port: int | None = 5201) -> subprocess.Popen:
-    command = siftr_command(port=port) + f" --sysctl {tools}/sysctl --kldload {tools}/kldload"
+    command = (
+        siftr_command(str(SOURCE), port=port)
+        + f" --sysctl {tools}/sysctl --kldload {tools}/kldload"
+    )
     return subprocess.Popen(
         ["sh", "-c", "exec " + command], cwd=cwd, stderr=subprocess.PIPE, text=True
     )

@@ -1,5 +1,5 @@
 """tcp_probe parsing on a real recording (tests/data/router_run: iperf3 reno through a shaped
-router namespace on this machine, tcp:tcp_probe recorded by collect/remote/tcp_probe.py)."""
+router namespace on this machine, tcp:tcp_probe recorded by hostside/recorders/tcp_probe.py)."""
 
 from __future__ import annotations
 

@@ -20,12 +20,13 @@ from analysis.traffic.web_poisson import (
     receiver_turnaround,
     turnaround_summary,
 )
+from core.hostside import SOURCE, WEB_FLOWS
 
 SRC, DST, PORT = "198.18.1.10", "198.18.17.10", 8000
 MS = 1_000_000
 MSS = 1448
 SYN, ACK = 0x02, 0x10
-PROGRAM = Path(__file__).resolve().parents[2] / "trials/generators/web_flows.py"
+PROGRAM = SOURCE / WEB_FLOWS
 
 
 def packet(ts_ms: float, sport: int, seq: int, payload: int = 0, flags: int = ACK, back=False):

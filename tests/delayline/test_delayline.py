@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DELAYLINE = REPO / "roles/linux_router/files/trialbed_delayline.py"
-HELPER = REPO / "roles/remote_daemons/files/trialbed_daemon.py"
+DELAYLINE = REPO / "hostside/delayline/trialbed_delayline.py"
+HELPER = REPO / "hostside/daemon/trialbed_daemon.py"
 # The delay line needs netfilterqueue, which the project's venv has.
 PYTHON = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
 

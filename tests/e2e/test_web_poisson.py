@@ -25,9 +25,12 @@ from rich.console import Console
 from analysis.pcap import ip_to_int, read_pcap
 from analysis.workers import analyse_trials
 from tests.e2e.conftest import PROJECT, trials_run
-from trials.markers import Marker, dscp_for
+from tests.hostside import load
 
 pytestmark = pytest.mark.rack
+
+markers = load("markers/markers.py")
+Marker, dscp_for = markers.Marker, markers.dscp_for
 
 EXPERIMENT = PROJECT / "experiments" / "web_poisson.yml"
 MARKERS = ["NM", "APM", "WPM", "MPM"]

@@ -1,8 +1,8 @@
-"""The NFQUEUE edge marker (trials/edge_marker.py) on three namespaces of its own:
+"""The NFQUEUE edge marker (hostside/markers/edge_marker.py) on three namespaces of its own:
 tz-msnd -> tz-mrtr (marker) -> tz-mrcv.
 
 Captures on the router's ingress and on the receiver (what it wrote): every packet must carry
-the DSCP the pure state machine (trials.markers) gives to the packet sequence that entered
+the DSCP the pure state machine (markers.py beside it) gives to the packet sequence that entered
 the marker, with retransmissions forced by a drop rule ahead of it (raw PREROUTING),
 and the transfer must complete (the kernel drops packets whose IP checksum is wrong). Then the
 marker's added latency (transit ingress -> receiver with and without it) and the packet rate
@@ -27,11 +27,14 @@ import pandas as pd
 import pytest
 
 from analysis.pcap import ip_to_int, read_pcap
-from trials.markers import Marker, dscp_for
+from core.hostside import EDGE_MARKER, SOURCE
+from tests.hostside import load
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAM = REPO / "trials/edge_marker.py"
-DAEMON = REPO / "roles/remote_daemons/files/trialbed_daemon.py"
+PROGRAM = SOURCE / EDGE_MARKER
+DAEMON = SOURCE / "daemon/trialbed_daemon.py"
+markers = load("markers/markers.py")
+Marker, dscp_for = markers.Marker, markers.dscp_for
 PYTHON = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
 SND, RTR, RCV = "tz-msnd", "tz-mrtr", "tz-mrcv"
 LINKS = [

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.hostside import remote_dir
 from core.rack import Host, Rack, RackError
 from trials.adaptive_marking import marker_sites, router_python
 from trials.network import resolve_network
@@ -64,8 +65,11 @@ def test_marker_sites_on_the_chain(tmp_path: Path) -> None:
     rack = chain2_rack()
     (site,) = marker_sites(exp, resolve_network(exp, rack, "x"), "x")
     assert (site.host, site.ifaces, site.queue) == ("R1", ("a1", "a2", "a3", "a4"), 100)
-    command = site.command(router_python(rack, "R1"))
-    assert command.startswith("/opt/tb/.venv/bin/python edge_marker.py --queue 100 --marker APM")
+    shipped = remote_dir(rack.host("R1").workdir)
+    command = site.command(router_python(rack, "R1"), shipped)
+    assert command.startswith(
+        f"/opt/tb/.venv/bin/python {shipped}/markers/edge_marker.py --queue 100 --marker APM"
+    )
     assert "--af-class 2" in command
     assert command.endswith("--iface a1 --iface a2 --iface a3 --iface a4")
     assert site.record()["interfaces"] == ["a1", "a2", "a3", "a4"]

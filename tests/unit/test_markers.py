@@ -1,5 +1,6 @@
-"""The seed-004 markers (trials.markers) on packet sequences whose markings follow by hand from
-EXPERIMENTS.md §4: no loss, retransmissions, sequence wraparound, interleaved flows."""
+"""The seed-004 markers (hostside/markers/markers.py) on packet sequences whose markings follow
+by hand from EXPERIMENTS.md §4: no loss, retransmissions, sequence wraparound, interleaved
+flows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from trials.markers import ACK, FIN, IN, OUT, SEQ_MOD, SYN, Marker, dscp_for, seq_after
+from tests.hostside import load
+
+markers = load("markers/markers.py")
+ACK, FIN, SYN, SEQ_MOD = markers.ACK, markers.FIN, markers.SYN, markers.SEQ_MOD
+IN, OUT = markers.IN, markers.OUT
+Marker, dscp_for, seq_after = markers.Marker, markers.dscp_for, markers.seq_after
 
 PROJECT = Path(__file__).resolve().parents[2]
 KEY = ("198.18.1.11", "198.18.2.13", 6, 40000, 80)
@@ -207,11 +213,7 @@ def ip_checksum(header: bytes) -> int:
 @pytest.mark.parametrize("tos", [0x00, 0x01, 0x02, 0x03, 0x28, 0xB8, 0xFF])
 def test_dscp_rewrite_keeps_ecn_and_a_valid_checksum(tos: int) -> None:
     pytest.importorskip("netfilterqueue")
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("edge_marker", PROJECT / "trials/edge_marker.py")
-    edge = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(edge)
+    edge = load("markers/edge_marker.py")
     header = bytearray.fromhex("45000034c0de40004006" + "0000" + "c612e601" + "c612e701")
     header[1] = tos
     header[10:12] = ip_checksum(bytes(header)).to_bytes(2, "big")

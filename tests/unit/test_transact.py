@@ -1,4 +1,4 @@
-"""trialbed-transact (roles/transactions/files/trialbed_transact.c), built here with the role's
+"""trialbed-transact (hostside/traffic/trialbed_transact.c), built here with the role's
 own flags and run for real: each workload over TCP and UDP against a server on loopback with
 known answers (transactions, bytes, connections), and the reliable UDP scheme through a real
 kernel drop path (nftables rules in two network namespaces of this test's own), where every
@@ -23,7 +23,7 @@ from analysis.traffic.transaction import read_client
 
 PROJECT = Path(__file__).resolve().parents[2]
 ROLE = PROJECT / "roles/transactions"
-SOURCE = ROLE / "files/trialbed_transact.c"
+SOURCE = PROJECT / "hostside/traffic/trialbed_transact.c"
 UDP_HEADER = 20
 
 

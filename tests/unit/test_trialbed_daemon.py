@@ -1,4 +1,4 @@
-"""The rack hosts' daemon helper (roles/remote_daemons/files/trialbed_daemon.py), run here on
+"""The rack hosts' daemon helper (hostside/daemon/trialbed_daemon.py), run here on
 real processes: several daemons of a host stop in one call, each with its own signal."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from core.daemons import READY_TIMEOUT_S, Daemons
+from core.hostside import SOURCE
 
-HELPER = Path(__file__).resolve().parents[2] / "roles/remote_daemons/files/trialbed_daemon.py"
+HELPER = SOURCE / "daemon/trialbed_daemon.py"
 CHECK = HELPER.with_name("trialbed_check.sh")
 
 

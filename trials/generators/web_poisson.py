@@ -3,9 +3,9 @@ offered load (a fraction of a link rate), each sends a size drawn from the 15-gr
 (equal probability per group), plus one backlogged flow; seeded, so a trial repeats exactly.
 
 The schedule is drawn on the controller (`flow_schedule`), put on the sender as JSON and
-played there by trials/generators/web_flows.py (client, put beside it); a sink of the same
-program on the receiver reads every connection to its end. Flow completion times come from
-the captures (analysis/traffic/web_poisson.py).
+played there by hostside/traffic/web_flows.py (client; role remote_daemons ships it to every
+host); a sink of the same program on the receiver reads every connection to its end. Flow
+completion times come from the captures (analysis/traffic/web_poisson.py).
 
 Offered load counts payload (application) bytes: arrivals per second = load * rate /
 (8 * mean flow bytes). RTTs: every flow of one generator has its path's RTT (the experiment's
@@ -18,7 +18,6 @@ index in `traffic`).
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import tempfile
 from functools import cached_property
@@ -28,11 +27,11 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, field_validator
 
+from core.hostside import WEB_FLOWS, program_command, remote_dir
 from trials.fields import LOAD, MAX_SEED, LinkRate, Port, TrafficDuration, shown
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 
 BASE_PORT = 8000
-PROGRAM = Path(__file__).with_name("web_flows.py")
 # Seed 004's Table I: (bytes, packets of 1500 B) per group, each group equally likely.
 FLOW_GROUPS: tuple[tuple[int, int], ...] = (
     (119, 1),
@@ -156,24 +155,24 @@ class WebPoisson(TrafficGenerator):
         }
 
     def prepare(self) -> None:
-        """The schedule and the program on the sender, the program on the receiver (a short
-        command line at launch: the senders of one trial start within milliseconds)."""
+        """The schedule on the sender (a short command line at launch: the senders of one
+        trial start within milliseconds)."""
         scratch = Path(tempfile.mkdtemp(prefix="trialbed-web-"))
         try:
             path = scratch / self.files["schedule"]
             path.write_text(json.dumps({k: v.tolist() for k, v in self.schedule.items()}))
-            copies = ((self.sender, path), (self.sender, PROGRAM), (self.receiver, PROGRAM))
-            for host, local in copies:
-                remote = self.ctx.daemons.remote[host]
-                self.ctx.rack.put(host, local, f"{remote}/{local.name}")
+            remote = self.ctx.daemons.remote[self.sender]
+            self.ctx.rack.put(self.sender, path, f"{remote}/{path.name}")
         finally:
             shutil.rmtree(scratch)
 
-    def _program(self, *args: str) -> str:
-        return shlex.join(["python3", PROGRAM.name, *args])
+    def _program(self, host: str, *args: str) -> str:
+        """web_flows.py from the host's shipped programs."""
+        return program_command(remote_dir(self.ctx.rack.host(host).workdir), WEB_FLOWS, *args)
 
     def arm(self) -> None:
-        command = self._program("server", "--bind", str(self.dst), "--port", str(self.port))
+        args = ("server", "--bind", str(self.dst), "--port", str(self.port))
+        command = self._program(self.receiver, *args)
         self.ctx.daemons.spawn(self.receiver, f"{self.name}_server", command, ready="ready")
 
     def launch(self, t0: float) -> None:
@@ -198,7 +197,9 @@ class WebPoisson(TrafficGenerator):
             args.append("--backlogged")
         # Started now, in the lead, and waiting for its start itself: a Python start took 8 s
         # under TCG (the VM rack), which a client started at T0 took from its schedule.
-        self.ctx.daemons.spawn(self.sender, f"{self.name}_client", self._program(*args))
+        self.ctx.daemons.spawn(
+            self.sender, f"{self.name}_client", self._program(self.sender, *args)
+        )
 
     def daemon_names(self) -> list[tuple[str, str]]:
         return [(self.sender, f"{self.name}_client"), (self.receiver, f"{self.name}_server")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The web-like workload on rack hosts (standard library only, no project imports): the
-web_poisson generator puts this file into the host's trial directory and starts it there
-through trialbed-daemon.
+web_poisson generator starts it from the host's shipped hostside/ folder, in the trial's
+directory, through trialbed-daemon.
 
   web_flows.py server --bind ADDR --port PORT
       accepts TCP connections and reads each to its end (EOF), then closes it. Logs "ready"

@@ -1,7 +1,7 @@
 """The per-flow DiffServ markers of seed 004 (Neglia, Bianchi, Sottile): NM, APM, WPM, MPM.
 
 Pure state machines, standard library only and no project imports: the edge router's
-NFQUEUE program (trials/remote/edge_marker.py) runs this very file, and the tests feed it
+NFQUEUE program (edge_marker.py beside it) runs this very file, and the tests feed it
 packet sequences with known markings.
 
 A marker sees the packets of one direction of a TCP connection (a flow: the 5-tuple) at the
