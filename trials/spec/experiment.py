@@ -43,8 +43,9 @@ Switch = whole(0, 1, "a sysctl switch: 0 off, 1 on")
 
 
 class EdgeMarker(Strict):
-    """A per-flow adaptive marker of seed 004 at an ingress edge router (hostside/markers/markers.py,
-    run on the packet path by hostside/markers/edge_marker.py): the TCP packets `at` receives over
+    """A per-flow adaptive marker of seed 004 at an ingress edge router
+    (hostside/markers/markers.py, run on the packet path by hostside/markers/edge_marker.py):
+    the TCP packets `at` receives over
     `links` get the DSCP AF<af_class><p> of the drop precedence p the marker gives them."""
 
     name: Name | None = Field(None, description="label in results (default: marker<index>)")
