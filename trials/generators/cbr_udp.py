@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from core.dscp import parse_dscp
-from core.units import ETHERNET_HEADER
+from core.link_rules import ETHERNET_HEADER, MTU
 from trials.fields import DurationNs
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 from trials.udp_stream import rewrite_for_rack, write_stream_template
@@ -23,7 +23,7 @@ BASE_PORT = 40000
 
 class CbrUdpSpec(GeneratorSpec):
     type: Literal["cbr_udp"]
-    packet_bytes: int = Field(186, ge=36, le=1500, description="IP packet size (headers included)")
+    packet_bytes: int = Field(186, ge=36, le=MTU, description="IP packet size (headers included)")
     interval: DurationNs = Field(20_000_000, description="time between packets")
     dscp: int | str = Field(0, description="DSCP of every packet: 0..63 or a name (ef, af11, ...)")
     duration: DurationNs | None = Field(None, description="default: until the trial ends")
