@@ -42,12 +42,14 @@ that arrived (dropped or not) in the totals, every drop (RED's, or the queue ful
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.tc_samples import SAMPLE_COUNTERS, sample_records
+from core.ipfw_text import FLOW_LINE as _FLOW
+from core.ipfw_text import FLOWSET_LINE as _FLOWSET
+from core.ipfw_text import LINK_LINE as _LINK
 
 __all__ = [
     "parse_pipe_show",
@@ -64,11 +66,6 @@ KIND = "dummynet"
 # The rows of a rio link's IN and OUT queues (beside its "dummynet" row, their sum).
 RIO_KINDS = {"in": "dummynet_rio_in", "out": "dummynet_rio_out"}
 _COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
-# The link line starts a pipe's block: its number (%05d, the pipe number modulo 65536).
-_LINK = re.compile(r"^(\d{5,}):\s+(?:unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burst ")
-# A flow line: bucket number (with '*' when the mask has the queue bit), then fields, then the
-# five counters; IPv6 lines have more fields in between, the same counters at the end.
-_FLOW = re.compile(r"^\s*\d+\*?\s+\S+.*?\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
 
 
 def parse_pipe_show(text: str) -> dict[int, dict[str, int]]:
@@ -96,8 +93,6 @@ def parse_pipe_show(text: str) -> dict[int, dict[str, int]]:
     return pipes
 
 
-# A flowset line (print_flowset_parms without a pending link line): its number, then its size.
-_FLOWSET = re.compile(r"^q(\d+)\s+(?:\d+ KB|\d+ B|\d+ sl\.)")
 QUEUE_COUNTERS = ("packets", "bytes", "qlen", "backlog", "drops")
 
 

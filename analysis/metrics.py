@@ -20,6 +20,7 @@ from analysis.fastpath import (
     undecided,
 )
 from analysis.match import match_packets
+from core.link_rules import FULL_FRAME_BYTES as MAX_FRAME_BYTES
 
 __all__ = [
     "match_times",
@@ -37,7 +38,6 @@ __all__ = [
 FLOW = ["src", "dst", "sport", "dport"]
 _ACK, _FIN = 0x10, 0x01
 _NEVER = 2**62
-MAX_FRAME_BYTES = 1514  # a full-size Ethernet frame (1500 B MTU), as the shaper counts it
 
 
 def _group_agg(values, ids, n: int, how: str, fill: int) -> np.ndarray:

@@ -21,7 +21,7 @@ import pandas as pd
 from analysis.fastpath import queue_levels
 from analysis.match import KEY_COLUMNS
 from analysis.pcap import ip_strings
-from core.units import ETHERNET_HEADER
+from core.link_rules import ETHERNET_HEADER
 
 __all__ = ["ETHERNET_HEADER", "EVENTS", "occupancy_at", "queue_occupancy", "queue_summary"]
 

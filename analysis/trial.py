@@ -35,6 +35,7 @@ from analysis.stalls import lost_service_ns
 from analysis.tc_samples import LEAF_KINDS, compare_with_samples, leaf_samples, read_tc_samples
 from analysis.traffic import ANALYSES
 from analysis.traffic.cbr_udp import judge_lost_service, max_transit_ns
+from core.link_rules import qdisc_of
 from core.units import parse_duration_ns, parse_offset_ns
 
 TC_SAMPLES = "tc_samples.jsonl"  # hostside/recorders/tc_sampler.py's output in the router's dir
@@ -155,7 +156,7 @@ def bottleneck_queue(
     judged = matched[~unknown] if unknown.any() else matched
     del matched
     host, iface = bottleneck["host"], bottleneck["iface"]
-    qdisc = bottleneck.get("qdisc") or "droptail"
+    qdisc = qdisc_of(bottleneck)
     queue = queue_occupancy(
         judged, delay_ns=link_delay_ns(record, host, iface), max_delay_ns=transit, end_ns=end_ns
     )
@@ -254,7 +255,7 @@ def lost_service(
             continue
         if b.get("link") not in queue_events:
             continue
-        if egress(record, b["host"], b["iface"]).get("qdisc", "droptail") != "droptail":
+        if qdisc_of(egress(record, b["host"], b["iface"])) != "droptail":
             continue
         (owd,) = [f for f in owd_frames if len(f) and f["generator"].iloc[0] == name]
         lost = lost_service_ns(

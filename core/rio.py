@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from core.dscp import parse_dscp
+from core.link_rules import qdisc_of
 from core.units import parse_buffer, parse_bytes
 
 PRECEDENCES = ("in", "out")  # VQ 0, VQ 1; GRED's prio 1 and 2 (grio: OUT's average adds IN's)
@@ -243,7 +244,7 @@ def virtual_queues(rio: dict[str, Any], buffer: object) -> list[VirtualQueue]:
 def link_problems(link: dict[str, Any]) -> list[str]:
     """What is wrong with the rio settings of a linux_router_links entry (none when it is
     not a rio link and gives none)."""
-    if (link.get("qdisc") or "droptail") != "rio":
+    if qdisc_of(link) != "rio":
         return ["rio: thresholds given, but qdisc is not rio"] if link.get("rio") else []
     if not link.get("rate") or not link.get("buffer"):
         return ["qdisc rio needs a rate and a buffer (its physical queue)"]

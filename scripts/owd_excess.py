@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.match import match_packets
 from analysis.pcap import ip_to_int, read_pcap
+from core.link_rules import FULL_FRAME_BYTES
 
 
 def main() -> int:
@@ -101,7 +102,7 @@ def main() -> int:
     gap = d - np.maximum(prev + prev_tx, e)
     is_udp = (fwd.proto.to_numpy() == 17) & (fwd.dst.to_numpy() == ip_to_int(udp_dst))
     owd = (d - a) / 1e6
-    bound = (delay + (buffer_bytes + 1514) * 8e9 / rate + 2e6) / 1e6
+    bound = (delay + (buffer_bytes + FULL_FRAME_BYTES) * 8e9 / rate + 2e6) / 1e6
     over = is_udp & (owd > bound)
     t0 = int(a[0]) if t0 is None else t0
     busy = np.where(waiting, gap, 0)
@@ -115,7 +116,7 @@ def main() -> int:
         "udp_owd_max_ms": round(float(owd[is_udp].max()), 2),
         "udp_over_bound": int(over.sum()),
         "udp_queue_term_max_ms": round(float(queue_ns[is_udp].max() / 1e6), 2),
-        "queue_term_model_max_ms": round((buffer_bytes + 1514) * 8e3 / rate, 2),
+        "queue_term_model_max_ms": round((buffer_bytes + FULL_FRAME_BYTES) * 8e3 / rate, 2),
         "udp_lost_service_p99_ms": round(float(np.percentile(lost_ns[is_udp], 99) / 1e6), 2),
         "udp_lost_service_max_ms": round(float(lost_ns[is_udp].max() / 1e6), 2),
         "service_gaps_over_5ms": int((busy > 5e6).sum()),

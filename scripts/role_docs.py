@@ -9,6 +9,8 @@ default is not declared.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -22,8 +24,23 @@ HEADER = (
 )
 
 
+def _link_rules() -> dict:
+    """The rules roles look up with trialbed_link_rule (its filter plugin's table)."""
+    path = PROJECT / "playbooks/filter_plugins/trialbed_link_rules.py"
+    spec = importlib.util.spec_from_file_location("trialbed_link_rules", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.RULES
+
+
+LINK_RULE = re.compile(r"\{\{\s*'(\w+)'\s*\|\s*trialbed_link_rule\s*\}\}")
+
+
 def inline(value: object) -> str:
-    """A default as one line of YAML, in backticks."""
+    """A default as one line of YAML, in backticks; a link rule looked up as its value."""
+    found = LINK_RULE.fullmatch(value) if isinstance(value, str) else None
+    if found:
+        return f"{inline(_link_rules()[found[1]])} (core/link_rules.py)"
     text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
     text = text.removesuffix("\n...").removesuffix("...").strip()
     return (f"`{text}`" if text else "`''`").replace("|", "\\|")

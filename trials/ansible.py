@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from core.link_rules import CONFIGURE_TAGS
 from core.rack import PROJECT_DIR
 
 _RECAP = re.compile(
@@ -24,30 +25,10 @@ class PlaybookError(RuntimeError):
     """A playbook failed; the message carries the failing part of its output."""
 
 
-# The tag of playbooks/configure.yml that applies each trial variable: when only these changed
-# on a host since the runner applied it, only their tags run there.
-CONFIGURE_TAGS = {
-    "testbed_host_cc": "cc",
-    "testbed_host_cc_params": "cc",
-    "testbed_host_cc_choices": "cc",
-    "testbed_host_cc_choice_params": "cc",
-    "trialbed_flow_cc": "cc",
-    "testbed_host_sysctls": "sysctls",
-    "testbed_host_mtu": "mtu",
-    "testbed_host_route_metrics": "routes",
-    "testbed_host_pacing_interfaces": "pacing",
-    "linux_router_forwarding": "shaping",
-    "linux_router_links": "shaping",
-    "linux_router_links_choices": "shaping",
-    "dscp_marker_rules": "marking",
-    "capture_points": "captures",
-}
-
-
 def configure_tags(applied: dict[str, Any] | None, wanted: dict[str, Any]) -> set[str] | None:
-    """The configure.yml tags that take a host from `applied` to `wanted` (its variables);
-    None when the whole playbook must run (nothing known to be applied, or a variable
-    without a tag changed)."""
+    """The configure.yml tags that take a host from `applied` to `wanted` (its variables, each
+    tagged by core/link_rules.py's CONFIGURE_TAGS); None when the whole playbook must run
+    (nothing known to be applied, or a variable without a tag changed)."""
     if applied is None:
         return None
     tags = set()

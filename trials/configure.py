@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.layout import TrialDir
+from core.link_rules import CONFIGURE_INPUT_CHECKS_TAG
 from core.rack import Rack
 from trials.ansible import configure_tags, run_playbook, write_host_vars
 from trials.host_vars import SwitchChoices, cc_switchable, shaping_switchable, switch_choices
@@ -104,7 +105,12 @@ class RackConfiguration:
         # The experiment schema checked every value before any host was touched, and each
         # role checks its own again before it changes its host: the play that checks every
         # host's inputs first is for playbooks run by hand (~2.5 s of each configure here).
-        args = ["--limit", ",".join(["localhost", *changed]), "--skip-tags", "input_checks"]
+        args = [
+            "--limit",
+            ",".join(["localhost", *changed]),
+            "--skip-tags",
+            CONFIGURE_INPUT_CHECKS_TAG,
+        ]
         if tags is not None:
             args += ["--tags", ",".join(tags)]
         self.log(

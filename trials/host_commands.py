@@ -16,12 +16,13 @@ from core.hostside import (
     tc_sampler_command,
     tcp_probe_command,
 )
+from core.link_rules import DSCP_TABLE_FAMILY, DSCP_TABLE_NAME
 from trials.generators import TrafficGenerator
 from trials.network import CaptureSite, ResolvedNetwork
 from trials.watch import ENDS_EARLY_SLACK_S, UNTIL_STOPPED
 
 # The nftables table of role dscp_marker (its default dscp_marker_table): per-rule counters.
-DSCP_TABLE = "inet trialbed_dscp"
+DSCP_TABLE = f"{DSCP_TABLE_FAMILY} {DSCP_TABLE_NAME}"
 # How often a bottleneck's queue is sampled, unless the inventory says (trialbed_tc_sample_ms).
 TC_SAMPLE_MS = 10.0
 
@@ -107,16 +108,9 @@ def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[
 
 
 def dummynet_rio_queues(net: ResolvedNetwork, host: str) -> dict[str, dict[str, int]]:
-    """A FreeBSD router's rio interfaces and their queue numbers, as roles/freebsd_router
-    numbers them (trialbed_dummynet_rio_queues): IN base+i, OUT base+N+i, with base+i the
-    link's pipe (net.dummynet_pipes) and N the number of the host's links."""
-    links = [e for e in net.egress if e.host == host]
-    pipes = net.dummynet_pipes(host)
-    return {
-        e.iface: {"in": pipes[e.iface], "out": pipes[e.iface] + len(links)}
-        for e in links
-        if e.shaping.qdisc == "rio"
-    }
+    """A FreeBSD router's rio interfaces and their IN and OUT queue numbers, as
+    roles/freebsd_router numbers them (net.dummynet_numbers)."""
+    return {i: n["rio"] for i, n in net.dummynet_numbers(host).items() if n["rio"]}
 
 
 def marking_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.link_rules import MTU
 from core.rack import Rack, RackError
 from core.units import format_duration, format_rate
 from trials.network import ResolvedNetwork, host_settings, resolve_network
@@ -60,7 +61,7 @@ def host_vars(
                 ),
             },
             "testbed_host_mtu": {
-                iface: net.mtu.get((host, iface), 1500) for iface in net.hosts[host].interfaces
+                iface: net.mtu.get((host, iface), MTU) for iface in net.hosts[host].interfaces
             },
             "testbed_host_route_metrics": {
                 **({"initcwnd": s.initcwnd} if s.initcwnd else {}),

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from core import link_rules
 from core.rack import PROJECT_DIR, Host, Rack, RackError
 from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
@@ -107,13 +108,21 @@ class ResolvedNetwork:
     def runs_freebsd(self, host: str) -> bool:
         return any(g in self.hosts[host].groups for g in FREEBSD_GROUPS)
 
+    def dummynet_numbers(self, host: str) -> dict[str, dict[str, Any]]:
+        """A FreeBSD router's numbers per shaped egress interface (rule, pipe, sched, queue,
+        rio's in and out queues), as roles/freebsd_router gives them: core/link_rules.py's
+        dummynet_numbers over the host's linux_router_links (host_vars lists them in this
+        order) from its freebsd_router_number_base."""
+        base = self.hosts[host].vars.get(
+            "freebsd_router_number_base", link_rules.DUMMYNET_NUMBER_BASE
+        )
+        links = [e for e in self.egress if e.host == host]
+        numbers = link_rules.dummynet_numbers([e.shaping.qdisc for e in links], int(base))
+        return {e.iface: n for e, n in zip(links, numbers, strict=True)}
+
     def dummynet_pipes(self, host: str) -> dict[str, int]:
-        """A FreeBSD router's pipe number per shaped egress interface, as roles/freebsd_router
-        numbers them: its number base + 1 + the link's place in the host's linux_router_links
-        (host_vars lists them in this order)."""
-        base = int(self.hosts[host].vars.get("freebsd_router_number_base", 10000))
-        links = [e.iface for e in self.egress if e.host == host]
-        return {iface: base + 1 + i for i, iface in enumerate(links)}
+        """A FreeBSD router's pipe number per shaped egress interface."""
+        return {iface: n["pipe"] for iface, n in self.dummynet_numbers(host).items()}
 
     def path_summary(self, src: str, dst: str) -> dict[str, Any]:
         """Propagation RTT and bottleneck between two nodes, from the shaping on the path."""
@@ -126,7 +135,7 @@ class ResolvedNetwork:
         rated = [e for e in fwd_e if e is not None and e.shaping.rate is not None]
         named = [e for e in rated if e.link == self.bottleneck]
         bottleneck = named[0] if named else min(rated, key=lambda e: e.shaping.rate, default=None)
-        mtus = [self.mtu.get((h, i), 1500) for h, i in fwd]
+        mtus = [self.mtu.get((h, i), link_rules.MTU) for h, i in fwd]
         return {
             "hops": [f"{h}:{i}" for h, i in fwd],
             "return_hops": [f"{h}:{i}" for h, i in back],
@@ -142,7 +151,7 @@ class ResolvedNetwork:
                 "buffer": str(bottleneck.shaping.buffer),
                 "qdisc": bottleneck.shaping.qdisc,
             },
-            "mtu": min(mtus) if mtus else 1500,
+            "mtu": min(mtus) if mtus else link_rules.MTU,
         }
 
     def record(self) -> dict[str, Any]:

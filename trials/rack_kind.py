@@ -12,11 +12,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from core.link_rules import QDISCS
 from core.rack import PROJECT_DIR, Rack
 from trials import host_facts
 from trials.bpf_cc import bpf_cc_names, bpf_cc_problem
 from trials.plan import Trial
-from trials.spec import KERNEL_QDISC
 
 KINDS = ("auto", "namespaces", "vm")
 VM_CLOCK = PROJECT_DIR / "roles/virtual_rack/files/vm/vm-clock.py"
@@ -42,9 +42,10 @@ def needs(trials: list[Trial]) -> dict[str, set[str]]:
         for link in exp.network.links:
             directions = ["forward"] + ([] if link.one_way else ["reverse"])
             for which in directions:
-                q = link.direction(which).qdisc
-                if q != "droptail":
-                    qdiscs.add(KERNEL_QDISC.get(q, q))
+                # The kernel qdisc a link's qdisc is built from (droptail's is always there).
+                kernel_qdisc = QDISCS[link.direction(which).qdisc].linux_qdisc
+                if kernel_qdisc:
+                    qdiscs.add(kernel_qdisc)
     return {"cc": cc, "qdiscs": qdiscs}
 
 

@@ -14,6 +14,7 @@ from collect.fetch import write_manifest, write_whole
 from collect.pcap_count import pcap_packets
 from core.dscp import counter_delta, nft_rule_counters, parse_dscp
 from core.layout import TrialDir
+from core.link_rules import DUMMYNET_RIO_LABEL, dummynet_fixed_point
 from core.rack import PROJECT_DIR
 from core.rio import counters_delta, gred_counters
 from core.rio import high_dscp as rio_high_dscp
@@ -121,8 +122,7 @@ def rio_record_dummynet(
     vqs = e.shaping.virtual_queues()
     slots = backend.get("queue_slots") or vqs[0].limit // vqs[0].mean_packet
     entry: dict[str, Any] = {
-        "approximation": backend.get("rio")
-        or "approximated by two dummynet RED queues (IN, OUT) on one pipe",
+        "approximation": backend.get("rio") or DUMMYNET_RIO_LABEL,
         "virtual_queues": [
             {
                 "dp": vq.dp,
@@ -132,8 +132,7 @@ def rio_record_dummynet(
                 "max_packets": vq.max_packets,
                 "pmax": vq.pmax,
                 "w_q": vq.w_q,
-                # dummynet keeps w_q as (int)(w_q * 2^16) (dummynet.c, SCALE_RED 16)
-                "w_q_effective": int(vq.w_q * 2**16) / 2**16,
+                "w_q_effective": dummynet_fixed_point(vq.w_q),
                 "limit_packets": slots,
             }
             for vq in vqs

@@ -22,10 +22,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.program_source import program_source
 from core.rack import Rack
 from trials.preflight import host_facts
 
-_PROBE = Path(__file__).with_name("status_probe.py").read_text()
+_PROBE = program_source(Path(__file__).with_name("status_probe.py"))
 OFFLOADS = {
     "tcp-segmentation-offload": "tso",
     "generic-segmentation-offload": "gso",

@@ -1,10 +1,11 @@
-"""Runs ON a rack host (sent over SSH as source, standard library only): prints a JSON object
-with what the host is doing now: per experiment interface its qdiscs and classes with their
-counters (`tc -s -j`), the delay backend the router role recorded and whether its delay line
-and NFQUEUE rules are in place, the daemons of trialbed running there, and trial directories
-left behind (a trial's files are removed once the controller has verified its copy), and
-the host's own settings that configure recorded before changing them (teardown gives them
-back). Reads only; `python -m trials status` renders it.
+"""Runs ON a rack host (sent over SSH as source, standard library only, with the core modules
+it imports inside: core/program_source.py): prints a JSON object with what the host is doing
+now: per experiment interface its qdiscs and classes with their counters (`tc -s -j`), the
+delay backend the router role recorded and whether its delay line and NFQUEUE rules are in
+place, the daemons of trialbed running there, and trial directories left behind (a trial's
+files are removed once the controller has verified its copy), and the host's own settings
+that configure recorded before changing them (teardown gives them back). Reads only;
+`python -m trials status` renders it.
 
 On FreeBSD (a dummynet router, a FreeBSD end host) the same object, with "platform":
 "FreeBSD", no tc: "dummynet" gives per experiment interface the dummynet pipe (or queue,
@@ -19,10 +20,25 @@ import glob
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
+
+# status.py sends this file with these modules inside (core/program_source.py): the host has
+# no checkout. How ipfw's text reads, and the label of roles/freebsd_router's rio record where
+# the record is not there to say it.
+from core.ipfw_text import (
+    DSCP_MATCH,
+    FLOW_LINE,
+    FLOWSET_LINE,
+    LINK_LINE,
+    RED_LINE,
+    RULE_LINE,
+    SCHED_LIMIT_LINE,
+    SCHED_LINE,
+    link_rate,
+)
+from core.link_rules import DUMMYNET_RIO_LABEL
 
 
 def run_json(argv):
@@ -125,38 +141,6 @@ def run_soft(argv):
     return done.stdout if done.returncode == 0 else None
 
 
-# The text sbin/ipfw/dummynet.c's list_pipes() prints for `ipfw pipe|sched|queue show` (the
-# same reading as analysis/ipfw_samples.py, copied: this probe is sent alone):
-#   10001:   1.000 Mbit/s   25 ms burst 0        link: "%05d: %s %4d ms burst %s"
-#   q141073 58 KB 0 flows (1 buckets) sched 75537 weight 0 lmax 0 pri 0 droptail
-#                                                flowset: queue size (KB, B or "sl." slots),
-#                                                then its AQM: droptail, "AQM CoDel ...",
-#                                                "AQM type PIE ..." or, on the next line,
-#   \t  RED w_q 0.002000 min_th 5 max_th 15 max_p 0.100000    (GRED with a G)
-#    sched 75537 type FIFO flags 0x0 0 buckets 1 active
-#    FQ_CODEL target 5ms interval 100ms quantum 1514 limit 40 flows 1024 NoECN
-#   BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt/Byte Drp
-#     0 ip           0.0.0.0/0             0.0.0.0/0     7489 10803048 21 31500   0
-# A flow line ends with total packets and bytes, packets and bytes queued now, drops.
-_LINK = re.compile(r"^(\d{5,}):\s+(unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burst ")
-_FLOWSET = re.compile(
-    r"^q(\d+)\s+(\d+ KB|\d+ B|\d+ sl\.)\S*.*?\bsched (\d+) weight \d+ lmax \d+ pri \d+\s*(.*)$"
-)
-# print_flowset_parms(): "\n\t %cRED w_q %f min_th %d max_th %d max_p %f".
-_NUM = r"(\d+(?:\.\d+)?)"
-_RED = re.compile(rf"^\s+(G?)RED w_q (?:{_NUM} min_th (\d+) max_th (\d+) max_p {_NUM})?")
-_SCHED = re.compile(r"^\s*sched (\d+) type (\S+) ")
-_SCHED_LIMIT = re.compile(r"^\s*(?:FQ_CODEL|FQ_PIE)\b.*\blimit (\d+)")
-_FLOW = re.compile(r"^\s*\d+\*?\s+\S+.*?\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
-# ipfw(8) `ipfw list`: "NNNNN ACTION ...", a rule sending to a pipe or queue on an interface.
-_RULE = re.compile(r"^(\d+)\s+(pipe|queue)\s+(\d+)\s.*?\b(?:xmit|via)\s+(\S+)")
-# Its DSCP match (ipfw2.c print_dscp: " dscp" then the codes, comma-separated, by name where
-# they have one), "not" before it when negated: how qdisc rio's two rules tell IN from OUT.
-_DSCP = re.compile(r"(?:^|\s)((?:not\s+)?dscp\s+\S+)")
-# The label of roles/freebsd_router's rio record, where the record is not there to say it.
-RIO_LABEL = "approximated by two dummynet RED queues (IN, OUT) on one pipe"
-
-
 def aqm_of(text):
     """droptail, red, gred, codel, pie (the roles' names) from a flowset's AQM words."""
     words = text.split()
@@ -186,12 +170,15 @@ def parse_dummynet(text):
             obj[key] = (obj.get(key) or 0) + values[i]
 
     for line in (text or "").splitlines():
-        found = _LINK.match(line)
+        found = LINK_LINE.match(line)
         if found:
-            link = out["links"][int(found[1])] = {"rate": found[2], "delay_ms": int(found[3])}
+            link = out["links"][int(found[1])] = {
+                "rate": link_rate(found),
+                "delay_ms": int(found[2]),
+            }
             flowset = sched = None
             continue
-        found = _FLOWSET.match(line)
+        found = FLOWSET_LINE.match(line)
         if found:
             size, unit = found[2].split(" ", 1)
             flowset = {
@@ -204,7 +191,7 @@ def parse_dummynet(text):
             if link is not None and "flowset" not in link:
                 link["flowset"] = flowset
             continue
-        found = _RED.match(line)
+        found = RED_LINE.match(line)
         if found and flowset is not None:
             flowset["aqm"] = "gred" if found[1] else "red"
             if found[2]:
@@ -212,18 +199,18 @@ def parse_dummynet(text):
                 flowset["red"] = {"w_q": float(w_q), "min_th": int(min_th),
                                   "max_th": int(max_th), "max_p": float(max_p)}  # fmt: skip
             continue
-        found = _SCHED.match(line)
+        found = SCHED_LINE.match(line)
         if found:
             sched = out["scheds"][int(found[1])] = {"type": found[2].lower(), "limit": None}
             if link is not None:
                 link["sched"] = sched
                 sched["link"] = link
             continue
-        found = _SCHED_LIMIT.match(line)
+        found = SCHED_LIMIT_LINE.match(line)
         if found and sched is not None:
             sched["limit"] = int(found[1])
             continue
-        found = _FLOW.match(line)
+        found = FLOW_LINE.match(line)
         if found and not line.lstrip().startswith(("q", "BKT")):
             values = [int(v) for v in found.groups()]
             owner = link if link is not None else flowset
@@ -257,7 +244,7 @@ def rio_rules(iface, rules, record):
             found[part] = next((r for r in queued if r[2] == numbers.get(part)), None)
     elif len(queued) == 2:
         for rule in queued:
-            match = _DSCP.search(rule[3])
+            match = DSCP_MATCH.search(rule[3])
             if match:
                 found["out" if match[1].startswith("not") else "in"] = rule
     return found if found.get("in") and found.get("out") else None
@@ -268,10 +255,10 @@ def freebsd_rio(iface, parts, record, pipes, queues, scheds):
     number, DSCP match, size, RED settings and counters, and the two queues' counters summed
     at the top (None where a queue could not be read), labelled as the approximation."""
     rio = rio_record(record, iface)
-    out = {"approximation": rio.get("rio") or RIO_LABEL, "pipe": None, "sched": None}
+    out = {"approximation": rio.get("rio") or DUMMYNET_RIO_LABEL, "pipe": None, "sched": None}
     for part, (rule, _, number, text) in parts.items():
         flowset = queues["flowsets"].get(number)
-        match = _DSCP.search(text)
+        match = DSCP_MATCH.search(text)
         entry = {"rule": rule, "number": number, "match": match[1] if match else None,
                  "queue": None, "queue_unit": None, "aqm": None, "red": None}  # fmt: skip
         if flowset is not None:
@@ -313,7 +300,7 @@ def freebsd_dummynet(interfaces, record):
     owned = {int(r) for r in owned if str(r).isdigit()} if isinstance(owned, list) else None
     chains = {}
     for line in rules.splitlines():
-        found = _RULE.match(line.strip())
+        found = RULE_LINE.match(line.strip())
         if found and (owned is None or int(found[1]) in owned):
             rule = (int(found[1]), found[2], int(found[3]), line.strip())
             chains.setdefault(found[4], []).append(rule)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from core.link_rules import ETHERNET_HEADER
+
 TEMPLATE_SRC = "198.18.255.1"
 TEMPLATE_DST = "198.18.255.2"
-_ETH_HEADER = 14
 
 
 def write_stream_template(
@@ -29,7 +30,7 @@ def write_stream_template(
         raise ValueError(
             "a stream packet needs at least 36 IP bytes (headers and a sequence number)"
         )
-    frame = bytearray(_ETH_HEADER + ip_bytes)
+    frame = bytearray(ETHERNET_HEADER + ip_bytes)
     frame[12:14] = b"\x08\x00"
     src = bytes(map(int, TEMPLATE_SRC.split(".")))
     dst = bytes(map(int, TEMPLATE_DST.split(".")))

@@ -18,6 +18,7 @@ from analysis.families.common import trimmed
 from analysis.html_report.page import Page, plt
 from analysis.results import trial_dir
 from analysis.tcp_probe import congestion_events
+from core.link_rules import FULL_FRAME_BYTES
 from core.units import parse_bytes, parse_duration_ns
 
 TITLE = "Collateral damage: TCP variants vs. VoIP latency (Stewart, Armitage, Huebner 2009)"
@@ -175,7 +176,7 @@ def owd_bounds(page: Page, ok: pd.DataFrame) -> None:
     page.table(
         table,
         "One-way delay bounds: smallest OWD against RTT/2, largest against RTT/2 + "
-        "(buffer + 1514 B) · 8 / rate",
+        f"(buffer + {FULL_FRAME_BYTES} B) · 8 / rate",
         csv="owd_bounds.csv",
         digits={"min_ms": 2, "max_ms": 1, "bound_ms": 1, "rtt_half_ms": 1, "rtt_ms": 0},
         row_class=lambda r: None if r.within else "flag",

@@ -16,7 +16,8 @@ from analysis.pcap import int_to_ip, ip_to_int
 from analysis.siftr import read_siftr
 from analysis.startup import delivered_by, loss_events, loss_summary, slow_start_exit
 from analysis.tcp_probe import congestion_events, for_flows, read_tcp_probe
-from core.units import ETHERNET_HEADER, parse_duration_ns, parse_offset_ns
+from core.link_rules import ETHERNET_HEADER
+from core.units import parse_duration_ns, parse_offset_ns
 
 CUTOFFS_S = (1, 5, 10, 20, 30)
 DEFAULT_RTO_MIN_NS = 200_000_000  # Linux TCP_RTO_MIN

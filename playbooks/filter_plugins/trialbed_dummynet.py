@@ -16,36 +16,33 @@ template roles/freebsd_router/templates/ipfw.rules.j2 says what differs from Lin
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from core import rio, units
-    from core.dscp import dscp_name
-except ImportError:  # ansible-playbook from outside the project's environment
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from core import rio, units
-    from core.dscp import dscp_name
+# The core of the checkout this plugin belongs to, ahead of any other on the path (an
+# installed one may be another checkout's).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from core import link_rules, rio, units
+from core.dscp import dscp_name
 
-# Queue disciplines of the shared link model that dummynet has (cake it has not); rio as an
+# The queue disciplines dummynet has, and how, are core/link_rules.py's QDISCS; rio is an
 # approximation (two RED queues on one pipe, see dummynet_rio).
-DUMMYNET_QDISCS = ("droptail", "red", "gred", "fq_codel", "pie", "codel", "rio")
 # dummynet.c keeps bw in an int: bit/s above this are refused ("bandwidth too large").
 LARGEST_BW = 2**31 - 1
 LARGEST_DELAY_MS = 9999  # dummynet.c: "delay must be < 10000"
 # fq_codel's limit (packets) must lie in 1..20480 (ipfw(8), sched type fq_codel: limit).
 LARGEST_FQ_LIMIT = 20480
-FULL_FRAME_BYTES = 1500
-# dummynet.c keeps RED's w_q and max_p as fixed point, (int)(x * 2^SCALE_RED), SCALE_RED 16:
-# a w_q below 2^-16 would be 0.
-SCALE_RED = 16
+# The weight of RED's average in a queue the role sizes itself (red, gred).
+RED_W_Q = 0.002
+# dummynet keeps RED's w_q as fixed point (link_rules.dummynet_fixed_point): below 2^-SCALE_RED
+# it would be 0.
+SCALE_RED = link_rules.DUMMYNET_SCALE_RED
 # ipfw(8), PIPE, QUEUE AND SCHEDULER CONFIGURATION: a queue's weight, 1..100. IN and OUT get
 # the same one (the pipe's WF2Q+ then favours neither; see the template).
 RIO_WEIGHT = 1
-RIO_LABEL = "approximated by two dummynet RED queues (IN, OUT) on one pipe"
+RIO_LABEL = link_rules.DUMMYNET_RIO_LABEL
 RIO_DIFFERENCES = (
     "each queue keeps its own average queue length: OUT's drop probability follows OUT's "
     "average, where RIO's (GRED grio) follows the total of IN and OUT",
@@ -64,11 +61,13 @@ def dummynet_problems(link: dict) -> list[str]:
     """What dummynet cannot do of one linux_router_links entry, each naming the key (the
     checks shared with the Linux router are trialbed_link_problems)."""
     problems = []
-    qdisc = link.get("qdisc") or "droptail"
-    if qdisc not in DUMMYNET_QDISCS:
+    qdisc = link_rules.qdisc_of(link)
+    if qdisc not in link_rules.DUMMYNET_QDISCS:
+        linux_only = link_rules.LINUX_ONLY_QDISCS
         problems.append(
-            f"qdisc {qdisc!r}: dummynet has {', '.join(DUMMYNET_QDISCS)} "
-            "(cake is Linux only; use a Linux router for it)"
+            f"qdisc {qdisc!r}: dummynet has {', '.join(link_rules.DUMMYNET_QDISCS)} "
+            f"({', '.join(linux_only)} {'is' if len(linux_only) == 1 else 'are'} Linux only; "
+            "use a Linux router for it)"
         )
     if _given(link.get("rate")):
         try:
@@ -125,28 +124,23 @@ def dummynet_queue(value: object) -> str:
 def dummynet_red(value: object) -> str:
     """RED's w_q/min_th/max_th/max_p for a queue of `value`, thresholds in the queue's own
     unit (ipfw(8): bytes for a queue in bytes, slots otherwise), chosen as the Linux router
-    chooses them: max_th a third of the queue, min_th a third of max_th."""
+    chooses them (link_rules.red_thresholds)."""
     try:
         parsed = units.parse_buffer(value)
     except ValueError as e:
         raise AnsibleFilterError(str(e)) from e
-    if parsed.packets:
-        max_th = max(parsed.amount // 3, 2)
-        min_th = max(max_th // 3, 1)
-    else:
-        max_th = max(parsed.amount // 3, 3000)
-        min_th = max(max_th // 3, FULL_FRAME_BYTES)
-    return f"0.002/{min_th}/{max_th}/0.1"
+    min_th, max_th = link_rules.red_thresholds(parsed.amount, parsed.packets)
+    return f"{RED_W_Q:g}/{min_th}/{max_th}/{link_rules.RED_MAX_P:g}"
 
 
 def dummynet_packets(value: object) -> int:
-    """A queue limit in packets (fq_codel's limit): slots as given, bytes in full frames."""
+    """A queue limit in packets (fq_codel's limit): slots as given, bytes in full-size
+    packets (link_rules.limit_packets), at most dummynet's largest."""
     try:
         parsed = units.parse_buffer(value)
     except ValueError as e:
         raise AnsibleFilterError(str(e)) from e
-    packets = parsed.amount if parsed.packets else math.ceil(parsed.amount / FULL_FRAME_BYTES)
-    return min(max(packets, 1), LARGEST_FQ_LIMIT)
+    return min(link_rules.limit_packets(parsed.amount, parsed.packets), LARGEST_FQ_LIMIT)
 
 
 def _rio_level(vq: rio.VirtualQueue) -> dict:
@@ -157,7 +151,7 @@ def _rio_level(vq: rio.VirtualQueue) -> dict:
         "max_slots": vq.max_packets,
         "pmax": vq.pmax,
         "w_q": vq.w_q,
-        "w_q_effective": int(vq.w_q * 2**SCALE_RED) / 2**SCALE_RED,
+        "w_q_effective": link_rules.dummynet_fixed_point(vq.w_q),
     }
 
 
@@ -184,30 +178,20 @@ def dummynet_rio(link: dict) -> dict:
     }
 
 
-def dummynet_rio_queues(links: list, base: int) -> list:
-    """Per link (in order): the queue numbers of a rio link, {"in": base+i, "out": base+N+i}
-    (N: the number of links; pipe and rules are base+i), None for any other link."""
-    count = len(links)
-    return [
-        {"in": base + i, "out": base + count + i}
-        if (link.get("qdisc") or "droptail") == "rio"
-        else None
-        for i, link in enumerate(links, start=1)
-    ]
-
-
 def dummynet_rio_record(links: list, base: int) -> dict:
     """Per rio interface, what delay_backend.json (and so trial.json's delay record) says of
     the approximation: the label, what differs from RIO, the pipe, queues and RED settings."""
     out = {}
-    for link, queues in zip(links, dummynet_rio_queues(links, base), strict=True):
+    qdiscs = [link_rules.qdisc_of(link) for link in links]
+    for link, numbers in zip(links, link_rules.dummynet_numbers(qdiscs, base), strict=True):
+        queues = numbers["rio"]
         if queues is None:
             continue
         built = dummynet_rio(link)
         out[link["iface"]] = {
             "rio": RIO_LABEL,
             "differences": list(RIO_DIFFERENCES),
-            "pipe": queues["in"],
+            "pipe": numbers["pipe"],
             "queues": queues,
             "queue_slots": built["slots"],
             "mean_packet": built["mean_packet"],
@@ -228,6 +212,5 @@ class FilterModule:
             "trialbed_dummynet_red": dummynet_red,
             "trialbed_dummynet_packets": dummynet_packets,
             "trialbed_dummynet_rio": dummynet_rio,
-            "trialbed_dummynet_rio_queues": dummynet_rio_queues,
             "trialbed_dummynet_rio_record": dummynet_rio_record,
         }

@@ -29,8 +29,15 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
+
+# The core of the checkout this plugin belongs to, ahead of any other on the path (an
+# installed one may be another checkout's).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from core.link_rules import LARGEST_MTU, MTU, SMALLEST_MTU
 
 # The experiment's names (Linux's) -> mod_cc(4) algorithm and module names.
 CC_NAMES = {"reno": "newreno", "cubic": "cubic", "htcp": "htcp"}
@@ -53,7 +60,6 @@ MAPPED_SYSCTLS = (NO_METRICS_SAVE, RMEM, WMEM, TIMESTAMPS)
 RFC1323_SPLIT_FROM_RELEASE = 14
 # sys/sys/param.h (every FreeBSD platform) and sys/sys/sockbuf.h: SB_MAX, maxsockbuf's default.
 MSIZE, MCLBYTES, SB_MAX = 256, 2048, 2 * 1024 * 1024
-SMALLEST_MTU, LARGEST_MTU = 68, 65535
 # ifconfig(8) capabilities turned off on experiment interfaces (-tso turns off both TSO4 and
 # TSO6, -lro LRO) and given back on teardown by these names in lower case.
 OFFLOADS = ("TSO4", "TSO6", "LRO")
@@ -168,7 +174,7 @@ def _interface_problems(s: dict) -> list[str]:
                 f"{LARGEST_MTU} on one of this host's experiment interfaces "
                 f"({', '.join(interfaces) or 'none'})"
             )
-    default = s.get("mtu_default", 1500)
+    default = s.get("mtu_default", MTU)
     if not str(default).isdigit() or not SMALLEST_MTU <= int(default) <= LARGEST_MTU:
         problems.append(
             f"testbed_host_mtu_default = {default}: an integer from {SMALLEST_MTU} to {LARGEST_MTU}"

@@ -9,11 +9,10 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from core import rio
-except ImportError:  # ansible-playbook from outside the project's environment
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from core import rio
+# The core of the checkout this plugin belongs to, ahead of any other on the path (an
+# installed one may be another checkout's).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from core import link_rules, rio
 
 
 def rio_virtual_queues(link: dict) -> list[dict]:
@@ -38,7 +37,7 @@ def rio_record(links: list[dict]) -> dict[str, list[dict]]:
     return {
         link["iface"]: rio_virtual_queues(link)
         for link in links
-        if (link.get("qdisc") or "droptail") == "rio"
+        if link_rules.qdisc_of(link) == "rio"
     }
 
 

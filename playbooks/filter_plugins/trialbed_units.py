@@ -9,17 +9,10 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from core import rio, units
-except ImportError:  # ansible-playbook from outside the project's environment
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from core import rio, units
-
-# Bytes a packet-counted buffer is taken to hold, where tc needs bytes (RED thresholds).
-FULL_FRAME_BYTES = 1500
-# A drop-tail limit in bytes must hold at least one full Ethernet frame.
-SMALLEST_BUFFER_BYTES = 1514
-QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "codel", "cake")
+# The core of the checkout this plugin belongs to, ahead of any other on the path (an
+# installed one may be another checkout's).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from core import link_rules, rio, units
 
 
 def _given(value: object) -> bool:
@@ -46,10 +39,10 @@ def link_problems(link: dict, interfaces: list[str], forwarding: bool) -> list[s
     if _given(buffer):
         try:
             parsed = units.parse_buffer(buffer)
-            if not parsed.packets and parsed.amount < SMALLEST_BUFFER_BYTES:
-                problems.append(
-                    f"buffer: {buffer!r} holds no full frame; at least {SMALLEST_BUFFER_BYTES}B"
-                )
+            # A drop-tail limit in bytes must hold at least one full Ethernet frame.
+            smallest = link_rules.FULL_FRAME_BYTES
+            if not parsed.packets and parsed.amount < smallest:
+                problems.append(f"buffer: {buffer!r} holds no full frame; at least {smallest}B")
         except ValueError as e:
             problems.append(f"buffer: {e}")
     given_delay = link.get("delay_ms", 0)
@@ -68,8 +61,8 @@ def link_problems(link: dict, interfaces: list[str], forwarding: bool) -> list[s
                 "delay_ms only on a forwarding host (an end host's own packets held in a "
                 "delay line throttle its TCP)"
             )
-    if link.get("qdisc", "droptail") not in QDISCS:
-        problems.append(f"qdisc {link.get('qdisc')!r}: one of {', '.join(QDISCS)}")
+    if link.get("qdisc", link_rules.DEFAULT_QDISC) not in link_rules.QDISCS:
+        problems.append(f"qdisc {link.get('qdisc')!r}: one of {', '.join(link_rules.QDISC_NAMES)}")
     elif not any(p.startswith(("rate", "buffer")) for p in problems):
         problems += rio.link_problems(link)  # qdisc rio: its thresholds against the buffer
     return problems
@@ -88,8 +81,8 @@ def rate(value: object) -> str:
     return units.format_rate(rate_bps(value))
 
 
-def buffer_bytes(value: object, packet_bytes: int = FULL_FRAME_BYTES) -> int:
-    """'60kB' -> 60000; '20pkt' -> 20 full frames' worth."""
+def buffer_bytes(value: object, packet_bytes: int = link_rules.MTU) -> int:
+    """'60kB' -> 60000; '20pkt' -> 20 full-size packets' worth."""
     try:
         return units.parse_buffer(value).in_bytes(packet_bytes)
     except ValueError as e:
@@ -103,6 +96,32 @@ def buffer_packets(value: object) -> int | None:
     except ValueError as e:
         raise AnsibleFilterError(str(e)) from e
     return parsed.amount if parsed.packets else None
+
+
+def queue_packets(value: object) -> int:
+    """A queue limit in packets (fq_codel, pie, codel): '20pkt' -> 20; '60000B' -> 40."""
+    try:
+        parsed = units.parse_buffer(value)
+    except ValueError as e:
+        raise AnsibleFilterError(str(e)) from e
+    return link_rules.limit_packets(parsed.amount, parsed.packets)
+
+
+def red(value: object) -> dict:
+    """tc red's settings for a queue of `value` (in bytes, a packet counted full-size):
+    min and max thresholds (link_rules.red_thresholds), avpkt, the burst tc-red(8) advises
+    for them, (2 min + max) / (3 avpkt) + 1, and the probability at max."""
+    bytes_ = buffer_bytes(value)
+    min_th, max_th = link_rules.red_thresholds(bytes_, packets=False)
+    avpkt = link_rules.RED_AVPKT
+    return {
+        "limit": bytes_,
+        "min": min_th,
+        "max": max_th,
+        "avpkt": avpkt,
+        "burst": int((2 * min_th + max_th) / (3 * avpkt) + 1),
+        "probability": link_rules.RED_MAX_P,
+    }
 
 
 def duration_problem(value: object, what: str, smallest_ns: int, largest_ns: int) -> str:
@@ -124,5 +143,7 @@ class FilterModule:
             "trialbed_rate": rate,
             "trialbed_buffer_bytes": buffer_bytes,
             "trialbed_buffer_packets": buffer_packets,
+            "trialbed_queue_packets": queue_packets,
+            "trialbed_red": red,
             "trialbed_duration_problem": duration_problem,
         }

@@ -17,6 +17,7 @@ import pytest
 from analysis.metrics import MAX_FRAME_BYTES, owd_upper_bound_ns
 from analysis.pcap import ip_to_int, read_pcap
 from collect.fetch import verify_manifest
+from core.link_rules import ETHERNET_HEADER
 from core.rack import Rack
 from tests.e2e.conftest import PROJECT, host_states, recap
 from trials.plan import load_plan
@@ -42,7 +43,6 @@ hosts:
 duration: 30s
 warmup: 5s
 """
-ETHERNET_HEADER = 14
 DELAY_ACCURACY_MS = 2  # how far the emulated delay may be off (timer and scheduling)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from analysis.pcap import ip_to_int, read_pcap
 from core.dscp import DSCP_NAMES
+from core.link_rules import DSCP_TABLE_FAMILY, DSCP_TABLE_NAME
 from core.rack import Rack
 from tests.e2e.conftest import PROJECT, recap
 
@@ -39,7 +40,7 @@ capture:
     - {name: bottleneck_out, link: downstream, at: R}
 duration: 8s
 """
-TABLE = "inet trialbed_dscp"
+TABLE = f"{DSCP_TABLE_FAMILY} {DSCP_TABLE_NAME}"
 # Tables someone else keeps on the hosts: teardown must leave them as they are.
 BYSTANDERS = {"R": "inet bystander", "A": "ip bystander"}
 

@@ -17,6 +17,7 @@ import pytest
 from analysis.pcap import ip_to_int, read_pcap
 from analysis.startup import loss_events
 from collect.fetch import verify_manifest
+from core.link_rules import ETHERNET_HEADER
 from core.rack import Rack
 from tests.e2e.conftest import PROJECT, recap, start_trials, trials_run, wait_for_daemon
 from trials.plan import load_plan
@@ -25,7 +26,6 @@ pytestmark = pytest.mark.rack
 
 EXPERIMENT = PROJECT / "experiments" / "startup_lswan.yml"
 SATELLITE = PROJECT / "experiments" / "startup_satellite.yml"
-ETHERNET_HEADER = 14
 SYN, ACK = 0x02, 0x10
 FIRST_WINDOW_S = 5
 

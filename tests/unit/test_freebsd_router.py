@@ -314,7 +314,7 @@ def test_bad_links_refused_naming_the_key(tmp_path):
     )
     assert result.returncode != 0
     out = result.stdout
-    assert "qdisc 'cake': dummynet has droptail, red, gred, fq_codel, pie, codel, rio" in out
+    assert "qdisc 'cake': dummynet has droptail, red, gred, rio, fq_codel, pie, codel" in out
     assert "delay_ms 25.5: dummynet delays by whole milliseconds" in out
     assert "rate: '1mbps' is not a rate" in out
     assert "iface 'em9' is not an experiment interface of this host" in out

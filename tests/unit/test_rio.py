@@ -48,6 +48,7 @@ def render(links: list[dict], backend: str = "netem") -> str:
     )
     env.filters.update(_plugin("trialbed_units"))
     env.filters.update(_plugin("trialbed_rio"))
+    env.filters.update(_plugin("trialbed_link_rules"))
     return env.get_template("shaping.tc.j2").render(
         linux_router_links=links,
         __linux_router_backend=backend,

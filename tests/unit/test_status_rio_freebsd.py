@@ -32,7 +32,7 @@ from tests.unit.test_status_freebsd import (
 from trials import status
 
 # em1 a drop-tail pipe (seed 000's, PIPES' first block), em2 rio: pipe 10002, IN queue 10002,
-# OUT queue 10004 (base 10000, two links: trialbed_dummynet_rio_queues).
+# OUT queue 10004 (base 10000, two links: core/link_rules.py dummynet_numbers).
 RIO_RULES = """\
 10000 allow ip from any to any via em0
 10001 pipe 10001 ip from any to any out xmit em1

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from core.dscp import parse_dscp
-from core.units import ETHERNET_HEADER
+from core.link_rules import ETHERNET_HEADER
 from trials.fields import Dscp, PacketInterval, Port, TrafficDuration, UdpPacketBytes
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 from trials.udp_stream import rewrite_for_rack, write_stream_template
