@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 # Its home is core/link_rules.py; named here too for trials/spec.py, which imports it from here.
-from core.link_rules import ETHERNET_HEADER as ETHERNET_HEADER
 
 _NUMBER = r"(?P<num>-?[0-9]+(?:\.[0-9]+)?)\s*"
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.link_rules import QDISCS
 from core.rack import Rack
 from trials.network import FREEBSD_GROUPS
 
@@ -25,9 +26,8 @@ STATIC_FACTS = (
     "siftr",
     "bpf_cc_kernel",
 )
-# Kernel modules of a link's qdisc where it is not sch_<qdisc> alone. rio: GRED in RIO mode,
-# whose virtual queue a clsact (sch_ingress) egress filter sets: flower for IN, matchall OUT.
-QDISC_MODULES = {"rio": ["sch_gred", "sch_ingress", "cls_flower", "cls_matchall"]}
+# Kernel modules of each link qdisc (core.link_rules; droptail's bfifo/pfifo need none).
+QDISC_MODULES = {name: list(q.linux_modules) for name, q in QDISCS.items()}
 
 
 def host_facts(

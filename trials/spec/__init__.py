@@ -22,7 +22,6 @@ from trials.spec.experiment import Capture, CapturePoint, EdgeMarker, Experiment
 from trials.spec.messages import format_errors
 from trials.spec.reader import Loaded, load_text, read_file
 from trials.spec.topology import (
-    KERNEL_QDISC,
     QDISCS,
     Link,
     MarkRule,
@@ -34,7 +33,6 @@ from trials.spec.topology import (
 )
 
 __all__ = [
-    "KERNEL_QDISC",
     "QDISCS",
     "At",
     "Capture",

@@ -17,9 +17,10 @@ from pydantic import (
 )
 
 from core.dscp import parse_dscp
+from core.link_rules import DEFAULT_QDISC, ETHERNET_HEADER, MTU, QDISC_NAMES
 from core.rio import DEFAULTS as RIO_DEFAULTS
 from core.rio import HIGH_DSCP, IN_DSCP, MAX_OVER_MIN, MEAN_PACKET, RioError, virtual_queues
-from core.units import ETHERNET_HEADER, parse_bytes
+from core.units import parse_bytes
 from trials.fields import (
     Allowed,
     BufferSize,
@@ -38,12 +39,8 @@ from trials.fields import (
 )
 from trials.spec.errors import At, first_message, require_unique
 
-# Queue disciplines of a link direction. droptail is bfifo (byte buffer) or pfifo (packet
-# buffer); the AQMs are accepted here and checked against the router's kernel by preflight.
-# rio is GRED in RIO mode with the drop precedence taken from the DSCP (core/rio.py).
-QDISCS = ("droptail", "red", "gred", "rio", "fq_codel", "pie", "codel", "cake")
-# The kernel qdisc a link's qdisc needs, where the names differ.
-KERNEL_QDISC = {"rio": "gred"}
+# Queue disciplines of a link direction (core.link_rules: each one's capabilities).
+QDISCS = QDISC_NAMES
 # How many DSCPs one list may name: there are 64 code points.
 _MOST_DSCPS = 64
 
@@ -119,7 +116,7 @@ class Shaping(Strict):
     rate: LinkRate | None = Field(None, description="link rate; none = not shaped")
     buffer: BufferSize | None = Field(None, description="drop-tail limit, bytes or packets")
     delay: LinkDelay = Field(0, description="one-way propagation delay")
-    qdisc: Literal[QDISCS] = "droptail"  # type: ignore[valid-type]
+    qdisc: Literal[QDISCS] = DEFAULT_QDISC  # type: ignore[valid-type]
     rio: Rio | None = Field(None, description="qdisc rio: thresholds per drop precedence")
 
     @model_validator(mode="before")
@@ -172,9 +169,9 @@ class Link(Strict):
     rate: LinkRate | None = Field(None, description="link rate; none = not shaped")
     buffer: BufferSize | None = Field(None, description="drop-tail limit, bytes or packets")
     delay: LinkDelay = Field(0, description="one-way propagation delay")
-    qdisc: Literal[QDISCS] = Field("droptail", description="queue discipline")  # type: ignore[valid-type]
+    qdisc: Literal[QDISCS] = Field(DEFAULT_QDISC, description="queue discipline")  # type: ignore[valid-type]
     rio: Rio | None = Field(None, description="qdisc rio: thresholds per drop precedence")
-    mtu: Mtu = Field(1500, description="MTU of both ends' interfaces")
+    mtu: Mtu = Field(MTU, description="MTU of both ends' interfaces")
     forward: dict[str, Any] = Field(
         default_factory=dict,
         description="between[0] -> between[1] (or from -> to): rate, buffer, delay, qdisc, "
