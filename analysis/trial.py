@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.batches import summary_file
 from analysis.captures import Captures, bottleneck_hop
 from analysis.dscp import dscp_per_flow, marking_counters
 from analysis.families import FAMILIES
@@ -30,7 +31,6 @@ from analysis.match import match_packets
 from analysis.metrics import queue_full_events, undecided
 from analysis.pcap import addresses_as_strings, ip_to_int
 from analysis.queue import crossing, queue_occupancy, queue_summary
-from analysis.results import summary_file
 from analysis.stalls import lost_service_ns
 from analysis.tc_samples import LEAF_KINDS, compare_with_samples, leaf_samples, read_tc_samples
 from analysis.traffic import ANALYSES
