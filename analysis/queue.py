@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.fastpath import queue_levels
 from analysis.match import KEY_COLUMNS
 from analysis.pcap import ip_strings
+from analysis.queuemerge import queue_levels
 from core.units import ETHERNET_HEADER
 
 __all__ = ["ETHERNET_HEADER", "EVENTS", "occupancy_at", "queue_occupancy", "queue_summary"]
@@ -39,7 +39,7 @@ def queue_occupancy(
     departure) are left out, as in ``one_way_delay``. At equal timestamps departures come
     before arrivals (a packet leaving frees room for one arriving). A packet was forwarded
     when its ts_out_ns is 0 or more (match_packets' ``forwarded``). The events come from
-    analysis.fastpath.queue_levels' compiled merge (tests/analysis/queue_oracle.py computes
+    analysis.queuemerge.queue_levels' compiled merge (tests/analysis/queue_oracle.py computes
     them a second way, with numpy sorts).
     """
     events = queue_levels(

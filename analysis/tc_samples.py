@@ -17,6 +17,7 @@ from analysis.tcp_probe import open_recording
 __all__ = [
     "LEAF_KINDS",
     "SAMPLE_COUNTERS",
+    "compare_levels",
     "compare_with_samples",
     "leaf_samples",
     "read_tc_samples",
@@ -81,16 +82,25 @@ def compare_with_samples(queue: pd.DataFrame, leaf: pd.DataFrame) -> pd.DataFram
     drops_q = np.searchsorted(
         queue["ts_ns"].to_numpy()[(queue["event"] == "drop").to_numpy()], t, side="right"
     )
+    return compare_levels(leaf, rec["packets"].to_numpy(), rec["bytes"].to_numpy(), drops_q)
+
+
+def compare_levels(
+    leaf: pd.DataFrame, packets: np.ndarray, nbytes: np.ndarray, drops: np.ndarray
+) -> pd.DataFrame:
+    """compare_with_samples' table from the reconstructed occupancy at each sample's time
+    (packets, bytes) and the drop events up to it."""
+    t = leaf["ts_ns"].to_numpy(np.int64)
     out = pd.DataFrame(
         {
             "ts_ns": t,
             "spread_ns": leaf["spread_ns"].to_numpy(),
             "tc_packets": leaf["qlen"].to_numpy(),
             "tc_bytes": leaf["backlog"].to_numpy(),
-            "packets": rec["packets"].to_numpy(),
-            "bytes": rec["bytes"].to_numpy(),
+            "packets": packets,
+            "bytes": nbytes,
             "tc_drops": leaf["drops"].to_numpy() - (leaf["drops"].to_numpy()[:1] if len(t) else 0),
-            "drops": drops_q - (drops_q[:1] if len(t) else 0),
+            "drops": drops - (drops[:1] if len(t) else 0),
         }
     )
     out["diff_packets"] = out["packets"] - out["tc_packets"]

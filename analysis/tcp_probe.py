@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from analysis.pcap import int_to_ip
+from analysis.pcap import int_to_ip, ip_to_int
 
 __all__ = ["COLUMNS", "INFINITE_SSTHRESH", "congestion_events", "for_flows", "read_tcp_probe"]
 
@@ -57,6 +57,7 @@ COLUMNS: dict[str, str] = {
     "sock_cookie": "uint64",
 }
 _HEX = ("snd_nxt", "snd_una", "sock_cookie")
+CHUNK = 16 << 20  # bytes of a recording parsed at a time
 
 
 def open_recording(path: Path, mode: str = "rt"):
@@ -64,34 +65,73 @@ def open_recording(path: Path, mode: str = "rt"):
     return gzip.open(path, mode) if path.suffix == ".gz" else open(path, mode)
 
 
-def read_tcp_probe(path: str | Path) -> pd.DataFrame:
-    """All tcp_probe events of a recording, in file order, one row each (see COLUMNS).
+def read_tcp_probe(path: str | Path, flows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """All tcp_probe events of a recording, in file order, one row each (see COLUMNS); with
+    ``flows``, only those of the flows' sockets, as :func:`for_flows` gives them.
 
     ts_ns is CLOCK_REALTIME (the captures' clock): the trace clock plus the offset the
     recorder wrote in its header line (without a header, the trace timestamps as they are).
     Lines that are not tcp_probe events (comments, other events, a last line cut short)
-    are skipped.
+    are skipped. The file is read CHUNK bytes at a time (a recording is about as large as the
+    captures of a high-rate trial); only the wanted events are kept.
     """
     path = Path(path)
+    keys = None if flows is None else [c for c in ("src", "dst", "sport", "dport") if c in flows]
+    wanted = None if flows is None else flows[keys].drop_duplicates()
+    fields = lines = None
+    parts, others, line0, offset, carry = [], [], 0, None, b""
     with open_recording(path, "rb") as f:
-        raw = f.read()
-    data = np.frombuffer(raw, np.uint8)
-    offset = _clock_offset(raw)
-    # Room for every line the pass keeps: each holds the marker and ends in a newline (but
-    # the last). Pages are touched only as rows are written: no pass to count the lines.
-    rows = len(raw) // (len(_MARKER) + 1) + 1
-    fields = np.zeros((rows, len(_FIELDS)), np.uint64)
-    line_of = np.empty(rows, np.int64)  # the line number of each event read
-    left = np.empty((rows, 3), np.int64)  # lines left over: line number, first byte, end
-    n, n_left = _parse(data, fields, line_of, left)
-    events = _events(fields[:n], offset)
-    if not n_left:
-        return events
-    lines = [data[a:b].tobytes().decode(errors="replace") for _, a, b in left[:n_left]]
-    others = _regex_events(pd.Series(lines, dtype=object), offset)
-    where = np.r_[line_of[:n], left[:n_left, 0][others.index.to_numpy()]]
-    both = pd.concat([events, others.reset_index(drop=True)], ignore_index=True)
-    return both.iloc[np.argsort(where, kind="stable")].reset_index(drop=True)
+        while True:
+            block = f.read(CHUNK)
+            raw = carry + block
+            end = raw.rfind(b"\n") + 1 if block else len(raw)  # whole lines (the last at EOF)
+            carry = raw[end:]
+            if offset is None:
+                offset = _clock_offset(raw)
+            data = np.frombuffer(raw, np.uint8, count=end)
+            rows = len(data) // (len(_MARKER) + 1) + 1  # each event: the marker and a newline
+            if fields is None or len(fields) < rows:
+                fields = np.zeros((rows, len(_FIELDS)), np.uint64)
+                lines, left = np.empty(rows, np.int64), np.empty((rows, 3), np.int64)
+            n, n_left, count = _parse(data, fields, lines, left)
+            keep = _of(fields[:n], wanted, keys)
+            parts.append((fields[:n][keep].copy(), lines[:n][keep] + line0))
+            if n_left:
+                text = [data[a:b].tobytes().decode(errors="replace") for _, a, b in left[:n_left]]
+                found = _regex_events(pd.Series(text, dtype=object), offset or 0)
+                at = left[:n_left, 0][found.index.to_numpy()] + line0
+                others.append(found.reset_index(drop=True).assign(_line=at))
+            line0 += count
+            if not block:
+                break
+    events = _events(np.concatenate([p[0] for p in parts]), offset or 0)
+    where = np.concatenate([p[1] for p in parts])
+    if others:
+        more = pd.concat(others, ignore_index=True)
+        events = pd.concat([events, more.drop(columns="_line")], ignore_index=True)
+        where = np.r_[where, more["_line"].to_numpy()]
+    events = events.iloc[np.argsort(where, kind="stable")].reset_index(drop=True)
+    return events if flows is None else for_flows(events, flows)
+
+
+def _of(fields: np.ndarray, wanted: pd.DataFrame | None, keys: list[str] | None) -> np.ndarray:
+    """Which parsed events are of the wanted flows' sockets (all without flows)."""
+    keep = np.ones(len(fields), bool) if wanted is None else np.zeros(len(fields), bool)
+    if wanted is None:
+        return keep
+    col = {name: fields[:, _FIELDS.index(name)] for name in keys}
+    for row in wanted.itertuples(index=False):  # a generator's few flows
+        match = np.ones(len(fields), bool)
+        for name, value in zip(keys, row, strict=True):
+            if name in ("src", "dst"):
+                try:
+                    value = ip_to_int(value)
+                except ValueError:  # not IPv4: no event the compiled pass reads is its
+                    match[:] = False
+                    break
+            match &= col[name] == np.uint64(value)
+        keep |= match
+    return keep
 
 
 def _clock_offset(raw: bytes) -> int:
@@ -289,7 +329,8 @@ def _event(b, start, m, end, out):
 def _parse(b, fields, line_of, left):
     """Every line of ``b`` with one tcp_probe marker in the form _event reads: its fields in
     ``fields`` and its line number in ``line_of``; a line with the marker in another form,
-    or with two, goes to ``left`` (line number, first byte, end). Returns how many of each."""
+    or with two, goes to ``left`` (line number, first byte, end). Returns how many of each,
+    and how many lines ``b`` holds."""
     n = n_left = line = 0
     pos, size = 0, len(b)
     while pos < size:
@@ -308,7 +349,7 @@ def _parse(b, fields, line_of, left):
                 left[n_left, 0], left[n_left, 1], left[n_left, 2] = line, pos, end
                 n_left += 1
         pos, line = end + 1, line + 1
-    return n, n_left
+    return n, n_left, line
 
 
 def for_flows(events: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,294 @@
+"""A bottleneck's queue over a trial: every packet of the generators whose path crosses it,
+seen before it and (forwarded) after it in the captures nearest to either side (one clock),
+matched (analysis.match), and merged into the queue's events (analysis.queuemerge) a piece at
+a time: each piece is written to queue.parquet and read by the figures (drops, queue-full
+events, occupancy in the mid-trial window, transit) and by the comparison with the router's
+own `tc -s` (or `ipfw pipe show`) samples and snapshots.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
+from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_deltas, with_rio_queues
+from analysis.match import match_rows, undecided
+from analysis.metrics import drop_runs
+from analysis.pcap import ip_strings
+from analysis.queue import EVENTS
+from analysis.queuemerge import queue_pieces
+from analysis.queuestats import AtTimes, Window
+from analysis.tables import Tables
+from analysis.tc_samples import LEAF_KINDS, compare_levels, leaf_samples, read_tc_samples
+from analysis.traffic.cbr_udp import max_transit_ns
+from core.units import ETHERNET_HEADER, parse_duration_ns, parse_offset_ns
+
+__all__ = ["Bottleneck", "egress", "link_delay_ns", "queue_drops_counted", "tc_drops"]
+
+TC_SAMPLES = "tc_samples.jsonl"  # collect/remote/tc_sampler.py's output in the router's dir
+IPFW_SAMPLES = "ipfw_samples.jsonl"  # collect/remote/ipfw_sampler.py's, on a FreeBSD router
+QUEUE_WINDOW_NS = 60 * 10**9  # queue-full events are counted over 60 s mid-trial
+_ENDS = ("src", "dst", "proto", "sport", "dport")
+
+
+def tc_drops(tc_text: str, iface: str) -> int:
+    """The drop counter of the leaf qdisc (LEAF_KINDS: drop-tail or an AQM) on `iface` from a
+    `tc -s qdisc show` snapshot."""
+    block = tc_text.split(f"## {iface}\n", 1)[-1].split("## ", 1)[0]
+    for kind, dropped in re.findall(
+        r"qdisc (\S+) .*?\n Sent \d+ bytes \d+ pkt \(dropped (\d+)", block
+    ):
+        if kind in LEAF_KINDS:
+            return int(dropped)
+    return 0
+
+
+def egress(record: dict[str, Any], host: str, iface: str) -> dict[str, Any]:
+    """What the trial configured on an egress interface ({} if nothing)."""
+    for e in record["network"].get("egress", []):
+        if e.get("host") == host and e.get("iface") == iface:
+            return e
+    return {}
+
+
+def link_delay_ns(record: dict[str, Any], host: str, iface: str) -> int:
+    """The delay configured on an egress interface (applied ahead of its shaper's queue)."""
+    return parse_offset_ns(egress(record, host, iface).get("delay") or "0s")
+
+
+def queue_samples(host_dir: Path) -> pd.DataFrame | None:
+    """A router's samples of its queues during the trial, in read_tc_samples' columns: `tc -s`
+    (Linux) or `ipfw pipe show` (a FreeBSD router's dummynet pipes; `ipfw queue show` of a rio
+    link's two queues); None when it has none."""
+    if (host_dir / TC_SAMPLES).exists():
+        return read_tc_samples(host_dir / TC_SAMPLES)
+    if (host_dir / IPFW_SAMPLES).exists():
+        return read_ipfw_samples(host_dir / IPFW_SAMPLES)
+    return None
+
+
+def queue_drops_counted(host_dir: Path, iface: str) -> int | None:
+    """Drops the router itself counted at `iface`'s queue during the trial (its snapshots after
+    minus before: the leaf qdisc, or the dummynet pipe; for rio on a FreeBSD router its IN and
+    OUT queues, which hold the packets instead of the pipe); None without snapshots."""
+    if (rio := rio_queue_deltas(host_dir, iface)) is not None:
+        return rio["in"]["drops"] + rio["out"]["drops"]
+    for kind, drops in (("tc", tc_drops), ("ipfw", pipe_drops)):
+        before, after = host_dir / f"{kind}_before.txt", host_dir / f"{kind}_after.txt"
+        if before.exists() and after.exists():
+            return drops(after.read_text(), iface) - drops(before.read_text(), iface)
+    return None
+
+
+def _cat(parts: list[dict[str, np.ndarray]], key: str, kind) -> np.ndarray:
+    return np.concatenate([p[key] for p in parts]) if parts else np.empty(0, kind)
+
+
+class Bottleneck:
+    """One link's queue (see the module docstring); ``ok`` is False when its traffic has no
+    capture on both sides on one clock (then it has no figures)."""
+
+    def __init__(self, trial_dir: Path, record: dict[str, Any], link: str, caps: Captures):
+        self.trial_dir, self.record, self.link = trial_dir, record, link
+        self.before, self.after, self.pairs = set(), set(), set()
+        self.bottleneck, self.transit, self.ok = None, 0, True
+        for gen in record["traffic"].values():
+            b = gen["path"].get("bottleneck")
+            if not b or b["link"] != link:
+                continue
+            hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
+            first, second = caps.before(hops, hop), caps.after(hops, hop)
+            if not (first and second) or caps.clock(first) != caps.clock(second):
+                self.ok = False
+                break
+            self.before.add(first)
+            self.after.add(second)
+            self.pairs.add(pair_key(gen["src"], gen["dst"]))
+            self.bottleneck, self.transit = b, max(self.transit, max_transit_ns(gen))
+        self.ok = self.ok and self.bottleneck is not None
+        self.arriving: dict[str, dict[str, np.ndarray]] = {}
+        self.departing: dict[str, dict[str, np.ndarray]] = {}
+        self.ends: list[dict[str, np.ndarray]] = []  # the arriving packets' directions
+        self.last: list[int] = []  # each capture after it: its latest time
+        self.departures: tuple[np.ndarray, np.ndarray] | None = None
+
+    def wants(self) -> dict[str, Want]:
+        if not self.ok:
+            return {}
+        return {n: Want(matched=set(self.pairs)) for n in self.before | self.after}
+
+    def ask(self, seen: Seen) -> None:
+        pass
+
+    def take(self, seen: Seen) -> None:
+        d = seen.directions
+        mine = np.isin(d["src"].astype(np.uint64) << np.uint64(32) | d["dst"], list(self.pairs))
+        kept = seen.matched_of(mine)
+        ts = seen.cap.ts_ns[seen.matched_rows[kept]]
+        matched = seen.cap.matched
+        if seen.point in self.before:
+            offset = sum(len(e["src"]) for e in self.ends)
+            self.ends.append({k: d[k] for k in _ENDS})
+            self.arriving[seen.point] = {
+                "ts": ts,
+                "key_hash": matched["key_hash"][kept],
+                "ip_len": matched["ip_len"][kept],
+                "end": matched["direction"][kept].astype(np.int32) + offset,
+            }
+        if seen.point in self.after:
+            self.departing[seen.point] = {"ts": ts, "key_hash": matched["key_hash"][kept]}
+            if len(seen.cap):
+                self.last.append(seen.end_ns)
+
+    def finish(self, tables: Tables, keep_departures: bool) -> dict[str, Any]:
+        """The link's figures; its events streamed into ``tables`` ("queue"), its comparison
+        with the router's samples added ("queue_tc"); with ``keep_departures``, the
+        departures' times and frame sizes kept (``departures``) for the lost service."""
+        arr = [self.arriving[n] for n in sorted(self.before)]
+        dep = [self.departing[n] for n in sorted(self.after)]
+        ts, ip_len, end = (
+            _cat(arr, "ts", np.int64),
+            _cat(arr, "ip_len", np.uint16),
+            _cat(arr, "end", np.int32),
+        )
+        dep_ts = _cat(dep, "ts", np.int64)
+        ts_out = np.full(len(ts), -1, np.int64)
+        departures = np.empty(0, np.int32)
+        if len(ts) and len(dep_ts):
+            ts_out, departures = match_rows(
+                _cat(arr, "key_hash", np.uint64), ts, _cat(dep, "key_hash", np.uint64), dep_ts,
+                max_delay_ns=self.transit,
+            )  # fmt: skip
+        self.arriving = self.departing = {}  # (their keys are matched: not held any longer)
+        end_ns = max(self.last) if len(dep_ts) and self.last else 0
+        del arr, dep, dep_ts
+        # Packets still in transit when the capture after the router stopped are not drops.
+        unknown = undecided(ts, ts_out >= 0, max_delay_ns=self.transit, end_ns=end_ns)
+        if unknown.any():
+            keep = np.flatnonzero(~unknown)
+            departures = ((np.cumsum(~unknown) - 1)[departures]).astype(np.int32)
+            ts, ts_out, ip_len, end = ts[keep], ts_out[keep], ip_len[keep], end[keep]
+        fwd = ts_out >= 0
+        host, iface = self.bottleneck["host"], self.bottleneck["iface"]
+        qdisc = self.bottleneck.get("qdisc") or "droptail"
+        t0 = self.record["times"]["t0_ns"]
+        run_end = t0 + parse_duration_ns(self.record["parameters"]["duration"])
+        if self.record.get("status") != "complete" and end_ns:
+            run_end = max(t0, min(run_end, end_ns))  # stopped early: only what ran is judged
+        mid = t0 + (run_end - t0) // 2
+        window = (max(t0, mid - QUEUE_WINDOW_NS // 2), min(run_end, mid + QUEUE_WINDOW_NS // 2))
+        full = drop_runs(ts, fwd, *window)
+        host_dir = self.trial_dir / host
+        samples = queue_samples(host_dir)
+        leaf = leaf_samples(samples, iface) if samples is not None else None
+        in_window = Window(*window)
+        at = AtTimes(np.empty(0, np.int64) if leaf is None else leaf["ts_ns"].to_numpy(np.int64))
+        ends = {k: np.concatenate([e[k] for e in self.ends]) for k in _ENDS} if self.ends else {}
+        used = np.unique(end)  # every packet judged is an event: the table's addresses
+        categories = {"event": len(EVENTS.categories)}
+        categories |= {k: len(np.unique(ends[k][used])) if ends else 0 for k in ("src", "dst")}
+        for piece in queue_pieces(
+            ts, ts_out, ip_len, delay_ns=link_delay_ns(self.record, host, iface),
+            max_delay_ns=self.transit, end_ns=end_ns, departures=departures,
+            header_bytes=ETHERNET_HEADER,
+        ):  # fmt: skip
+            args = (piece["ts_ns"], piece["event"], piece["packets"], piece["bytes"])
+            in_window.add(*args)
+            at.add(*args)
+            tables.stream("queue", self._events(piece, ends, end), categories)
+        at.finish()
+        if keep_departures:  # by (time, row), as the events list them
+            rows = np.flatnonzero(fwd)
+            rows = rows[np.lexsort((rows, ts_out[rows]))]
+            self.departures = (ts_out[rows], ip_len[rows].astype(np.int64) + ETHERNET_HEADER)
+        check: dict[str, Any] = {}
+        if samples is not None:
+            check, cmp = _tc_cross_check(at, leaf, samples, iface)
+            tables.add("queue_tc", cmp.assign(link=self.link))
+        return {
+            "link": self.link,
+            "at": f"{host}:{iface}",
+            "captures_before": sorted(self.before),
+            "captures_after": sorted(self.after),
+            "queue_drops_capture": int((~fwd).sum()),
+            "queue_undecided_at_end": int(unknown.sum()),
+            "queue_drops_tc": queue_drops_counted(host_dir, iface),
+            # Runs of drops: the queue full where it is drop-tail; an AQM drops before it is
+            # full, so there they are its drop runs (the name says which: queue_drop_runs_are).
+            "queue_qdisc": qdisc,
+            "queue_drop_runs_are": "queue-full events"
+            if qdisc == "droptail"
+            else f"{qdisc} drop runs (early drops, not a full queue)",
+            "queue_full_events": full["events"],
+            "queue_full_events_per_min": full["events_per_minute"],
+            "queue_window_s": (window[1] - window[0]) / 1e9,
+            # Capture to capture across the router (its queue, its link's delay, an edge
+            # marker's time), mean over the packets forwarded in the window (seed 004's delay).
+            "transit_mean_ms_in_window": transit_ms(ts, ts_out, window, "mean"),
+            "transit_min_ms_in_window": transit_ms(ts, ts_out, window, "min"),
+            # The least over the whole trial: the queue is empty at its start at least (a queue
+            # that never drains in the window, e.g. RIO's IN min 160 at 3 Mbit/s, held 770 ms
+            # there). Seed 004's delay is normalized by it.
+            "transit_min_ms": transit_ms(ts, ts_out, (0, 2**63 - 1), "min"),
+            **{f"queue_{k}_in_window": v for k, v in in_window.result().items()},
+            **check,
+        }
+
+    def _events(self, piece: dict[str, np.ndarray], ends, end: np.ndarray) -> pd.DataFrame:
+        """A piece of the queue table (analysis.queue.queue_occupancy's columns and the
+        link)."""
+        which = end[piece["row"]]
+        return pd.DataFrame(
+            {
+                "ts_ns": piece["ts_ns"],
+                "event": pd.Categorical.from_codes(piece["event"], dtype=EVENTS),
+                "frame_bytes": piece["frame_bytes"],
+                "src": ip_strings(ends["src"][which] if ends else np.empty(0, np.uint32)),
+                "dst": ip_strings(ends["dst"][which] if ends else np.empty(0, np.uint32)),
+                **{k: ends[k][which] for k in ("proto", "sport", "dport")},
+                "packets": piece["packets"],
+                "bytes": piece["bytes"],
+                "link": self.link,
+            }
+        )
+
+
+def transit_ms(ts, ts_out, window: tuple[int, int], how: str) -> float | None:
+    """`how` (mean, min) of the capture-to-capture transit of the packets forwarded in the
+    window, in ms (as pandas takes them of an int64 column)."""
+    inside = (ts_out >= 0) & (ts >= window[0]) & (ts < window[1])
+    if not inside.any():
+        return None
+    transit = ts_out[inside] - ts[inside]
+    if how == "mean":
+        return float(transit.sum(dtype=np.float64) / len(transit) / 1e6)
+    return float(transit.min() / 1e6)
+
+
+def _tc_cross_check(
+    at: AtTimes, leaf: pd.DataFrame, samples: pd.DataFrame, iface: str
+) -> tuple[dict, pd.DataFrame]:
+    """The reconstructed queue against the router's samples of the bottleneck's leaf qdisc (or
+    dummynet pipe; a FreeBSD rio link's two queues summed, each one's in columns of its own:
+    analysis.ipfw_samples.with_rio_queues), over the samples taken while the captures saw the
+    queue's traffic."""
+    cmp = with_rio_queues(compare_levels(leaf, at.packets, at.bytes, at.drops), samples, iface)
+    if at.first_ns is not None:
+        cmp = cmp[(cmp.ts_ns >= at.first_ns) & (cmp.ts_ns <= at.last_ns)]
+    if cmp.empty:
+        return {"tc_samples": 0}, cmp
+    diff = cmp.diff_packets.abs()
+    return {
+        "tc_samples": len(cmp),
+        "tc_sample_spread_ms": float(cmp.spread_ns.median() / 1e6),
+        "tc_diff_packets_median": float(diff.median()),
+        "tc_diff_packets_p99": float(diff.quantile(0.99)),
+        "tc_diff_packets_max": int(diff.max()),
+        "tc_drops": int(cmp.tc_drops.iloc[-1]),
+        "capture_drops_same_span": int(cmp.drops.iloc[-1]),
+    }, cmp

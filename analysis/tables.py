@@ -1,0 +1,75 @@
+"""The tables a trial's analysis writes, analysis/<kind>.parquet: the parts of each kind (one
+per generator or link) gathered and written once whole, addresses as dotted-quad categoricals;
+or, for the queue's events (millions of rows), written piece by piece as they are merged, each
+piece a row group. Read back, a table written in pieces is the one written at once (the same
+columns, values and categories: parquet readers join the pieces' dictionaries in order)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.pcap import addresses_as_strings
+
+__all__ = ["Tables"]
+
+
+class Tables:
+    """Tables of one trial's analysis, written into ``out_dir``."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.parts: dict[str, list[pd.DataFrame]] = {}
+        self.writers: dict[str, tuple] = {}
+
+    def add(self, kind: str, frame: pd.DataFrame) -> None:
+        """A part of table ``kind`` (written by write(), after the parts added before)."""
+        self.parts.setdefault(kind, []).append(frame)
+
+    def stream(self, kind: str, piece: pd.DataFrame, categories: dict[str, int]) -> None:
+        """The next rows of table ``kind``, written now (its addresses already categorical:
+        analysis.pcap.ip_strings). ``categories``: how many each categorical column has in
+        the whole table (its codes are stored in the type pandas gives that many)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(piece, preserve_index=False)
+        if kind not in self.writers:
+            codes = {name: pa.from_numpy_dtype(_codes(n)) for name, n in categories.items()}
+            schema = pa.schema(
+                [
+                    f.with_type(pa.dictionary(codes[f.name], f.type.value_type))
+                    if pa.types.is_dictionary(f.type)
+                    else f
+                    for f in table.schema
+                ],
+                metadata=table.schema.metadata,
+            )
+            path = self.out_dir / f"{kind}.parquet"
+            self.writers[kind] = (pq.ParquetWriter(path, schema, compression="snappy"), schema)
+        writer, schema = self.writers[kind]
+        writer.write_table(table.cast(schema))
+
+    def write(self) -> None:
+        """Every table gathered whole, each kind's parts one after the other; the streamed
+        ones closed."""
+        for writer, _ in self.writers.values():
+            writer.close()
+        self.writers.clear()
+        while self.parts:  # each kind's parts go once its table is written
+            kind, parts = self.parts.popitem()
+            table = addresses_as_strings(pd.concat(parts, ignore_index=True))
+            del parts
+            table.to_parquet(self.out_dir / f"{kind}.parquet", index=False)
+
+    def close(self) -> None:
+        """Streams closed without writing the rest (the analysis failed)."""
+        for writer, _ in self.writers.values():
+            writer.close()
+        self.writers.clear()
+
+
+def _codes(categories: int):
+    """The type of a categorical's codes with this many categories (as pandas picks it)."""
+    return pd.Categorical.from_codes([], categories=range(categories)).codes.dtype
