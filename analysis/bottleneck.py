@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
 from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_deltas, with_rio_queues
+from analysis.lazy import pd
 from analysis.match import match_rows, undecided
 from analysis.metrics import drop_runs
 from analysis.pcap import ip_strings
-from analysis.queue import EVENTS
-from analysis.queuemerge import queue_pieces
+from analysis.queue import EVENT_NAMES
+from analysis.queuemerge import departure_rows, queue_pieces
 from analysis.queuestats import AtTimes, Window
 from analysis.tables import Tables
 from analysis.tc_samples import LEAF_KINDS, compare_levels, leaf_samples, read_tc_samples
@@ -86,6 +86,9 @@ def queue_drops_counted(host_dir: Path, iface: str) -> int | None:
 
 
 def _cat(parts: list[dict[str, np.ndarray]], key: str, kind) -> np.ndarray:
+    """The parts' column ``key`` one after the other (the part itself where there is one)."""
+    if len(parts) == 1:
+        return parts[0][key]
     return np.concatenate([p[key] for p in parts]) if parts else np.empty(0, kind)
 
 
@@ -116,6 +119,7 @@ class Bottleneck:
         self.ends: list[dict[str, np.ndarray]] = []  # the arriving packets' directions
         self.last: list[int] = []  # each capture after it: its latest time
         self.departures: tuple[np.ndarray, np.ndarray] | None = None
+        self.matched: dict[str, np.ndarray] | None = None  # the arrivals, matched
 
     def wants(self) -> dict[str, Want]:
         if not self.ok:
@@ -141,21 +145,21 @@ class Bottleneck:
                 "end": matched["direction"][kept].astype(np.int32) + offset,
             }
         if seen.point in self.after:
-            self.departing[seen.point] = {"ts": ts, "key_hash": matched["key_hash"][kept]}
+            departing = {"ts": ts, "key_hash": matched["key_hash"][kept]}
             if len(seen.cap):
                 self.last.append(seen.end_ns)
+            self.departing[seen.point] = departing
 
-    def finish(self, tables: Tables, keep_departures: bool) -> dict[str, Any]:
-        """The link's figures; its events streamed into ``tables`` ("queue"), its comparison
-        with the router's samples added ("queue_tc"); with ``keep_departures``, the
-        departures' times and frame sizes kept (``departures``) for the lost service."""
+    def settle(self, point: str) -> None:
+        """Once the capture after the queue is let go: the packets matched, if every capture
+        before it is read (the arrivals' keys then need not be held any longer)."""
+        if point in self.after and len(self.after) == 1 and set(self.arriving) == self.before:
+            self._match([self.departing.pop(point)])
+
+    def _match(self, dep: list[dict[str, np.ndarray]]) -> None:
+        """The arrivals (every capture before the queue) matched with the departures."""
         arr = [self.arriving[n] for n in sorted(self.before)]
-        dep = [self.departing[n] for n in sorted(self.after)]
-        ts, ip_len, end = (
-            _cat(arr, "ts", np.int64),
-            _cat(arr, "ip_len", np.uint16),
-            _cat(arr, "end", np.int32),
-        )
+        ts = _cat(arr, "ts", np.int64)
         dep_ts = _cat(dep, "ts", np.int64)
         ts_out = np.full(len(ts), -1, np.int64)
         departures = np.empty(0, np.int32)
@@ -164,9 +168,25 @@ class Bottleneck:
                 _cat(arr, "key_hash", np.uint64), ts, _cat(dep, "key_hash", np.uint64), dep_ts,
                 max_delay_ns=self.transit,
             )  # fmt: skip
-        self.arriving = self.departing = {}  # (their keys are matched: not held any longer)
-        end_ns = max(self.last) if len(dep_ts) and self.last else 0
-        del arr, dep, dep_ts
+        self.matched = {
+            "ts": ts, "ip_len": _cat(arr, "ip_len", np.uint16), "end": _cat(arr, "end", np.int32),
+            "ts_out": ts_out, "departures": departures, "departing": len(dep_ts),
+        }  # fmt: skip
+        self.arriving = {}  # (their keys are matched: not held any longer)
+
+    def finish(self, tables: Tables, keep_departures: bool) -> dict[str, Any]:
+        """The link's figures; its events streamed into ``tables`` ("queue"), its comparison
+        with the router's samples added ("queue_tc"); with ``keep_departures``, the
+        departures' times and frame sizes kept (``departures``) for the lost service."""
+        if self.matched is None:
+            self._match([self.departing[n] for n in sorted(self.after)])
+            self.departing = {}
+        m, self.matched = self.matched, None
+        ts, ip_len, end, ts_out, departures = (
+            m[k] for k in ("ts", "ip_len", "end", "ts_out", "departures")
+        )
+        end_ns = max(self.last) if m["departing"] and self.last else 0
+        del m
         # Packets still in transit when the capture after the router stopped are not drops.
         unknown = undecided(ts, ts_out >= 0, max_delay_ns=self.transit, end_ns=end_ns)
         if unknown.any():
@@ -190,7 +210,7 @@ class Bottleneck:
         at = AtTimes(np.empty(0, np.int64) if leaf is None else leaf["ts_ns"].to_numpy(np.int64))
         ends = {k: np.concatenate([e[k] for e in self.ends]) for k in _ENDS} if self.ends else {}
         used = np.unique(end)  # every packet judged is an event: the table's addresses
-        categories = {"event": len(EVENTS.categories)}
+        categories = {"event": len(EVENT_NAMES)}
         categories |= {k: len(np.unique(ends[k][used])) if ends else 0 for k in ("src", "dst")}
         for piece in queue_pieces(
             ts, ts_out, ip_len, delay_ns=link_delay_ns(self.record, host, iface),
@@ -203,8 +223,7 @@ class Bottleneck:
             tables.stream("queue", self._events(piece, ends, end), categories)
         at.finish()
         if keep_departures:  # by (time, row), as the events list them
-            rows = np.flatnonzero(fwd)
-            rows = rows[np.lexsort((rows, ts_out[rows]))]
+            rows = departure_rows(ts_out, departures)
             self.departures = (ts_out[rows], ip_len[rows].astype(np.int64) + ETHERNET_HEADER)
         check: dict[str, Any] = {}
         if samples is not None:
@@ -246,7 +265,7 @@ class Bottleneck:
         return pd.DataFrame(
             {
                 "ts_ns": piece["ts_ns"],
-                "event": pd.Categorical.from_codes(piece["event"], dtype=EVENTS),
+                "event": pd.Categorical.from_codes(piece["event"], categories=list(EVENT_NAMES)),
                 "frame_bytes": piece["frame_bytes"],
                 "src": ip_strings(ends["src"][which] if ends else np.empty(0, np.uint32)),
                 "dst": ip_strings(ends["dst"][which] if ends else np.empty(0, np.uint32)),

@@ -181,18 +181,14 @@ class Seen:
             _count_dscp(self.cap.direction, self.cap.tos, self._dscp)
         return self._dscp
 
-    def frame(self, directions: np.ndarray):
-        """read_pcap's frame of the packets of the directions marked True (file order), its
-        columns a scan keeps of every packet (caplen, wirelen, ip_len, ip_id, ip_hl and
-        payload_head left out unless those directions are detailed; payload_len 0 where
-        read_pcap's is below 0)."""
-        import pandas as pd
-
+    def packets(self, directions: np.ndarray) -> dict[str, np.ndarray]:
+        """read_pcap's columns of the packets of the directions marked True (file order): those
+        a scan keeps of every packet (caplen, wirelen, ip_len, ip_id, ip_hl and payload_head
+        left out unless those directions are all detailed; payload_len 0 where read_pcap's
+        is below 0)."""
         rows = self.rows(directions)
-        cols = self.columns(rows)
-        if self.cap.detailed is not None and directions[self.directions["detailed"]].all():
-            cols = self.columns(rows, detailed=True)
-        return pd.DataFrame(cols, copy=False)
+        detailed = self.cap.detailed is not None and self.directions["detailed"][directions].all()
+        return self.columns(rows, detailed=bool(detailed))
 
     def columns(self, rows: np.ndarray, detailed: bool = False) -> dict[str, np.ndarray]:
         """read_pcap's columns of some packet rows, in its order (the DETAILED ones too, when

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.captures import Captures, Seen, Want
+from analysis.lazy import pd
 from analysis.pcap import ip_to_int
 from core.dscp import dscp_name
 
@@ -25,7 +25,7 @@ class Dscp:
     def __init__(self, name: str, gen: dict[str, Any], caps: Captures) -> None:
         self.name, self.gen = name, gen
         self.positions = caps.positions(gen["path"]["hops"]) if "proto" in gen else {}
-        self.counts: dict[str, pd.DataFrame] = {}
+        self.counts: dict[str, dict[str, np.ndarray]] = {}
 
     def wants(self) -> dict[str, Want]:
         if "proto" not in self.gen or "port" not in self.gen:
@@ -47,16 +47,11 @@ class Dscp:
         which = np.flatnonzero(mine)
         per_code = seen.dscp[which]
         flow, code = np.nonzero(per_code)
-        rows = pd.DataFrame(
-            {
-                **{k: d[k][which][flow] for k in KEY},
-                "dscp": code.astype(np.uint8),
-                "packets": per_code[flow, code].astype(np.int64),
-            }
-        )  # sorted as a groupby of its keys sorts them
-        counts = rows.sort_values([*KEY, "dscp"], kind="stable").reset_index(drop=True)
-        counts.insert(0, "capture", seen.point)
-        self.counts[seen.point] = counts
+        self.counts[seen.point] = {
+            **{k: d[k][which][flow] for k in KEY},
+            "dscp": code.astype(np.uint8),
+            "packets": per_code[flow, code].astype(np.int64),
+        }
 
     def finish(self) -> tuple[dict[str, dict[str, int]], pd.DataFrame]:
         """{capture point: {DSCP name: packets}} in path order, and one row per capture
@@ -65,7 +60,9 @@ class Dscp:
         if "proto" not in gen or "port" not in gen:
             return {}, pd.DataFrame()
         for point in sorted(self.positions, key=self.positions.get):  # type: ignore[arg-type]
-            counts = self.counts[point]
+            counts = pd.DataFrame(self.counts[point])  # sorted as a groupby of its keys sorts
+            counts = counts.sort_values([*KEY, "dscp"], kind="stable").reset_index(drop=True)
+            counts.insert(0, "capture", point)
             rows.append(counts)
             per_code = counts.groupby("dscp").packets.sum()
             seen[point] = {dscp_name(int(c)): int(n) for c, n in per_code.items()}

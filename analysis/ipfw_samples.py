@@ -45,8 +45,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pandas as pd
-
+from analysis.lazy import pd
 from analysis.tc_samples import SAMPLE_COUNTERS, sample_records
 
 __all__ = [

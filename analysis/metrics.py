@@ -10,8 +10,8 @@ time order, so a flow may cross the 2**32 boundary any number of times.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from analysis.lazy import pd
 from analysis.match import match_packets, undecided
 from analysis.tcpflows import Queries, TcpPackets, data_pass, flow_order, goodput, goodput_queries
 

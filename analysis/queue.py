@@ -16,16 +16,28 @@ Bytes are counted as the qdisc counts them: the Ethernet frame without FCS (IP l
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from analysis.lazy import pd
 from analysis.match import KEY_COLUMNS
 from analysis.pcap import ip_strings
 from analysis.queuemerge import queue_levels
 from core.units import ETHERNET_HEADER
 
-__all__ = ["ETHERNET_HEADER", "EVENTS", "occupancy_at", "queue_occupancy", "queue_summary"]
+__all__ = [
+    "ETHERNET_HEADER",
+    "EVENT_NAMES",
+    "occupancy_at",
+    "queue_occupancy",
+    "queue_summary",
+]
 
-EVENTS = pd.CategoricalDtype(["departure", "arrival", "drop"])  # order at equal timestamps
+EVENT_NAMES = ("departure", "arrival", "drop")  # their codes; order at equal timestamps
+
+
+def __getattr__(name: str):
+    if name == "EVENTS":  # made on first use: importing this module needs no pandas
+        return pd.CategoricalDtype(list(EVENT_NAMES))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def queue_occupancy(
@@ -56,7 +68,7 @@ def queue_occupancy(
     return pd.DataFrame(
         {
             "ts_ns": events["ts_ns"],
-            "event": pd.Categorical.from_codes(events["event"], dtype=EVENTS),
+            "event": pd.Categorical.from_codes(events["event"], categories=list(EVENT_NAMES)),
             "frame_bytes": events["frame_bytes"].astype(np.int32),
             "src": ip_strings(matched["src"].to_numpy()[src]),
             "dst": ip_strings(matched["dst"].to_numpy()[src]),

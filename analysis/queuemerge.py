@@ -16,7 +16,7 @@ from numba import njit
 from analysis.match import undecided
 from analysis.resources import alloc, cpus, give_back
 
-__all__ = ["queue_levels", "queue_pieces"]
+__all__ = ["departure_rows", "queue_levels", "queue_pieces"]
 
 _QUEUE_SPLIT_MIN = 1 << 20  # queue events from which queue_levels merges two halves at once
 _QUEUE_PIECE = 1 << 18  # events merged between two give-backs of what the merge passed (consume)
@@ -147,6 +147,17 @@ def _departures(out_ts, departures, n_fwd: int, dep_sorted: bool) -> np.ndarray:
     return order
 
 
+def departure_rows(ts_out_ns: np.ndarray, departures: np.ndarray | None = None) -> np.ndarray:
+    """The forwarded rows (ts_out_ns >= 0) by (departure time, row): the order of the queue's
+    departure events. ``departures``: match_rows' (put in order in place where it can be)."""
+    out_ts = np.asarray(ts_out_ns, dtype=np.int64)
+    fwd = out_ts >= 0
+    n_fwd = int(fwd.sum())
+    dep_sorted = not (np.diff(out_ts[fwd]) < 0).any()
+    order = _departures(out_ts, departures, n_fwd, dep_sorted)
+    return order if len(order) else np.flatnonzero(fwd)
+
+
 def queue_pieces(
     ts_ns: np.ndarray,
     ts_out_ns: np.ndarray,
@@ -157,7 +168,7 @@ def queue_pieces(
     end_ns: int | None = None,
     departures: np.ndarray | None = None,
     header_bytes: int = 0,
-    piece: int = _QUEUE_PIECE,
+    piece: int = 1 << 16,
 ):
     """:func:`queue_levels`' events (with ``rows``), ``piece`` at a time: one dict of arrays
     (ts_ns, event, frame_bytes int32, packets and bytes int64, row) per piece, in order, each

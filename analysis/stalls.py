@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from analysis.lazy import pd
 
 # A shaper later than this is a stall: the same 2 ms as the delay line's threshold.
 STALL_NS = 2_000_000

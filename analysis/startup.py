@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
+from analysis.lazy import pd
 from analysis.metrics import FLOW, TCP_COLUMNS, tcp_goodput
 from analysis.tcpflows import DataPass, Queries, TcpPackets, data_pass, flow_order
 
@@ -252,14 +252,14 @@ def delivered_by(packets: pd.DataFrame, cutoffs_ns: Sequence[int]) -> pd.DataFra
     f = _flows(packets)
     f.add_delivered("by", cut)
     f.acks()
-    return delivered_rows(f, cut, f.delivered("by"))
+    return delivered_rows(f.ends(), f.starts(), f.end_ns, cut, f.delivered("by"))
 
 
-def delivered_rows(f: Flows, cut: np.ndarray, nbytes: np.ndarray) -> pd.DataFrame:
-    """delivered_by's rows from Flows.delivered of its add_delivered queries."""
-    start = f.starts()
-    n, k = len(f.flows), len(cut)
-    ends = {c: np.repeat(v, k) for c, v in f.ends().items()}
+def delivered_rows(ends, start, end_ns: int, cut: np.ndarray, nbytes: np.ndarray) -> pd.DataFrame:
+    """delivered_by's rows from Flows' ends(), starts() and end_ns, and Flows.delivered of its
+    add_delivered queries."""
+    n, k = len(start["start_ns"]), len(cut)
+    ends = {c: np.repeat(v, k) for c, v in ends.items()}
     at = np.add.outer(start["start_ns"], cut).reshape(-1)
     return pd.DataFrame(
         {
@@ -268,7 +268,7 @@ def delivered_rows(f: Flows, cut: np.ndarray, nbytes: np.ndarray) -> pd.DataFram
             "syn_seen": np.repeat(start["syn_seen"], k),
             "cutoff_ns": np.tile(cut, n),
             "bytes": nbytes.astype(np.int64),
-            "covered": at <= f.end_ns,
+            "covered": at <= end_ns,
         }
     )
 
@@ -370,9 +370,9 @@ def effective_throughput_per_flow(
     return d.assign(cutoff_s=cutoff_s, **_rates(d["bytes"].to_numpy(), cutoff_s, capacity_bps))
 
 
-def loss_event_rows(f: Flows, events: dict[str, np.ndarray]) -> pd.DataFrame:
-    """loss_events' rows from Flows.losses."""
-    ends = {c: v[events["flow"]] for c, v in f.ends().items()}
+def loss_event_rows(ends: dict[str, np.ndarray], events: dict[str, np.ndarray]) -> pd.DataFrame:
+    """loss_events' rows from Flows' ends() and Flows.losses."""
+    ends = {c: v[events["flow"]] for c, v in ends.items()}
     kind = pd.Categorical.from_codes(events["kind"], categories=list(KINDS))
     rest = {k: v for k, v in events.items() if k not in ("flow", "kind")}
     return pd.DataFrame({**ends, **rest, "kind": kind})
@@ -397,7 +397,7 @@ def loss_events(packets: pd.DataFrame, *, rto_threshold_ns: int) -> pd.DataFrame
     """
     f = _flows(packets)
     f.acks()
-    return loss_event_rows(f, f.losses(rto_threshold_ns))
+    return loss_event_rows(f.ends(), f.losses(rto_threshold_ns))
 
 
 def loss_summary(packets: pd.DataFrame, *, rto_threshold_ns: int) -> pd.DataFrame:

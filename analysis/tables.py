@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
+from analysis.lazy import pd
 from analysis.pcap import addresses_as_strings
 
 __all__ = ["Tables"]
@@ -23,9 +24,16 @@ class Tables:
         self.parts: dict[str, list[pd.DataFrame]] = {}
         self.writers: dict[str, tuple] = {}
 
-    def add(self, kind: str, frame: pd.DataFrame) -> None:
-        """A part of table ``kind`` (written by write(), after the parts added before)."""
-        self.parts.setdefault(kind, []).append(frame)
+    def add(self, kind: str, frame: pd.DataFrame, addresses: int | None = None) -> None:
+        """A part of table ``kind``, written by write() after the parts added before; or at
+        once (a part at a time: not held), where the caller knows at most how many
+        ``addresses`` (src, dst) the whole table has (few: their codes take a byte, whatever
+        the number) and that all its parts have the columns and types of this one."""
+        if addresses is None or _codes(addresses) != _codes(1) or kind in self.parts:
+            self.parts.setdefault(kind, []).append(frame)
+            return
+        counts = {c: addresses for c in ("src", "dst") if c in frame.columns}
+        self.stream(kind, addresses_as_strings(frame), counts)
 
     def stream(self, kind: str, piece: pd.DataFrame, categories: dict[str, int]) -> None:
         """The next rows of table ``kind``, written now (its addresses already categorical:
@@ -52,13 +60,22 @@ class Tables:
         writer.write_table(table.cast(schema))
 
     def write(self) -> None:
-        """Every table gathered whole, each kind's parts one after the other; the streamed
-        ones closed."""
-        for writer, _ in self.writers.values():
-            writer.close()
-        self.writers.clear()
+        """Every table gathered whole, each kind's parts one after the other (written a part
+        at a time where they have the same columns and types: no concatenation of them all
+        in memory); the streamed ones closed."""
+        self.close()
         while self.parts:  # each kind's parts go once its table is written
             kind, parts = self.parts.popitem()
+            if len(parts) > 1 and _alike(parts):
+                categories = {
+                    c: len(np.unique(np.concatenate([p[c].unique() for p in parts])))
+                    for c in ("src", "dst")
+                    if c in parts[0].columns
+                }
+                for part in parts:
+                    self.stream(kind, addresses_as_strings(part), categories)
+                self.close()
+                continue
             table = addresses_as_strings(pd.concat(parts, ignore_index=True))
             del parts
             table.to_parquet(self.out_dir / f"{kind}.parquet", index=False)
@@ -68,6 +85,15 @@ class Tables:
         for writer, _ in self.writers.values():
             writer.close()
         self.writers.clear()
+
+
+def _alike(parts: list[pd.DataFrame]) -> bool:
+    """Whether the parts have the same columns of the same types and no categorical one
+    (concatenated, their columns keep their types: written one by one, the same table)."""
+    first = parts[0].dtypes
+    if any(isinstance(t, pd.CategoricalDtype) for t in first):
+        return False
+    return all(p.dtypes.equals(first) for p in parts[1:])
 
 
 def _codes(categories: int):

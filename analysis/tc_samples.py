@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from analysis.lazy import pd
 from analysis.queue import occupancy_at
 from analysis.tcp_probe import open_recording
 

@@ -23,9 +23,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from numba import njit
 
+from analysis.lazy import pd
 from analysis.pcap import int_to_ip, ip_to_int
 
 __all__ = ["COLUMNS", "INFINITE_SSTHRESH", "congestion_events", "for_flows", "read_tcp_probe"]
@@ -72,46 +72,110 @@ def read_tcp_probe(path: str | Path, flows: pd.DataFrame | None = None) -> pd.Da
     ts_ns is CLOCK_REALTIME (the captures' clock): the trace clock plus the offset the
     recorder wrote in its header line (without a header, the trace timestamps as they are).
     Lines that are not tcp_probe events (comments, other events, a last line cut short)
-    are skipped. The file is read CHUNK bytes at a time (a recording is about as large as the
-    captures of a high-rate trial); only the wanted events are kept.
+    are skipped. The file is read CHUNK bytes at a time into one buffer (a recording is about
+    as large as the captures of a high-rate trial); only the wanted events are kept.
     """
-    path = Path(path)
     keys = None if flows is None else [c for c in ("src", "dst", "sport", "dport") if c in flows]
     wanted = None if flows is None else flows[keys].drop_duplicates()
-    fields = lines = None
-    parts, others, line0, offset, carry = [], [], 0, None, b""
-    with open_recording(path, "rb") as f:
-        while True:
-            block = f.read(CHUNK)
-            raw = carry + block
-            end = raw.rfind(b"\n") + 1 if block else len(raw)  # whole lines (the last at EOF)
-            carry = raw[end:]
-            if offset is None:
-                offset = _clock_offset(raw)
-            data = np.frombuffer(raw, np.uint8, count=end)
-            rows = len(data) // (len(_MARKER) + 1) + 1  # each event: the marker and a newline
-            if fields is None or len(fields) < rows:
-                fields = np.zeros((rows, len(_FIELDS)), np.uint64)
-                lines, left = np.empty(rows, np.int64), np.empty((rows, 3), np.int64)
-            n, n_left, count = _parse(data, fields, lines, left)
-            keep = _of(fields[:n], wanted, keys)
-            parts.append((fields[:n][keep].copy(), lines[:n][keep] + line0))
-            if n_left:
-                text = [data[a:b].tobytes().decode(errors="replace") for _, a, b in left[:n_left]]
-                found = _regex_events(pd.Series(text, dtype=object), offset or 0)
-                at = left[:n_left, 0][found.index.to_numpy()] + line0
-                others.append(found.reset_index(drop=True).assign(_line=at))
-            line0 += count
-            if not block:
-                break
-    events = _events(np.concatenate([p[0] for p in parts]), offset or 0)
-    where = np.concatenate([p[1] for p in parts])
+    parts, others, offset, room = [], [], None, []
+    for data, line0 in _chunks(Path(path)):
+        if offset is None:
+            offset = _clock_offset(data[: 1 << 16].tobytes())
+        fields, lines, left, n, n_left = _parse_chunk(data, room)
+        keep = _of(fields[:n], wanted, keys)
+        parts.append({**_typed(fields[:n][keep]), "_line": lines[:n][keep] + line0})
+        if n_left:
+            text = [data[a:b].tobytes().decode(errors="replace") for _, a, b in left[:n_left]]
+            found = _regex_events(pd.Series(text, dtype=object), offset)
+            at = left[:n_left, 0][found.index.to_numpy()] + line0
+            others.append(found.reset_index(drop=True).assign(_line=at))
+    del room
+    typed = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    del parts
+    where = typed.pop("_line")
+    if flows is not None and not others:  # (IPv4 events only: filtered exactly above)
+        order = _flow_order(typed, where)
+        return _frame({k: v[order] for k, v in typed.items()}, offset or 0)
+    events = _frame(typed, offset or 0)
     if others:
         more = pd.concat(others, ignore_index=True)
         events = pd.concat([events, more.drop(columns="_line")], ignore_index=True)
         where = np.r_[where, more["_line"].to_numpy()]
     events = events.iloc[np.argsort(where, kind="stable")].reset_index(drop=True)
     return events if flows is None else for_flows(events, flows)
+
+
+def _flow_order(typed: dict[str, np.ndarray], lines: np.ndarray) -> np.ndarray:
+    """The order for_flows gives events (by src, sport, dst, dport and time, the addresses as
+    dotted-quad strings; then file order)."""
+    order = np.argsort(lines, kind="stable")
+    names = ("sec", "usec", "src", "sport", "dst", "dport")
+    col = {name: typed[name][order] for name in names}
+    ranks = {}
+    for name in ("src", "dst"):  # a few addresses: their strings' order
+        uniq, codes = np.unique(col[name], return_inverse=True)
+        by_text = np.argsort([int_to_ip(int(a)) for a in uniq], kind="stable")
+        ranks[name] = np.argsort(by_text)[codes]
+    usec = col["sec"] * 10**6 + col["usec"]  # ts_ns's order
+    keys = (usec, col["dport"], ranks["dst"], col["sport"], ranks["src"])
+    return order[np.lexsort(keys)]
+
+
+def _chunks(path: Path):
+    """(the whole lines of a CHUNK of the file as a uint8 array, the number of its first
+    line), one chunk after the other in one reused buffer; the last line even without its
+    newline. The array is valid until the next chunk is read."""
+    buf = np.empty(CHUNK, np.uint8)
+    carry = line0 = 0
+    with open_recording(path, "rb") as f:
+        while True:
+            if carry == len(buf):  # a line longer than the buffer: twice the room
+                buf = np.concatenate((buf, np.empty(len(buf), np.uint8)))
+            got = f.readinto(memoryview(buf)[carry:])
+            size = carry + got
+            end = _last_line_end(buf, size) if got else size
+            if got and not end:
+                carry = size
+                continue
+            yield buf[:end], line0
+            line0 += _lines(buf, end)
+            carry = size - end
+            buf[:carry] = buf[end:size]
+            if not got:
+                return
+
+
+@njit(cache=True, nogil=True)
+def _last_line_end(b, size):
+    """The offset after the last newline in b[:size] (0 if none)."""
+    i = size
+    while i > 0 and b[i - 1] != 10:
+        i -= 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _lines(b, end):
+    """The lines _parse counts in b[:end] (the last one even without its newline)."""
+    n = 0
+    for i in range(end):
+        n += b[i] == 10
+    return n + (end > 0 and b[end - 1] != 10)
+
+
+def _parse_chunk(data: np.ndarray, room: list):
+    """_parse of one chunk into the arrays of ``room`` (made there, for the next chunks too):
+    (fields, line numbers, lines left over, events, left-over lines)."""
+    rows = len(data) // (len(_MARKER) + 1) + 1  # each event: the marker and a newline
+    if not room or len(room[1]) < rows:
+        room[:] = [
+            np.zeros((rows, len(_FIELDS)), np.uint64),
+            np.empty(rows, np.int64),
+            np.empty((rows, 3), np.int64),
+        ]
+    fields, lines, left = room
+    n, n_left, _ = _parse(data, fields, lines, left)
+    return fields, lines, left, n, n_left
 
 
 def _of(fields: np.ndarray, wanted: pd.DataFrame | None, keys: list[str] | None) -> np.ndarray:
@@ -191,22 +255,41 @@ _HEX_DIGITS = np.array([0, 8, 8, 0, 0, 0, 0, 0, 16])
 _DECIMAL_DIGITS = 18  # int64 holds them (the regular expression's path converts to int64)
 
 
-def _events(fields: np.ndarray, offset: int) -> pd.DataFrame:
-    """COLUMNS from the compiled pass's fields (one row per event)."""
+def _typed(fields: np.ndarray) -> dict[str, np.ndarray]:
+    """The compiled pass's fields (a row per event) as COLUMNS' types (as the regular
+    expression's path makes them: through int64, wrapping to the type), but for the time
+    (sec and usec, as read) and the addresses (integers)."""
     col = dict(zip(_FIELDS, fields.T, strict=True))
-    sec, usec = col["sec"].astype(np.int64), col["usec"].astype(np.int64)
-    out = {"ts_ns": sec * 10**9 + usec * 1000 + offset}
+    out = {"sec": col["sec"].astype(np.int64), "usec": col["usec"].astype(np.int64)}
+    for name, dtype in COLUMNS.items():
+        if name == "ts_ns":
+            continue
+        if dtype == "object":
+            out[name] = col[name].astype(np.uint32)
+        elif dtype == "uint64":
+            out[name] = col[name].copy()
+        else:
+            out[name] = col[name].astype(np.int64).astype(dtype)
+    return out
+
+
+def _frame(typed: dict[str, np.ndarray], offset: int) -> pd.DataFrame:
+    """COLUMNS from _typed's columns: the time on CLOCK_REALTIME, dotted-quad addresses."""
+    out = {"ts_ns": typed["sec"] * 10**9 + typed["usec"] * 1000 + offset}
     for name, dtype in COLUMNS.items():
         if name == "ts_ns":
             continue
         if dtype == "object":  # dotted quads: one string object per address
-            codes, uniq = pd.factorize(col[name])
+            codes, uniq = pd.factorize(typed[name])
             out[name] = np.array([int_to_ip(a) for a in uniq] or [""], dtype=object)[codes]
-        elif dtype == "uint64":
-            out[name] = col[name]
-        else:  # as the regular expression's path: through int64, wrapping to the dtype
-            out[name] = col[name].astype(np.int64).astype(dtype)
+        else:
+            out[name] = typed[name]
     return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def _events(fields: np.ndarray, offset: int) -> pd.DataFrame:
+    """COLUMNS from the compiled pass's fields (one row per event)."""
+    return _frame(_typed(fields), offset)
 
 
 @njit(cache=True, nogil=True, inline="always")

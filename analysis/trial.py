@@ -28,6 +28,7 @@ from analysis.captures import Captures, Seen, Want
 from analysis.dscp import Dscp, marking_counters
 from analysis.families import FAMILIES
 from analysis.gred_lockout import gred_lockout
+from analysis.resources import give_memory_back
 from analysis.scan import scan
 from analysis.stalls import lost_service_of
 from analysis.tables import Tables
@@ -53,6 +54,12 @@ def rio_lockout(trial_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
         if found:
             out[where] = found
     return out
+
+
+def _endpoints(record: dict[str, Any], kind: str) -> int:
+    """How many addresses the generators of a type send from (or to), at most."""
+    gens = [g for g in record["traffic"].values() if g["type"] == kind]
+    return max(len({g["src"] for g in gens}), len({g["dst"] for g in gens}), 1)
 
 
 def _fifo_udp(record: dict[str, Any], link: str) -> bool:
@@ -121,21 +128,25 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def _read_captures(caps: Captures, analyses: list) -> None:
-    """Each capture some analysis wants, read once, one at a time (the next one's columns
-    written over the last one's memory), shown to the analyses that want it."""
+def _read_captures(caps: Captures, record: dict[str, Any], analyses: list) -> None:
+    """Each capture some analysis wants, read once, one at a time, shown to the analyses that
+    want it; in path order (a queue's packets are matched as soon as the capture after it is
+    read: its ``settle`` step, once that capture's packets are let go)."""
     wants: dict[str, Want] = {}
     for a in analyses:
         for point, want in a.wants().items():
             wants.setdefault(point, Want()).add(want)
-    last = None
-    for point in [p for p in caps.sites if p in wants]:
+    first: dict[str, int] = {}  # each capture's earliest position on a generator's path
+    for gen in record["traffic"].values():
+        for name, pos in caps.positions(gen["path"]["hops"]).items():
+            first[name] = min(first.get(name, pos), pos)
+    listed = list(caps.sites)
+    for point in sorted(wants, key=lambda p: (first.get(p, len(listed)), listed.index(p))):
         w = wants[point]
         cap = scan(
             caps.path(point),
             matched=sorted(w.matched) if w.matched else None,
             detailed=sorted(w.detailed) if w.detailed else None,
-            reuse=last,
         )
         seen = Seen(point, cap, w.times)
         mine = [a for a in analyses if point in a.wants()]
@@ -145,7 +156,11 @@ def _read_captures(caps: Captures, analyses: list) -> None:
         for a in mine:
             a.take(seen)
         del seen
-        last = cap
+        cap.release()
+        del cap
+        for a in mine:
+            if hasattr(a, "settle"):
+                a.settle(point)
 
 
 def _analyse_into(trial_dir: Path, record: dict[str, Any], out_dir: Path) -> dict[str, Any]:
@@ -160,22 +175,27 @@ def _analyse_into(trial_dir: Path, record: dict[str, Any], out_dir: Path) -> dic
     queues = {
         link: Bottleneck(trial_dir, record, link, caps) for link in sorted(n for n in links if n)
     }
-    _read_captures(caps, [*per_generator.values(), *dscp.values(), *queues.values()])
+    _read_captures(caps, record, [*per_generator.values(), *dscp.values(), *queues.values()])
+    give_memory_back()  # what reading them took and let go
     tables = Tables(out_dir)
     try:
+        summaries = {}  # the queues first: their matched packets go before the rest is read
+        for link, queue in queues.items():
+            if queue.ok:
+                summaries[link] = queue.finish(tables, _fifo_udp(record, link))
+                give_memory_back()  # what the tables' pieces took: not held on
         generators: dict[str, Any] = {}
+        senders = _endpoints(record, "bulk_tcp")  # cwnd's addresses: its parts go out at once
         for name in traffic:
             summary, parts = per_generator.pop(name).finish()
             generators[name] = summary
             for kind, frame in parts.items():
-                tables.add(kind, frame)
+                tables.add(kind, frame, senders if kind == "cwnd" else None)
+            del parts
+            give_memory_back()
             summary["dscp"], per_flow = dscp.pop(name).finish()
             if len(per_flow):
                 tables.add("dscp", per_flow)
-        summaries = {}
-        for link, queue in queues.items():
-            if queue.ok:
-                summaries[link] = queue.finish(tables, _fifo_udp(record, link))
         lost_service(record, generators, tables, {k: queues[k] for k in summaries})
         del queues  # their departures: not held while the tables are written
         lockout = rio_lockout(trial_dir, record)

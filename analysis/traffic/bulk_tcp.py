@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
+from analysis.lazy import pd
 from analysis.metrics import RETRANSMISSION_COLUMNS, goodput_frame
 from analysis.pcap import int_to_ip, ip_to_int
 from analysis.siftr import read_siftr
@@ -118,21 +118,45 @@ class Analysis:
                 f.queries.add(f"{self.name}.t0+{c}", f.flows, self.t0 + c)
 
     def take(self, seen: Seen) -> None:
+        """Its flows' figures of this capture, as arrays (the frames are made in finish)."""
         f = self._flows(seen)
+        d, ends = f.data, f.ends()
         if seen.point == self.after:
-            self.after_side = self._goodput(f)
+            self.after_side = {
+                "ends": ends,
+                "steady": goodput(f.queries, d, self.steady),
+                "lifetime": goodput(f.queries, d, self.lifetime),
+            }
         if seen.point == self.before:
-            self.before_side = self._sender_side(seen, f)
+            configured = self.record.get("host_settings", {}).get(self.gen["from"], {})
+            rto_min = configured.get("rto_min")
+            events = f.losses(parse_duration_ns(rto_min) if rto_min else DEFAULT_RTO_MIN_NS)
+            counts = (d.packets, d.retransmitted, d.retransmitted_bytes)
+            self.before_side = {
+                "ends": ends,
+                "retrans": {
+                    k: v[f.flows] for k, v in zip(RETRANSMISSION_COLUMNS, counts, strict=True)
+                },
+                "events": events,
+                "counted": loss_counts(events, len(f.flows)),
+                "starts": f.starts(),
+                "end_ns": f.end_ns,
+                "exits": f.slow_start(f"{self.name}.exit"),
+                "delivered": f.delivered(f"{self.name}.delivered"),
+                "since_t0": {f"{c // 10**9}s": self._since_t0(f, c) for c in self.since_t0},
+                "capacity": self._capacity(seen) if self.rate else None,
+            }
 
-    def _goodput(self, f: Flows) -> tuple[pd.DataFrame, dict[str, Any]]:
+    def _goodput(self) -> tuple[pd.DataFrame, dict[str, Any]]:
         """Its flows' goodput in the steady window and over their lifetime, and the summary's
         figures of them."""
-        ends = f.ends()
+        side = self.after_side
+        ends = side["ends"]
         steady_ok = self.end > self.start + self.warmup
-        steady = goodput_frame(ends, *goodput(f.queries, f.data, self.steady))
+        steady = goodput_frame(ends, *side["steady"])
         if not steady_ok:  # it never reached its steady state: no steady figures at all
             steady = steady.assign(bytes=0, seconds=0.0, goodput_bps=np.nan)
-        lifetime = goodput_frame(ends, *goodput(f.queries, f.data, self.lifetime))
+        lifetime = goodput_frame(ends, *side["lifetime"])
         names = ("bytes", "seconds", "goodput_bps")
         flows = steady.rename(columns={c: f"steady_{c}" for c in names}).merge(
             lifetime.rename(columns={c: f"lifetime_{c}" for c in names}), on=KEY, how="outer"
@@ -146,22 +170,16 @@ class Analysis:
             "flow_goodput_kBps": [float(v) for v in flows.steady_goodput_bps / 8000],
         }
 
-    def _sender_side(self, seen: Seen, f: Flows) -> tuple[dict[str, pd.DataFrame], dict]:
+    def _sender_side(self) -> tuple[dict[str, pd.DataFrame], dict]:
         """Its flows' retransmissions, losses, slow-start exits and bytes delivered by each
         cut-off (frames of a row per flow), and the summary's figures of them."""
-        d, ends = f.data, f.ends()
-        counts = (d.packets, d.retransmitted, d.retransmitted_bytes)
-        retrans = pd.DataFrame(
-            {**ends, **{k: v[f.flows] for k, v in zip(RETRANSMISSION_COLUMNS, counts, strict=True)}}
-        )
-        configured = self.record.get("host_settings", {}).get(self.gen["from"], {}).get("rto_min")
-        rto_min = parse_duration_ns(configured) if configured else DEFAULT_RTO_MIN_NS
-        events = f.losses(rto_min)
-        counted = loss_counts(events, len(f.flows))
-        losses = pd.DataFrame({**ends, "start_ns": f.starts()["start_ns"], **counted})
-        timeouts = loss_event_rows(f, events)
-        exits = pd.DataFrame({**ends, **f.slow_start(f"{self.name}.exit")})
-        delivered = delivered_rows(f, self.cutoffs, f.delivered(f"{self.name}.delivered"))
+        side = self.before_side
+        ends, starts = side["ends"], side["starts"]
+        retrans = pd.DataFrame({**ends, **side["retrans"]})
+        losses = pd.DataFrame({**ends, "start_ns": starts["start_ns"], **side["counted"]})
+        timeouts = loss_event_rows(ends, side["events"])
+        exits = pd.DataFrame({**ends, **side["exits"]})
+        delivered = delivered_rows(ends, starts, side["end_ns"], self.cutoffs, side["delivered"])
         covered = delivered.groupby("cutoff_ns").covered.all()
         frames = {"retrans": retrans, "losses": losses, "exits": exits, "delivered": delivered}
         return frames, {
@@ -179,19 +197,19 @@ class Analysis:
                 if covered.get(c, False)
             },
             # Since T0 rather than since each flow's SYN: what the aggregate is judged by.
-            "delivered_since_t0": {f"{c // 10**9}s": self._since_t0(f, c) for c in self.since_t0},
-            "payload_capacity_bps": self._capacity(seen) if self.rate else None,
+            "delivered_since_t0": side["since_t0"],
+            "payload_capacity_bps": side["capacity"],
         }
 
     def _flow_table(self) -> pd.DataFrame:
         """A row per flow: its goodput (the capture after the bottleneck) and its sender's
-        side (the capture before it), merged on the flows' ends."""
+        side (the capture before it), merged on the flows' ends; the summary's figures."""
         flows = pd.DataFrame(columns=KEY)
         if self.after_side is not None:
-            flows, figures = self.after_side
+            flows, figures = self._goodput()
             self.out.update(figures)
         if self.before_side is not None:
-            frames, figures = self.before_side
+            frames, figures = self._sender_side()
             retrans, losses = frames["retrans"], frames["losses"]
             flows = flows.merge(retrans, on=KEY, how="outer") if len(flows.columns) > 4 else retrans
             flows = flows.merge(

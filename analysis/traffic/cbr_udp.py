@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
+from analysis.lazy import pd
 from analysis.match import match_times
 from analysis.metrics import MAX_FRAME_BYTES, owd_upper_bound_ns, summarize_owd, with_owd
 from analysis.pcap import ip_to_int
@@ -81,7 +81,7 @@ class Analysis:
             raise ValueError(f"{self.name}: its packets at {seen.point} were not kept matched")
         kept = seen.matched_of(mine)
         if seen.point == self.before:  # its rows: those of its directions, in file order
-            self.first = seen.frame(mine)
+            self.first = seen.packets(mine)
             self.first_hash = seen.cap.matched["key_hash"][kept]
         if seen.point == self.after:
             self.second_ts = seen.cap.ts_ns[seen.matched_rows[kept]]
@@ -93,7 +93,7 @@ class Analysis:
         if self.skipped:
             out["owd_skipped"] = self.skipped
             return out, {}
-        first = self.first
+        first = pd.DataFrame(self.first, copy=False)
         ts_out = np.full(len(first), -1, dtype=np.int64)
         if len(first) and len(self.second_ts):
             ts_out = match_times(

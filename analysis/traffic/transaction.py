@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.captures import Captures, Seen, Want
+from analysis.lazy import pd
 from analysis.pcap import ip_to_int
 
 TCP_SYN, TCP_ACK = 0x02, 0x10
@@ -186,7 +186,7 @@ class Analysis:
         pair = {ip_to_int(self.gen["src"]), ip_to_int(self.gen["dst"])}
         mine = seen.mask(proto=self.gen["proto"], src=pair, dst=pair)
         ports = seen.mask(sport=_ports(self.gen)) | seen.mask(dport=_ports(self.gen))
-        self.packets = seen.frame(mine & ports)
+        self.packets = seen.packets(mine & ports)
 
     def finish(self) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
         gen = self.gen
@@ -229,7 +229,7 @@ class Analysis:
         if point is None:
             out["capture_check_skipped"] = "no capture point on the path"
             return out, tables
-        packets = self.packets
+        packets = pd.DataFrame(self.packets, copy=False)
         caps_tx = capture_transactions(packets, gen)
         check = cross_check(rows, caps_tx)
         excess_us = check.excess_ns.to_numpy(dtype="float64") / 1e3

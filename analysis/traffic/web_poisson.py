@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.captures import Captures, Seen, Want, bottleneck_hop
+from analysis.lazy import pd
 from analysis.pcap import ip_to_int
 from core.units import parse_offset_ns
 
@@ -203,7 +203,7 @@ class Analysis:
         self.syn_point = self.end_point
         if self.before and self.end_point and caps.clock(self.before) == caps.clock(self.end_point):
             self.syn_point = self.before
-        self.frames: dict[str, pd.DataFrame] = {}
+        self.frames: dict[str, dict[str, np.ndarray]] = {}  # read_pcap's columns
 
     def wants(self) -> dict[str, Want]:
         if self.end_point is None:
@@ -218,7 +218,7 @@ class Analysis:
         client, port = ip_to_int(self.gen["src"]), self.gen["port"]
         to_server = seen.mask(proto=6, src=client, dport=port)
         back = seen.mask(proto=6, dst=client, sport=port)
-        self.frames[seen.point] = seen.frame(to_server | back)
+        self.frames[seen.point] = seen.packets(to_server | back)
 
     def finish(self) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
         gen, record, after = self.gen, self.record, self.after
@@ -229,14 +229,15 @@ class Analysis:
         if end_point is None:
             out["fct_skipped"] = "no capture point on the generator's path"
             return out, {}
+        frames = {k: pd.DataFrame(v, copy=False) for k, v in self.frames.items()}
         flows = flow_completion(
-            self.frames[syn_point],
-            self.frames[end_point],
+            frames[syn_point],
+            frames[end_point],
             src=gen["src"],
             dst=gen["dst"],
             port=gen["port"],
         )
-        end = self.frames[end_point]
+        end = frames[end_point]
         data = end[
             (end.proto == 6)
             & (end.src == ip_to_int(gen["src"]))
