@@ -28,7 +28,15 @@ from analysis.tc_samples import LEAF_KINDS, compare_levels, leaf_samples, read_t
 from analysis.traffic.cbr_udp import max_transit_ns
 from core.units import ETHERNET_HEADER, parse_duration_ns, parse_offset_ns
 
-__all__ = ["Bottleneck", "egress", "link_delay_ns", "queue_drops_counted", "tc_drops"]
+__all__ = [
+    "Bottleneck",
+    "egress",
+    "link_delay_ns",
+    "queue_drops_counted",
+    "queue_samples",
+    "tc_cross_check",
+    "tc_drops",
+]
 
 TC_SAMPLES = "tc_samples.jsonl"  # collect/remote/tc_sampler.py's output in the router's dir
 IPFW_SAMPLES = "ipfw_samples.jsonl"  # collect/remote/ipfw_sampler.py's, on a FreeBSD router
@@ -287,6 +295,19 @@ def transit_ms(ts, ts_out, window: tuple[int, int], how: str) -> float | None:
     if how == "mean":
         return float(transit.sum(dtype=np.float64) / len(transit) / 1e6)
     return float(transit.min() / 1e6)
+
+
+def tc_cross_check(
+    queue: pd.DataFrame, samples: pd.DataFrame, iface: str
+) -> tuple[dict, pd.DataFrame]:
+    """:func:`_tc_cross_check` of a queue's whole table of events (queue_occupancy's)."""
+    leaf = leaf_samples(samples, iface)
+    at = AtTimes(leaf["ts_ns"].to_numpy(np.int64))
+    codes = pd.Categorical(queue["event"], categories=list(EVENT_NAMES)).codes
+    ts, packets, nbytes = (queue[c].to_numpy(np.int64) for c in ("ts_ns", "packets", "bytes"))
+    at.add(ts, codes, packets, nbytes)
+    at.finish()
+    return _tc_cross_check(at, leaf, samples, iface)
 
 
 def _tc_cross_check(

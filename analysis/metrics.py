@@ -36,13 +36,17 @@ RETRANSMISSION_COLUMNS = ("data_packets", "retransmitted_packets", "retransmitte
 
 
 def tcp_flow_counters(
-    cols: dict[str, np.ndarray], *, start_ns: int | None = None, end_ns: int | None = None
+    packets, *, start_ns: int | None = None, end_ns: int | None = None
 ) -> dict[str, np.ndarray]:
     """Per data flow, in the order of :func:`tcp_goodput`: src, dst, sport, dport,
     data_packets, retransmitted_packets, retransmitted_bytes (as :func:`tcp_retransmissions`),
     bytes and span_ns (acked bytes and period of :func:`tcp_goodput` with the same window).
-    ``cols``: TCP_COLUMNS as arrays."""
-    p = TcpPackets.of_columns(cols)
+    ``packets``: TCP_COLUMNS as arrays, or a scan (analysis.scan.Capture)."""
+    p = (
+        TcpPackets.of_columns(packets)
+        if isinstance(packets, dict)
+        else TcpPackets.of_capture(packets)
+    )
     data = data_pass(p)
     flows = flow_order(p.first_data)
     queries = Queries()

@@ -58,7 +58,7 @@ def queue_levels(
     arrival, counted from the arrivals, drops and departures before it (the same events).
     ``consume``: for a caller done with ``ts_ns`` and ``departures``: the pages of their rows
     the merge has passed are given back to the system as it goes (they read as zeros
-    afterwards; only arrays of pcapscan._alloc, such as scan's and match_rows', and
+    afterwards; only arrays of analysis.resources.alloc, such as scan's and match_rows', and
     ``departures`` only where it is put in order in place, or whole when the merge does not
     read it): 8 bytes an arrival and 4 a departure less at the end, when the events are all
     held."""

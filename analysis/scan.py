@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -43,7 +43,7 @@ class Capture:
     ``first_data`` (its first TCP packet with payload, -1 if none), ``last_ns`` (its latest
     time), ``reverse`` (the opposite direction's row, -1 if none), ``matched`` and
     ``detailed`` (whether its packets are), in order of appearance. ``in_order``: timestamps
-    never go back. ``buffers``: the columns' whole allocations (a later scan may reuse them)."""
+    never go back."""
 
     path: str
     direction: np.ndarray
@@ -57,7 +57,6 @@ class Capture:
     in_order: bool
     matched: dict[str, np.ndarray] | None = None
     detailed: dict[str, np.ndarray] | None = None
-    buffers: list = field(default_factory=list, repr=False)
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -72,7 +71,6 @@ class Capture:
         """Let the PACKET columns go (the matched and detailed ones stay)."""
         for name in PACKET:
             setattr(self, name, getattr(self, name)[:0])
-        self.buffers = []
 
 
 def rows_of(cap: Capture, directions: np.ndarray) -> np.ndarray:
@@ -103,15 +101,13 @@ def scan(
     *,
     matched=None,
     detailed=None,
-    reuse: Capture | None = None,
     threads: int | None = None,
 ) -> Capture:
     """One compiled pass over the classic pcap file ``path`` (its size when reading began): see
     :class:`Capture`. ``matched``, ``detailed``: (src, dst) pairs as src << 32 | dst whose
-    packets get the MATCHED and DETAILED columns (``detailed=ALL``: every packet). ``reuse``:
-    a capture no longer needed, whose column memory this scan writes over (its pages are
-    resident already: no page faults). ``threads``: 2 (the default where the process may run
-    on two CPUs) reads a capture of _SPLIT_MIN bytes or more as two halves at once.
+    packets get the MATCHED and DETAILED columns (``detailed=ALL``: every packet).
+    ``threads``: 2 (the default where the process may run on two CPUs) reads a capture of
+    _SPLIT_MIN bytes or more as two halves at once.
 
     A file that ends inside a record (a capture killed mid-write) gives its complete records
     and a PcapTruncatedWarning naming the file and the offset. Raises PcapError for empty,
@@ -122,14 +118,8 @@ def scan(
     ip_offset, et_offset = LINKTYPES[fmt.linktype]
     size = os.path.getsize(name)
     cap = max((size - GLOBAL_HDR) // REC_HDR, 0) + 2  # a packet per 16 B at most; +1: halves
-    old = reuse.buffers if reuse is not None and reuse.buffers else [None] * len(PACKET)
-    packet = [
-        b if b is not None and len(b) >= cap else alloc(cap, t)
-        for b, t in zip(old, PACKET.values(), strict=True)
-    ]
-    if reuse is not None:  # its memory is this scan's now: no later scan may take it too
-        reuse.buffers = []
-    every = detailed == ALL
+    packet = [alloc(cap, t) for t in PACKET.values()]
+    every = isinstance(detailed, str) and detailed == ALL
     kinds = {**MATCHED, "direction": packet[0].dtype}  # the direction column's type
     cols = Columns(
         packet,
@@ -172,6 +162,5 @@ def scan(
             None if keep is None else {c: fit(a, rows) for c, a in zip(names, group, strict=True)}
         )
     return Capture(
-        name, *kept, directions, bool(whole.in_order), groups["matched"], groups["detailed"],
-        cols.packet,
-    )  # fmt: skip
+        name, *kept, directions, bool(whole.in_order), groups["matched"], groups["detailed"]
+    )

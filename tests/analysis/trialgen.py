@@ -63,7 +63,11 @@ def _path(sender: str, receiver: str) -> dict:
 
 
 def _record(name: str, truth: Truth, duration_ns: int) -> dict:
-    traffic, addresses, interfaces = {}, {}, {"R": {"left": "198.18.1.1/24", "right": "198.18.2.1/24"}}
+    traffic, addresses, interfaces = (
+        {},
+        {},
+        {"R": {"left": "198.18.1.1/24", "right": "198.18.2.1/24"}},
+    )
     for f, flow in enumerate(truth.flows):
         sender, receiver = f"A{f}", f"C{f}"
         src, dst = _ip(flow["src"]), _ip(flow["dst"])
