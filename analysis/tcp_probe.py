@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from analysis.lazy import pd
-from analysis.pcap import int_to_ip, ip_to_int
+from analysis.pcap import int_to_ip, ip_strings, ip_to_int
 
 __all__ = ["COLUMNS", "INFINITE_SSTHRESH", "congestion_events", "for_flows", "read_tcp_probe"]
 
@@ -65,9 +65,13 @@ def open_recording(path: Path, mode: str = "rt"):
     return gzip.open(path, mode) if path.suffix == ".gz" else open(path, mode)
 
 
-def read_tcp_probe(path: str | Path, flows: pd.DataFrame | None = None) -> pd.DataFrame:
+def read_tcp_probe(
+    path: str | Path, flows: pd.DataFrame | None = None, categorical: bool = False
+) -> pd.DataFrame:
     """All tcp_probe events of a recording, in file order, one row each (see COLUMNS); with
-    ``flows``, only those of the flows' sockets, as :func:`for_flows` gives them.
+    ``flows``, only those of the flows' sockets, as :func:`for_flows` gives them; with
+    ``categorical``, src and dst as analysis.pcap.ip_strings gives them (what a trial's
+    tables hold: a code an event, not a string).
 
     ts_ns is CLOCK_REALTIME (the captures' clock): the trace clock plus the offset the
     recorder wrote in its header line (without a header, the trace timestamps as they are).
@@ -95,7 +99,7 @@ def read_tcp_probe(path: str | Path, flows: pd.DataFrame | None = None) -> pd.Da
     where = typed.pop("_line")
     if flows is not None and not others:  # (IPv4 events only: filtered exactly above)
         order = _flow_order(typed, where)
-        return _frame({k: v[order] for k, v in typed.items()}, offset or 0)
+        return _frame({k: v[order] for k, v in typed.items()}, offset or 0, categorical)
     events = _frame(typed, offset or 0)
     if others:
         more = pd.concat(others, ignore_index=True)
@@ -273,13 +277,16 @@ def _typed(fields: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def _frame(typed: dict[str, np.ndarray], offset: int) -> pd.DataFrame:
-    """COLUMNS from _typed's columns: the time on CLOCK_REALTIME, dotted-quad addresses."""
+def _frame(typed: dict[str, np.ndarray], offset: int, categorical: bool = False) -> pd.DataFrame:
+    """COLUMNS from _typed's columns: the time on CLOCK_REALTIME, dotted-quad addresses (as
+    ip_strings' categoricals with ``categorical``)."""
     out = {"ts_ns": typed["sec"] * 10**9 + typed["usec"] * 1000 + offset}
     for name, dtype in COLUMNS.items():
         if name == "ts_ns":
             continue
-        if dtype == "object":  # dotted quads: one string object per address
+        if dtype == "object" and categorical:
+            out[name] = ip_strings(typed[name])
+        elif dtype == "object":  # dotted quads: one string object per address
             codes, uniq = pd.factorize(typed[name])
             out[name] = np.array([int_to_ip(a) for a in uniq] or [""], dtype=object)[codes]
         else:

@@ -281,5 +281,5 @@ def sender_state(
 
         cwnd = for_flows(read_siftr(probe), wanted)
     else:
-        cwnd = read_tcp_probe(probe, flows=wanted)
+        cwnd = read_tcp_probe(probe, flows=wanted, categorical=True)
     return cwnd, congestion_events(cwnd)
