@@ -19,7 +19,7 @@ from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_delta
 from analysis.lazy import pd
 from analysis.match import match_rows, undecided
 from analysis.metrics import drop_runs
-from analysis.pcap import ip_strings
+from analysis.pcap import int_to_ip, ip_strings
 from analysis.queue import EVENT_NAMES
 from analysis.queuemerge import departure_rows, queue_pieces
 from analysis.queuestats import AtTimes, Window
@@ -220,15 +220,16 @@ class Bottleneck:
         used = np.unique(end)  # every packet judged is an event: the table's addresses
         categories = {"event": len(EVENT_NAMES)}
         categories |= {k: len(np.unique(ends[k][used])) if ends else 0 for k in ("src", "dst")}
+        pieces = _EventTables(self, ends, end)
         for piece in queue_pieces(
             ts, ts_out, ip_len, delay_ns=link_delay_ns(self.record, host, iface),
             max_delay_ns=self.transit, end_ns=end_ns, departures=departures,
-            header_bytes=ETHERNET_HEADER,
+            header_bytes=ETHERNET_HEADER, piece=1 << 18,
         ):  # fmt: skip
             args = (piece["ts_ns"], piece["event"], piece["packets"], piece["bytes"])
             in_window.add(*args)
             at.add(*args)
-            tables.stream("queue", self._events(piece, ends, end), categories)
+            tables.stream("queue", pieces(piece), categories)
         at.finish()
         if keep_departures:  # by (time, row), as the events list them
             rows = departure_rows(ts_out, departures)
@@ -283,6 +284,58 @@ class Bottleneck:
                 "link": self.link,
             }
         )
+
+
+class _EventTables:
+    """The queue table's pieces as pyarrow tables: the first through pandas (_events: the
+    table's types and pandas' metadata), the next made from the arrays directly, their
+    addresses coded as ip_strings codes them (by first appearance in the piece)."""
+
+    def __init__(self, queue: Bottleneck, ends: dict[str, np.ndarray], end: np.ndarray):
+        self.queue, self.ends, self.end = queue, ends, end
+        self.addresses = {}  # per column: each end's code, and the codes' dotted quads
+        for c in ("src", "dst"):
+            values = ends[c] if ends else np.empty(0, np.uint32)
+            uniq, codes = np.unique(values, return_inverse=True)
+            self.addresses[c] = (codes, np.array([int_to_ip(a) for a in uniq], dtype=object))
+        self.schema = None
+
+    def __call__(self, piece: dict[str, np.ndarray]):
+        import pyarrow as pa
+
+        if self.schema is None:
+            table = pa.Table.from_pandas(
+                self.queue._events(piece, self.ends, self.end), preserve_index=False
+            )
+            self.schema = table.schema
+            return table
+        which = self.end[piece["row"]]
+        arrays = {
+            "ts_ns": pa.array(piece["ts_ns"]),
+            "event": pa.DictionaryArray.from_arrays(piece["event"], list(EVENT_NAMES)),
+            "frame_bytes": pa.array(piece["frame_bytes"]),
+            **{c: self._coded(c, which) for c in ("src", "dst")},
+            **{k: pa.array(self.ends[k][which]) for k in ("proto", "sport", "dport")},
+            "packets": pa.array(piece["packets"]),
+            "bytes": pa.array(piece["bytes"]),
+        }
+        link = pa.array([self.queue.link], self.schema.field("link").type)
+        arrays["link"] = link.take(np.zeros(len(which), np.int32))
+        return pa.Table.from_arrays([arrays[f.name] for f in self.schema], schema=self.schema)
+
+    def _coded(self, column: str, which: np.ndarray):
+        """The addresses of the piece's packets, coded by first appearance in the piece."""
+        import pyarrow as pa
+
+        ends_code, names = self.addresses[column]
+        codes = ends_code[which]
+        uniq, first = np.unique(codes, return_index=True)
+        seen = uniq[np.argsort(first, kind="stable")]
+        number = np.empty(len(names), np.int32)
+        number[seen] = np.arange(len(seen))
+        kind = self.schema.field(column).type
+        indices = pa.array(number[codes]).cast(kind.index_type)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(names[seen], kind.value_type))
 
 
 def transit_ms(ts, ts_out, window: tuple[int, int], how: str) -> float | None:

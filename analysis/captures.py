@@ -118,6 +118,7 @@ class Seen:
         self._flows: Flows | None = None
         self._matched_rows: np.ndarray | None = None
         self._dscp: np.ndarray | None = None
+        self._largest: dict[str, np.ndarray] | None = None
 
     @property
     def directions(self) -> dict[str, np.ndarray]:
@@ -174,6 +175,22 @@ class Seen:
         return int(last.max()) if len(last) else None
 
     @property
+    def largest(self) -> dict[str, np.ndarray]:
+        """Per matched direction: its largest payload ("payload_len", 0 without payload), and
+        of its first packet carrying that much the row ("row") and IP length ("ip_len")."""
+        if self._largest is None:
+            m = len(self.cap.directions["src"])
+            out = {"payload_len": np.zeros(m, np.int64), "row": np.full(m, -1, np.int64)}
+            out["ip_len"] = np.zeros(m, np.int64)
+            matched = self.cap.matched
+            _largest(
+                matched["direction"], self.matched_rows, self.cap.payload_len, matched["ip_len"],
+                out["payload_len"], out["row"], out["ip_len"],
+            )  # fmt: skip
+            self._largest = out
+        return self._largest
+
+    @property
     def dscp(self) -> np.ndarray:
         """Packets per direction and DSCP (a row per direction, 64 columns)."""
         if self._dscp is None:
@@ -212,6 +229,14 @@ class Seen:
             which = np.searchsorted(self.rows(d["detailed"]), rows)
             out.update({k: v[which] for k, v in cap.detailed.items()})
         return {c: out[c] for c in COLUMNS if c in out}
+
+
+@njit(cache=True, nogil=True)
+def _largest(direction, rows, plen, ip_len, most, first, length):
+    for k in range(len(direction)):
+        d, p = direction[k], plen[rows[k]]
+        if p > most[d]:
+            most[d], first[d], length[d] = p, rows[k], ip_len[k]
 
 
 @njit(cache=True, nogil=True)

@@ -172,8 +172,8 @@ def queue_pieces(
 ):
     """:func:`queue_levels`' events (with ``rows``), ``piece`` at a time: one dict of arrays
     (ts_ns, event, frame_bytes int32, packets and bytes int64, row) per piece, in order, each
-    written over the one before (copy what is kept). Only a piece of the events is held at
-    once, whatever their number."""
+    in arrays of its own. Only the pieces the caller keeps are held, whatever the number of
+    events."""
     ts = np.asarray(ts_ns, dtype=np.int64)
     out_ts = np.asarray(ts_out_ns, dtype=np.int64)
     size = np.asarray(frame_bytes)
@@ -197,11 +197,10 @@ def queue_pieces(
     cut = end_ns - int(max_delay_ns)
     streams = (ts, out_ts, size, int(header_bytes), int(delay_ns), order, n_fwd, cut, last_fwd)
     state = _queue_start(ts, out_ts, cut, last_fwd)[1:]
-    room = max(min(piece, n), 1)
     kinds = (np.int32, np.int64, np.int64, np.int8, np.int64, np.int32)
-    sizes, nbytes, t, code, packets, row = (np.empty(room, k) for k in kinds)
     for k0 in range(0, max(n, 1), piece):
         k1 = min(k0 + piece, n)
+        sizes, nbytes, t, code, packets, row = (np.empty(k1 - k0, k) for k in kinds)
         got = _queue_merge(*streams, sizes, nbytes, t, code, packets, row, k0, k1, k0, *state)
         state = got[4:]
         w = k1 - k0

@@ -138,9 +138,11 @@ class Flows:
         rows, d = retx["row"][mine], retx["direction"][mine]
         ts = self.p.ts[rows].astype(np.int64)
         dups = self.queries.answers.dups
+        ours = index[dups["direction"]] >= 0  # (the capture's other flows are not counted)
         dupacks = _count_before(
-            dups["direction"], dups["ack_u"], dups["ts"], d, retx["seq_u"][mine], ts
-        )
+            dups["direction"][ours], dups["ack_u"][ours], dups["ts"][ours], d,
+            retx["seq_u"][mine], ts,
+        )  # fmt: skip
         idle = retx["idle_ns"][mine]
         kind = np.where(
             idle >= rto_threshold_ns, 0, np.where(dupacks >= _DUPACK_THRESHOLD, 1, 2)

@@ -6,6 +6,7 @@ columns, values and categories: parquet readers join the pieces' dictionaries in
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,8 @@ class Tables:
         self.out_dir = out_dir
         self.parts: dict[str, list[pd.DataFrame]] = {}
         self.writers: dict[str, tuple] = {}
+        self.writing: Future | None = None  # the piece being written (by its own thread)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="parquet")
 
     def add(self, kind: str, frame: pd.DataFrame, addresses: int | None = None) -> None:
         """A part of table ``kind``, written by write() after the parts added before; or at
@@ -35,14 +38,20 @@ class Tables:
         counts = {c: addresses for c in ("src", "dst") if c in frame.columns}
         self.stream(kind, addresses_as_strings(frame), counts)
 
-    def stream(self, kind: str, piece: pd.DataFrame, categories: dict[str, int]) -> None:
-        """The next rows of table ``kind``, written now (its addresses already categorical:
-        analysis.pcap.ip_strings). ``categories``: how many each categorical column has in
-        the whole table (its codes are stored in the type pandas gives that many)."""
+    def stream(self, kind: str, piece, categories: dict[str, int]) -> None:
+        """The next rows of table ``kind`` (a frame, its addresses already categorical:
+        analysis.pcap.ip_strings; or the pyarrow table of such a frame), written now by the
+        writer's thread while the caller goes on (one piece at a time: the one before is
+        written first). ``categories``: how many each categorical column has in the whole
+        table (its codes are stored in the type pandas gives that many)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pandas(piece, preserve_index=False)
+        table = (
+            piece
+            if isinstance(piece, pa.Table)
+            else pa.Table.from_pandas(piece, preserve_index=False)
+        )
         if kind not in self.writers:
             codes = {name: pa.from_numpy_dtype(_codes(n)) for name, n in categories.items()}
             schema = pa.schema(
@@ -55,15 +64,25 @@ class Tables:
                 metadata=table.schema.metadata,
             )
             path = self.out_dir / f"{kind}.parquet"
-            self.writers[kind] = (pq.ParquetWriter(path, schema, compression="snappy"), schema)
+            writer = pq.ParquetWriter(
+                path, schema, compression="snappy", use_dictionary=_dictionaries(schema)
+            )
+            self.writers[kind] = (writer, schema)
         writer, schema = self.writers[kind]
-        writer.write_table(table.cast(schema))
+        self._wait()
+        self.writing = self.pool.submit(writer.write_table, table.cast(schema))
+
+    def _wait(self) -> None:
+        """The piece being written, written (its error raised here)."""
+        if self.writing is not None:
+            writing, self.writing = self.writing, None
+            writing.result()
 
     def write(self) -> None:
         """Every table gathered whole, each kind's parts one after the other (written a part
         at a time where they have the same columns and types: no concatenation of them all
         in memory); the streamed ones closed."""
-        self.close()
+        self._end_streams()
         while self.parts:  # each kind's parts go once its table is written
             kind, parts = self.parts.popitem()
             if len(parts) > 1 and _alike(parts):
@@ -74,17 +93,42 @@ class Tables:
                 }
                 for part in parts:
                     self.stream(kind, addresses_as_strings(part), categories)
-                self.close()
+                self._end_streams()
                 continue
             table = addresses_as_strings(pd.concat(parts, ignore_index=True))
             del parts
             table.to_parquet(self.out_dir / f"{kind}.parquet", index=False)
 
+    def _end_streams(self) -> None:
+        """The streamed tables closed (the pieces given written first)."""
+        try:
+            self._wait()
+        finally:
+            for writer, _ in self.writers.values():
+                writer.close()
+            self.writers.clear()
+
     def close(self) -> None:
-        """Streams closed without writing the rest (the analysis failed)."""
-        for writer, _ in self.writers.values():
-            writer.close()
-        self.writers.clear()
+        """Streams closed, the writer's thread ended (also after a failure)."""
+        try:
+            self._end_streams()
+        finally:
+            self.pool.shutdown()
+
+
+def _dictionaries(schema) -> list[str]:
+    """The columns a piece-by-piece table stores dictionary-encoded: the categorical and the
+    text ones (the numbers' dictionaries, tried and dropped piece after piece, took a tenth
+    of the writing)."""
+    import pyarrow as pa
+
+    return [
+        f.name
+        for f in schema
+        if pa.types.is_dictionary(f.type)
+        or pa.types.is_large_string(f.type)
+        or pa.types.is_string(f.type)
+    ]
 
 
 def _alike(parts: list[pd.DataFrame]) -> bool:

@@ -462,7 +462,12 @@ def congestion_events(events: pd.DataFrame) -> pd.DataFrame:
     key = ["src", "sport", "dst", "dport"]
     same = np.ones(len(events), dtype=bool)
     for k in key:
-        col = events[k].to_numpy()
+        col = events[k]
+        col = (
+            col.cat.codes.to_numpy()
+            if isinstance(col.dtype, pd.CategoricalDtype)
+            else col.to_numpy()
+        )
         same[1:] &= col[1:] == col[:-1]
     same[0] = False
     ss = events["ssthresh"].to_numpy(np.int64)

@@ -242,13 +242,13 @@ class Analysis:
         data = self._mine(seen) & seen.mask(src=ip_to_int(self.gen["src"]))
         if not seen.directions["matched"][data].all():
             raise ValueError(f"{self.name}: its data packets were not kept with their IP length")
-        kept = seen.matched_of(data)
-        plen = seen.cap.payload_len[seen.matched_rows[kept]]
-        if not (plen > 0).any():
+        largest = {k: v[data] for k, v in seen.largest.items()}
+        most = largest["payload_len"].max(initial=0)
+        if most <= 0:
             return float("nan")
-        first = kept[np.flatnonzero(plen == plen.max())[0]]
-        ip_len = int(seen.cap.matched["ip_len"][first])
-        return self.rate * int(plen.max()) / (ip_len + ETHERNET_HEADER)
+        full = largest["payload_len"] == most
+        first = np.argmin(np.where(full, largest["row"], np.iinfo(np.int64).max))
+        return self.rate * int(most) / (int(largest["ip_len"][first]) + ETHERNET_HEADER)
 
     def finish(self) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
         flows, out = self._flow_table(), self.out
