@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
 from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_deltas, with_rio_queues
@@ -319,8 +320,8 @@ class _EventTables:
             "packets": pa.array(piece["packets"]),
             "bytes": pa.array(piece["bytes"]),
         }
-        link = pa.array([self.queue.link], self.schema.field("link").type)
-        arrays["link"] = link.take(np.zeros(len(which), np.int32))
+        link = pa.scalar(self.queue.link, self.schema.field("link").type)
+        arrays["link"] = pa.repeat(link, len(which))
         return pa.Table.from_arrays([arrays[f.name] for f in self.schema], schema=self.schema)
 
     def _coded(self, column: str, which: np.ndarray):
@@ -329,13 +330,23 @@ class _EventTables:
 
         ends_code, names = self.addresses[column]
         codes = ends_code[which]
-        uniq, first = np.unique(codes, return_index=True)
-        seen = uniq[np.argsort(first, kind="stable")]
+        first = np.full(len(names), len(codes), np.int64)
+        _first_seen(codes, first)
+        seen = np.flatnonzero(first < len(codes))
+        seen = seen[np.argsort(first[seen], kind="stable")]
         number = np.empty(len(names), np.int32)
         number[seen] = np.arange(len(seen))
         kind = self.schema.field(column).type
         indices = pa.array(number[codes]).cast(kind.index_type)
         return pa.DictionaryArray.from_arrays(indices, pa.array(names[seen], kind.value_type))
+
+
+@njit(cache=True, nogil=True)
+def _first_seen(codes, first):
+    """Each code's first row (``first`` holds more than any row for those not seen)."""
+    for i in range(len(codes)):
+        if first[codes[i]] > i:
+            first[codes[i]] = i
 
 
 def transit_ms(ts, ts_out, window: tuple[int, int], how: str) -> float | None:

@@ -360,23 +360,24 @@ def _endpoint(b, i, end):
 
 @njit(cache=True, nogil=True)
 def _event(b, start, m, end, out):
-    """Read the event of the line b[start:end] whose marker is at m into ``out`` (_FIELDS);
-    False when the line is not in the form read here."""
+    """Read the event of the line from b[start] whose marker is at m into ``out`` (_FIELDS),
+    reading no further than ``end`` (nor past the line's newline: no field reads one): the
+    position after it, or -1 when the line is not in the form read here."""
     j = m  # backwards: <whitespace><sec>.<usec> right before the marker
     while j > start and 48 <= b[j - 1] <= 57:
         j -= 1
     usec_at = j
     if usec_at == m or j - 1 <= start or b[j - 1] != 46:  # .
-        return False
+        return -1
     j -= 1
     dot = j
     while j > start and 48 <= b[j - 1] <= 57:
         j -= 1
     if j in (dot, start) or dot - j > _DECIMAL_DIGITS:
-        return False
+        return -1
     c = b[j - 1]
     if not (c == 32 or c == 9 or c == 13 or c == 11 or c == 12):  # _EVENT's \s
-        return False
+        return -1
     out[0], _ = _number(b, j, dot, False, _DECIMAL_DIGITS)
     usec = np.uint64(0)
     for k in range(6):  # the first six digits, zeros after the last (ljust(6, "0")[:6])
@@ -386,33 +387,33 @@ def _event(b, start, m, end, out):
     i = m + len(_MARKER)  # forwards: family=<token> src=<a:p> dest=<a:p> mark=<token>
     i = _token(b, i, end)
     if i == m + len(_MARKER) or not _has(b, i, end, _SRC):
-        return False
+        return -1
     out[2], out[3], i = _endpoint(b, i + len(_SRC), end)
     if i < 0 or not _has(b, i, end, _DEST):
-        return False
+        return -1
     out[4], out[5], i = _endpoint(b, i + len(_DEST), end)
     if i < 0 or not _has(b, i, end, _MARK):
-        return False
+        return -1
     i += len(_MARK)
     token = i
     i = _token(b, i, end)
     if i == token:
-        return False
+        return -1
     begin = 0
     for f in range(len(_KEY_ENDS)):
         key = _KEYS[begin : _KEY_ENDS[f]]
         begin = _KEY_ENDS[f]
         if not _has(b, i, end, key):
-            return False
+            return -1
         i += len(key)
         hex_ = _HEX_DIGITS[f] > 0
         if hex_ and f < len(_KEY_ENDS) - 1 and _has(b, i, end, _0X):
             i += 2
         value, i = _number(b, i, end, hex_, _HEX_DIGITS[f] if hex_ else _DECIMAL_DIGITS)
         if i < 0:
-            return False
+            return -1
         out[6 + f] = value
-    return True
+    return i
 
 
 @njit(cache=True, nogil=True)
@@ -420,25 +421,34 @@ def _parse(b, fields, line_of, left):
     """Every line of ``b`` with one tcp_probe marker in the form _event reads: its fields in
     ``fields`` and its line number in ``line_of``; a line with the marker in another form,
     or with two, goes to ``left`` (line number, first byte, end). Returns how many of each,
-    and how many lines ``b`` holds."""
+    and how many lines ``b`` holds. Each byte is read once: up to a line's marker, the event
+    after it, then the rest of the line (a second marker there, and its end)."""
     n = n_left = line = 0
     pos, size = 0, len(b)
     while pos < size:
-        end, m, found = pos, -1, 0
-        while end < size and b[end] != 10:  # the line's end, and its markers on the way
-            if b[end] == 58 and _has(b, end, size, _MARKER):  # ":"; the marker has no newline
-                found += 1
-                if m < 0:
-                    m = end
-            end += 1
-        if found:
-            if found == 1 and _event(b, pos, m, end, fields[n]):
-                line_of[n] = line
-                n += 1
-            else:
-                left[n_left, 0], left[n_left, 1], left[n_left, 2] = line, pos, end
-                n_left += 1
-        pos, line = end + 1, line + 1
+        i, m = pos, -1
+        while i < size and b[i] != 10:  # up to the marker, or the line's end
+            if b[i] == 58 and _has(b, i, size, _MARKER):  # ":"; the marker has no newline
+                m = i
+                break
+            i += 1
+        if m < 0:
+            pos, line = i + 1, line + 1
+            continue
+        read = _event(b, pos, m, size, fields[n])
+        i = read if read >= 0 else m + len(_MARKER)
+        second = False
+        while i < size and b[i] != 10:
+            if b[i] == 58 and _has(b, i, size, _MARKER):
+                second = True
+            i += 1
+        if read >= 0 and not second:
+            line_of[n] = line
+            n += 1
+        else:
+            left[n_left, 0], left[n_left, 1], left[n_left, 2] = line, pos, i
+            n_left += 1
+        pos, line = i + 1, line + 1
     return n, n_left, line
 
 

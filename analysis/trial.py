@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,38 @@ def _read_captures(caps: Captures, record: dict[str, Any], analyses: list) -> No
                 a.settle(point)
 
 
+class _AheadOne:
+    """The generators' finish, each with the next one's cwnd read meanwhile (its tcp_probe
+    recording parsed in a thread of its own: the parsing lets the other thread run)."""
+
+    def __init__(self, analyses: dict[str, Any]) -> None:
+        self.analyses = analyses
+        self.order = [n for n, a in analyses.items() if hasattr(a, "cwnd_job")]
+        self.running: dict[str, Future] = {}
+
+    def __enter__(self) -> _AheadOne:
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="cwnd")
+        self._start(0)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+    def _start(self, k: int) -> None:
+        if k < len(self.order):
+            job = self.analyses[self.order[k]].cwnd_job()
+            if job is not None:
+                self.running[self.order[k]] = self.pool.submit(job)
+
+    def finish(self, name: str):
+        if name in self.order:
+            self._start(self.order.index(name) + 1)
+        analysis = self.analyses.pop(name)
+        if name in self.running:
+            return analysis.finish(cwnd=self.running.pop(name))
+        return analysis.finish()
+
+
 def _analyse_into(trial_dir: Path, record: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     caps = Captures(trial_dir, record)
     traffic = record["traffic"]
@@ -186,16 +219,17 @@ def _analyse_into(trial_dir: Path, record: dict[str, Any], out_dir: Path) -> dic
                 give_memory_back()  # what the tables' pieces took: not held on
         generators: dict[str, Any] = {}
         senders = _endpoints(record, "bulk_tcp")  # cwnd's addresses: its parts go out at once
-        for name in traffic:
-            summary, parts = per_generator.pop(name).finish()
-            generators[name] = summary
-            for kind, frame in parts.items():
-                tables.add(kind, frame, senders if kind == "cwnd" else None)
-            del parts
-            give_memory_back()
-            summary["dscp"], per_flow = dscp.pop(name).finish()
-            if len(per_flow):
-                tables.add("dscp", per_flow)
+        with _AheadOne(per_generator) as ahead:
+            for name in traffic:
+                summary, parts = ahead.finish(name)
+                generators[name] = summary
+                for kind, frame in parts.items():
+                    tables.add(kind, frame, senders if kind == "cwnd" else None)
+                del parts
+                give_memory_back()
+                summary["dscp"], per_flow = dscp.pop(name).finish()
+                if len(per_flow):
+                    tables.add("dscp", per_flow)
         lost_service(record, generators, tables, {k: queues[k] for k in summaries})
         del queues  # their departures: not held while the tables are written
         lockout = rio_lockout(trial_dir, record)

@@ -8,7 +8,10 @@ trial's other bulk_tcp generators share: one data pass and one ACK pass per capt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,7 @@ class Analysis:
             "capture_after": self.after,
         }
         self.after_side = self.before_side = None  # take()'s figures of either capture
+        self.table: pd.DataFrame | None = None  # its flows' (finish)
 
     def wants(self) -> dict[str, Want]:
         pair = {pair_key(self.gen["src"], self.gen["dst"])} if self.rate else set()
@@ -203,7 +207,10 @@ class Analysis:
 
     def _flow_table(self) -> pd.DataFrame:
         """A row per flow: its goodput (the capture after the bottleneck) and its sender's
-        side (the capture before it), merged on the flows' ends; the summary's figures."""
+        side (the capture before it), merged on the flows' ends; the summary's figures (made
+        once)."""
+        if self.table is not None:
+            return self.table
         flows = pd.DataFrame(columns=KEY)
         if self.after_side is not None:
             flows, figures = self._goodput()
@@ -223,6 +230,7 @@ class Analysis:
             wide.columns = [f"delivered_{c // 10**9}s" for c in wide.columns]
             flows = flows.merge(wide.reset_index(), on=KEY, how="left")
             self.out.update(figures)
+        self.table = flows
         return flows
 
     def _since_t0(self, f: Flows, c: int) -> int:
@@ -250,20 +258,30 @@ class Analysis:
         first = np.argmin(np.where(full, largest["row"], np.iinfo(np.int64).max))
         return self.rate * int(most) / (int(largest["ip_len"][first]) + ETHERNET_HEADER)
 
-    def finish(self) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-        flows, out = self._flow_table(), self.out
-        tables = {"flows": flows.assign(generator=self.name)}
+    def cwnd_job(self) -> Callable[[], tuple[pd.DataFrame, pd.DataFrame]] | None:
+        """sender_state of its flows (a function of no argument, which the caller may run
+        ahead, in a thread of its own); None without a recording of the sender or flows."""
+        flows = self._flow_table()
         sender_dir = self.trial_dir / self.gen.get("sender", self.gen["from"])
         # Linux senders record tcp:tcp_probe; FreeBSD senders a SIFTR log (the same table).
         probe = next(
             (p for p in (sender_dir / TCP_PROBE, sender_dir / SIFTR_LOG) if p.exists()),
             sender_dir / TCP_PROBE,
         )
-        if probe.exists() and len(flows):
-            cwnd, epochs = sender_state(probe, flows, self.gen)
-            tables["cwnd"] = cwnd.assign(generator=self.name)
+        if not (probe.exists() and len(flows)):
+            return None
+        return functools.partial(sender_state, probe, flows, self.gen)
+
+    def finish(self, cwnd: Future | None = None) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+        """Its summary and tables; ``cwnd``: cwnd_job's, run ahead (else run here)."""
+        flows, out = self._flow_table(), self.out
+        tables = {"flows": flows.assign(generator=self.name)}
+        job = self.cwnd_job() if cwnd is None else None
+        if cwnd is not None or job is not None:
+            table, epochs = cwnd.result() if cwnd is not None else job()
+            tables["cwnd"] = table.assign(generator=self.name)
             out.update(
-                cwnd_events=len(cwnd),
+                cwnd_events=len(table),
                 congestion_epochs=[int((epochs.sport == p).sum()) for p in flows.sport],
             )
         return out, tables
