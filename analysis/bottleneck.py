@@ -24,6 +24,7 @@ from analysis.pcap import int_to_ip, ip_strings
 from analysis.queue import EVENT_NAMES
 from analysis.queuemerge import departure_rows, queue_pieces
 from analysis.queuestats import AtTimes, Window
+from analysis.stalls import lost_service_of
 from analysis.tables import Tables
 from analysis.tc_samples import LEAF_KINDS, compare_levels, leaf_samples, read_tc_samples
 from analysis.traffic.cbr_udp import max_transit_ns
@@ -225,16 +226,28 @@ class Bottleneck:
         for piece in queue_pieces(
             ts, ts_out, ip_len, delay_ns=link_delay_ns(self.record, host, iface),
             max_delay_ns=self.transit, end_ns=end_ns, departures=departures,
-            header_bytes=ETHERNET_HEADER, piece=1 << 18,
+            header_bytes=ETHERNET_HEADER, piece=1 << 17,
         ):  # fmt: skip
             args = (piece["ts_ns"], piece["event"], piece["packets"], piece["bytes"])
             in_window.add(*args)
             at.add(*args)
             tables.stream("queue", pieces(piece), categories)
         at.finish()
+        del pieces
+        transit = {
+            # Capture to capture across the router (its queue, its link's delay, an edge
+            # marker's time), mean over the packets forwarded in the window (seed 004's delay).
+            "transit_mean_ms_in_window": transit_ms(ts, ts_out, window, "mean"),
+            "transit_min_ms_in_window": transit_ms(ts, ts_out, window, "min"),
+            # The least over the whole trial: the queue is empty at its start at least (a queue
+            # that never drains in the window, e.g. RIO's IN min 160 at 3 Mbit/s, held 770 ms
+            # there). Seed 004's delay is normalized by it.
+            "transit_min_ms": transit_ms(ts, ts_out, (0, 2**63 - 1), "min"),
+        }
+        del ts, end
         if keep_departures:  # by (time, row), as the events list them
-            rows = departure_rows(ts_out, departures)
-            self.departures = (ts_out[rows], ip_len[rows].astype(np.int64) + ETHERNET_HEADER)
+            self.departures = _departures(ts_out, ip_len, departures)
+        del ts_out, ip_len, departures
         check: dict[str, Any] = {}
         if samples is not None:
             check, cmp = _tc_cross_check(at, leaf, samples, iface)
@@ -256,17 +269,17 @@ class Bottleneck:
             "queue_full_events": full["events"],
             "queue_full_events_per_min": full["events_per_minute"],
             "queue_window_s": (window[1] - window[0]) / 1e9,
-            # Capture to capture across the router (its queue, its link's delay, an edge
-            # marker's time), mean over the packets forwarded in the window (seed 004's delay).
-            "transit_mean_ms_in_window": transit_ms(ts, ts_out, window, "mean"),
-            "transit_min_ms_in_window": transit_ms(ts, ts_out, window, "min"),
-            # The least over the whole trial: the queue is empty at its start at least (a queue
-            # that never drains in the window, e.g. RIO's IN min 160 at 3 Mbit/s, held 770 ms
-            # there). Seed 004's delay is normalized by it.
-            "transit_min_ms": transit_ms(ts, ts_out, (0, 2**63 - 1), "min"),
+            **transit,
             **{f"queue_{k}_in_window": v for k, v in in_window.result().items()},
             **check,
         }
+
+    def lost_service(self, ts_in_ns, ts_out_ns, delay_ns: int, rate_bps: float) -> np.ndarray:
+        """analysis.stalls.lost_service_ns of packets through this queue (its departures kept
+        by finish)."""
+        t, ip_len = self.departures
+        frame = ip_len.astype(np.int64) + ETHERNET_HEADER
+        return lost_service_of(t, frame, ts_in_ns, ts_out_ns, delay_ns, rate_bps)
 
     def _events(self, piece: dict[str, np.ndarray], ends, end: np.ndarray) -> pd.DataFrame:
         """A piece of the queue table (analysis.queue.queue_occupancy's columns and the
@@ -347,6 +360,17 @@ def _first_seen(codes, first):
     for i in range(len(codes)):
         if first[codes[i]] > i:
             first[codes[i]] = i
+
+
+def _departures(ts_out, ip_len, departures) -> tuple[np.ndarray, np.ndarray]:
+    """The departures' times and IP lengths, by (time, row) as the queue's events list them
+    (row order where that is time order: one FIFO)."""
+    fwd = ts_out >= 0
+    t = ts_out[fwd]
+    if not (t[1:] < t[:-1]).any():
+        return t, ip_len[fwd]
+    rows = departure_rows(ts_out, departures)
+    return ts_out[rows], ip_len[rows]
 
 
 def transit_ms(ts, ts_out, window: tuple[int, int], how: str) -> float | None:

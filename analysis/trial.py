@@ -31,7 +31,6 @@ from analysis.families import FAMILIES
 from analysis.gred_lockout import gred_lockout
 from analysis.resources import give_memory_back
 from analysis.scan import scan
-from analysis.stalls import lost_service_of
 from analysis.tables import Tables
 from analysis.traffic import ANALYSES
 from analysis.traffic.cbr_udp import judge_lost_service
@@ -95,8 +94,7 @@ def lost_service(
         if egress(record, b["host"], b["iface"]).get("qdisc", "droptail") != "droptail":
             continue
         (owd,) = [f for f in owd_frames if len(f) and f["generator"].iloc[0] == name]
-        lost = lost_service_of(
-            *queues[b["link"]].departures,
+        lost = queues[b["link"]].lost_service(
             owd.ts_ns.to_numpy(),
             owd.ts_out_ns.to_numpy(),
             link_delay_ns(record, b["host"], b["iface"]),
