@@ -142,20 +142,25 @@ class Bottleneck:
     def take(self, seen: Seen) -> None:
         d = seen.directions
         mine = np.isin(d["src"].astype(np.uint64) << np.uint64(32) | d["dst"], list(self.pairs))
-        kept = seen.matched_of(mine)
-        ts = seen.cap.ts_ns[seen.matched_rows[kept]]
         matched = seen.cap.matched
+        if mine[matched["direction"]].all():  # every matched packet is this queue's
+            rows, pick = seen.matched_rows, lambda column: column  # (no copy of the columns)
+        else:
+            kept = seen.matched_of(mine)
+            rows, pick = seen.matched_rows[kept], lambda column: column[kept]
+        ts = seen.cap.ts_ns[rows]
         if seen.point in self.before:
             offset = sum(len(e["src"]) for e in self.ends)
             self.ends.append({k: d[k] for k in _ENDS})
+            end = pick(matched["direction"])
             self.arriving[seen.point] = {
                 "ts": ts,
-                "key_hash": matched["key_hash"][kept],
-                "ip_len": matched["ip_len"][kept],
-                "end": matched["direction"][kept].astype(np.int32) + offset,
+                "key_hash": pick(matched["key_hash"]),
+                "ip_len": pick(matched["ip_len"]),
+                "end": end + np.asarray(offset, np.int32) if offset else end,
             }
         if seen.point in self.after:
-            departing = {"ts": ts, "key_hash": matched["key_hash"][kept]}
+            departing = {"ts": ts, "key_hash": pick(matched["key_hash"])}
             if len(seen.cap):
                 self.last.append(seen.end_ns)
             self.departing[seen.point] = departing
