@@ -117,11 +117,13 @@ def _record(name: str, truth: Truth, duration_ns: int) -> dict:
     }  # fmt: skip
 
 
-def _tcp_probe(path: Path, flow: dict, acks: tuple[np.ndarray, np.ndarray], retx: np.ndarray):
-    """One tcp_probe event per ACK reaching the sender; ssthresh falls at each
+def _tcp_probe(
+    path: Path, flow: dict, acks: tuple[np.ndarray, np.ndarray], retx: np.ndarray, every: int
+):
+    """One tcp_probe event per ``every`` ACKs reaching the sender; ssthresh falls at each
     retransmission (the count of falls is returned: the flow's congestion epochs)."""
     at, una = acks
-    order = np.argsort(at, kind="stable")
+    order = np.argsort(at, kind="stable")[::every]
     at, una = at[order], una[order]
     epoch = np.searchsorted(np.sort(retx), at, side="right")  # retransmissions before each
     ssthresh = np.where(epoch > 0, 100_000 - epoch, 2**31 - 1)
@@ -148,7 +150,7 @@ def _tcp_probe(path: Path, flow: dict, acks: tuple[np.ndarray, np.ndarray], retx
                     nxt[i : i + step].tolist(), una[i : i + step].tolist(),
                     cwnd[i : i + step].tolist(), ssthresh[i : i + step].tolist(), strict=True,
                 )
-            )  # fmt: skip
+            )
     falls = np.diff(ssthresh) < 0
     return int(falls.sum())
 
@@ -192,9 +194,11 @@ def _tc_samples(router: Path, truth: Truth) -> int:
 
 
 def write_trial(
-    trial_dir: Path, *, packets: int, seed: int = 1, duration_ns: int = 60 * 10**9
-) -> GeneratedTrial:
-    """A trial directory with about ``packets`` packets in the capture before the router."""
+    trial_dir: Path, *, packets: int, seed: int = 1, duration_ns: int = 60 * 10**9,
+    probe_every: int = 1,
+) -> GeneratedTrial:  # fmt: skip
+    """A trial directory with about ``packets`` packets in the capture before the router;
+    a tcp_probe event for every ``probe_every`` ACKs reaching a sender."""
     router = trial_dir / "R"
     router.mkdir(parents=True)
     before, after = router / f"{BEFORE}.pcap", router / f"{AFTER}.pcap"
@@ -212,7 +216,11 @@ def write_trial(
         (sender / f"tcp{f}_client.json").write_text(json.dumps(report))
         epochs.append(
             _tcp_probe(
-                sender / "tcp_probe.txt", flow, truth.acks_at_sender[f], truth.retransmitted_at[f]
+                sender / "tcp_probe.txt",
+                flow,
+                truth.acks_at_sender[f],
+                truth.retransmitted_at[f],
+                probe_every,
             )
         )
     drops = _tc_samples(router, truth)
