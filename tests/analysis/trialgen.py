@@ -146,9 +146,13 @@ def _tcp_probe(
                 f"srtt={50_000 + c % 997} rcv_wnd=65160 sock_cookie={flow['sport']:x} "
                 f"skbaddr=0000000007511e0d skaddr=00000000ebe63de9\n"
                 for s, u, n, a, c, t in zip(
-                    sec[i : i + step].tolist(), usec[i : i + step].tolist(),
-                    nxt[i : i + step].tolist(), una[i : i + step].tolist(),
-                    cwnd[i : i + step].tolist(), ssthresh[i : i + step].tolist(), strict=True,
+                    sec[i : i + step].tolist(),
+                    usec[i : i + step].tolist(),
+                    nxt[i : i + step].tolist(),
+                    una[i : i + step].tolist(),
+                    cwnd[i : i + step].tolist(),
+                    ssthresh[i : i + step].tolist(),
+                    strict=True,
                 )
             )
     falls = np.diff(ssthresh) < 0
