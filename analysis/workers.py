@@ -35,9 +35,10 @@ __all__ = [
 ]
 
 JOBS_ENV = "TRIALBED_ANALYSIS_JOBS"
-# The seed-001 high-speed WAN (8 Reno pairs at 155 Mbit/s) peaked in its analysis at 0.76 GB
-# for a 60 s trial and at 1.35 GB for the paper's 3 minutes (756 MB of captures and 744 MB of
-# tcp_probe text; 2026-11-27).
+# Set when a seed-001 high-speed WAN trial's analysis (8 Reno pairs at 155 Mbit/s; 756 MB of
+# captures, 744 MB of tcp_probe text) peaked at 1.35 GB (2026-11-27), before captures were
+# read a capture and a block at a time; a trial's peak now stays below its largest capture
+# (tests/analysis/test_memory.py).
 MEMORY_PER_JOB = 2 << 30
 
 

@@ -106,8 +106,16 @@ def _python(code: Path, snippet: str, *args: str) -> list[str]:
     return [str(ROOT / ".venv" / "bin" / "python"), "-c", snippet, *map(str, args)]
 
 
+_CACHE: dict[Path, str] = {}  # another checkout's numba cache (a directory of this run's)
+
+
 def _env(code: Path, **extra: str) -> dict[str, str]:
-    return {"PYTHONPATH": str(code), **extra}
+    """The environment of a process running ``code``'s analysis: another checkout's keeps
+    its compiled code and bytecode out of that checkout."""
+    env = {"PYTHONPATH": str(code)}
+    if code != ROOT:
+        env |= {"NUMBA_CACHE_DIR": _CACHE[code], "PYTHONDONTWRITEBYTECODE": "1"}
+    return {**env, **extra}
 
 
 def link_batch(trial: Path, batch: Path, n: int) -> list[Path]:
@@ -241,6 +249,7 @@ def bench(args) -> str:
         for f in (*trial.captures, *trial.dir.glob("*/tcp_probe.txt")):  # page cache warm
             run(["cat", str(f)])
         code = args.code
+        _CACHE[code] = str(workdir / "numba-cache")
         report = _python(code, REPORT, batch)
         with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
             cold = run(report, _env(code, NUMBA_CACHE_DIR=cache))
@@ -367,6 +376,7 @@ def document(f: dict, text: str, args) -> str:
     read_s = f["breakdown"].get("reading the captures (scan)")
     probe_s = f["breakdown"].get("reading tcp_probe")
     per_flow = f["probe_mb"] / f["minutes"] / 8
+    share = 21 * f["packets"] / f["sizes"][0]  # the PACKET columns' bytes (recordpass.py)
     command = 'make bench BENCH_ARGS="' + " ".join(sys.argv[1:]) + '"'
     return f"""# Analysis performance
 
@@ -397,17 +407,19 @@ tcptrace, tshark and cat read the same two capture files.
 ## Memory
 
 The analysis reads one capture at a time (analysis/scan.py: in blocks of 1 MB, never the whole
-file) and keeps 21 bytes a packet of it (direction, time, payload length, flags, DSCP, sequence
-and acknowledgement numbers), 11 more for a packet crossing a bottleneck or of a UDP stream
-(key hash, IP length); a queue's crossing packets are matched as soon as the capture after it
-is read, and its events are merged and written a piece at a time (64 k events). pandas and
-pyarrow are imported only once the captures are read. The budget: about 200 MB of interpreter,
-numpy, numba, pandas, pyarrow and compiled code, plus about 35 bytes a packet of the larger
-capture and 25 a packet crossing the bottleneck; it stays below the size of the largest capture
-for captures of more than a few million packets (tests/analysis/test_memory.py measures a fresh
-process's peak RSS on a generated trial).
-Here: peak RSS {fresh[2]:.0f} MB, captures of {" and ".join(f"{s / 1e6:.0f}" for s in f["sizes"])}
-MB.
+file, one capture's columns let go before the next is read) and keeps 21 bytes a packet of it
+(direction, time, payload length, flags, DSCP, sequence and acknowledgement numbers), 11 more
+for a packet crossing a bottleneck or of a UDP stream (direction, key hash, IP length): what
+reading a capture holds grows with its packets (its packets' columns: {share:.2f} of the bytes
+of this run's capture before the router). A queue's crossing packets are matched as soon as the
+capture after it is read; its events are merged and written a piece at a time, and so is the
+cwnd table; tcp_probe recordings are read a chunk at a time.
+pandas and pyarrow are imported only once the captures are read. Besides that, a process holds
+its interpreter, numpy, numba, pandas, pyarrow and the compiled code (a fixed part: the larger
+the captures, the smaller its share). The budget: peak RSS below the size of the largest
+capture, which tests/analysis/test_memory.py checks on a fresh process reporting a generated
+trial of 6 M packets a capture. Here: peak RSS {fresh[2]:.0f} MB, captures of
+{" and ".join(f"{s / 1e6:.0f}" for s in f["sizes"])} MB.
 """
 
 
