@@ -1,7 +1,7 @@
-"""Analysis package: pcap reading, packet matching and metrics; ``load`` and
-``load_table`` give batches as tidy tables, ``batch_trials`` one batch's trial directories
-(analysis/results.py, imported on first use: the array fast path of analysis/fastpath.py
-does not import pandas)."""
+"""Analysis package: a trial's captures read (analysis/scan.py), matched and turned into
+metrics and tables (analysis/trial.py); ``load`` and ``load_table`` give batches as tidy
+tables, ``batch_trials`` one batch's trial directories (analysis/results.py, imported on
+first use: reading captures needs no pandas)."""
 
 from __future__ import annotations
 

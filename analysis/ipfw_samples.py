@@ -44,8 +44,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
+from analysis.lazy import pd
 from analysis.tc_samples import SAMPLE_COUNTERS, sample_records
 from core.ipfw_text import FLOW_LINE as _FLOW
 from core.ipfw_text import FLOWSET_LINE as _FLOWSET

@@ -1,20 +1,20 @@
-"""Reader for classic pcap files: one DataFrame row per IPv4 packet (``read_pcap``).
-
-The records are walked in one compiled pass (analysis/pcapscan.py: numba, cached on disk)
-over blocks of the file read into one reused buffer; only the requested columns are kept.
+"""Classic pcap files as tables: ``read_pcap`` gives one DataFrame row per IPv4 packet (its
+columns: ``COLUMNS``), ``read_columns`` some of those columns as arrays, both read by the one
+reader (analysis/scan.py, every packet detailed); and addresses between their integer and
+dotted forms.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-import warnings
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis import pcapscan
+from analysis.match import KEY_COLUMNS, key_hashes
+from analysis.pcapfile import PcapError, PcapTruncatedWarning
+from analysis.scan import ALL, scan
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: read_columns does not need it
     import pandas as pd
@@ -50,39 +50,8 @@ COLUMNS: dict[str, str] = {
     "payload_len": "int32",
     "payload_head": "uint64",
 }
-
-# Not a read_pcap column: analysis.match.key_hash of the packet, computed while reading.
-KEY_HASH = {"key_hash": "uint64"}
-BLOCK_BYTES = pcapscan.BLOCK_BYTES
-MAX_CAPLEN = 262144  # libpcap rejects records larger than this: a corrupt header, not a packet
-_REC_HDR = 16
-_GLOBAL_HDR = 24
-
-_MAGICS = {  # first four bytes -> (byte order, ns per fractional unit)
-    b"\xd4\xc3\xb2\xa1": ("<", 1000),
-    b"\xa1\xb2\xc3\xd4": (">", 1000),
-    b"\x4d\x3c\xb2\xa1": ("<", 1),
-    b"\xa1\xb2\x3c\x4d": (">", 1),
-}
-_PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
-
-# link type -> (IP offset, offset of a 16-bit ethertype or None for raw IP)
-_LINKTYPES: dict[int, tuple[int, int | None]] = {
-    1: (14, 12),  # Ethernet (VLAN tags handled separately)
-    113: (16, 14),  # Linux cooked (SLL)
-    276: (20, 0),  # Linux cooked v2 (SLL2)
-    101: (0, None),  # raw IP
-    228: (0, None),  # raw IPv4
-}
-
-
-class PcapError(ValueError):
-    """A file that is not a readable classic pcap; the message names the file and the problem."""
-
-
-class PcapTruncatedWarning(UserWarning):
-    """The file ends inside a record (tcpdump killed mid-write): the complete records before
-    it were read; the message names the file and the offset of the incomplete record."""
+KEY_HASH = "key_hash"  # not a read_pcap column: analysis.match.key_hash of the packet
+_ENDS = ("src", "dst", "proto", "sport", "dport")  # a direction's: the scan's table holds them
 
 
 def ip_to_int(addr: str) -> int:
@@ -119,22 +88,6 @@ def addresses_as_strings(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**cols) if cols else frame
 
 
-def empty_frame() -> pd.DataFrame:
-    """A zero-row frame with the columns and dtypes of :func:`read_pcap`."""
-    import pandas as pd
-
-    return pd.DataFrame({k: np.empty(0, dtype=v) for k, v in COLUMNS.items()})
-
-
-@dataclass
-class _Format:
-    path: str
-    endian: str
-    frac_ns: int
-    snaplen: int
-    linktype: int
-
-
 def read_pcap(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read a classic pcap file; one row per IPv4 packet in file order (see ``COLUMNS``).
 
@@ -152,78 +105,16 @@ def read_columns(
     path: str | os.PathLike[str], columns: list[str] | tuple[str, ...] | dict[str, str]
 ) -> dict[str, np.ndarray]:
     """Some columns of :func:`read_pcap` (and ``key_hash``, analysis.match.key_hash of each
-    packet) as numpy arrays, without building a DataFrame: what a whole-trial analysis
-    needs of a capture of millions of packets, at a fraction of the memory."""
-    name = os.fspath(path)
-    with open(name, "rb") as f:
-        fmt = _read_global_header(f, name)
-    ip_offset, ethertype_offset = _LINKTYPES[fmt.linktype]
-    cols, stop, code, caplen, size = pcapscan.scan(
-        name,
-        list(columns),
-        {**COLUMNS, **KEY_HASH},
-        little=fmt.endian == "<",
-        frac_ns=fmt.frac_ns,
-        ip_offset=ip_offset,
-        ethertype_offset=ethertype_offset,
-        vlan=fmt.linktype == 1,
-        block_bytes=BLOCK_BYTES,
-    )
-    if code == 2:
-        raise PcapError(
-            f"{name}: corrupt record header at byte {stop} "
-            f"(caplen {caplen} > {MAX_CAPLEN}; file damaged or not written sequentially)"
-        )
-    if code == 1:
-        warnings.warn(_truncated(name, stop, size - stop, caplen), stacklevel=3)
-    return cols
-
-
-def _truncated(name: str, offset: int, left: int, caplen: int) -> PcapTruncatedWarning:
-    kept = "; the complete records before it were read"
-    if left < _REC_HDR:
-        return PcapTruncatedWarning(
-            f"{name}: truncated record header at byte {offset} "
-            f"({left} of {_REC_HDR} bytes present){kept}"
-        )
-    return PcapTruncatedWarning(
-        f"{name}: truncated packet record at byte {offset} "
-        f"(record header says {caplen} bytes, {left - _REC_HDR} remain){kept}"
-    )
-
-
-_ALLOWED = (
-    "expected a classic pcap file (magic a1b2c3d4 or a1b23c4d, either byte order), "
-    "as tcpdump -w writes"
-)
-
-
-def _what_it_is(head: bytes) -> str:
-    """What the first bytes say the file is, for a message."""
-    if not head:
-        return "empty file (0 bytes; the capture wrote nothing, not even the pcap header)"
-    if head[:4] == _PCAPNG_MAGIC:
-        return "a pcapng file; convert it with `tcpdump -r in -w out`"
-    shown = head[:8]
-    text = "".join(chr(b) if 32 <= b < 127 else "." for b in shown)
-    if len(head) < 4:
-        return f"{len(head)}-byte file (0x{shown.hex()}), too short for a pcap header"
-    return f"not a capture file (starts with 0x{shown.hex()}, {text!r})"
-
-
-def _read_global_header(f: BinaryIO, name: str) -> _Format:
-    head = f.read(_GLOBAL_HDR)
-    if len(head) < 4 or head[:4] not in _MAGICS:
-        raise PcapError(f"{name}: {_what_it_is(head)}; {_ALLOWED}")
-    if len(head) < _GLOBAL_HDR:
-        raise PcapError(f"{name}: truncated global header ({len(head)} of {_GLOBAL_HDR} bytes)")
-    endian, frac_ns = _MAGICS[head[:4]]
-    snaplen, network = np.frombuffer(head, dtype=f"{endian}u4", count=2, offset=16)
-    linktype = int(network) & 0x03FFFFFF  # upper bits carry FCS info
-    if linktype not in _LINKTYPES:
-        raise PcapError(
-            f"{name}: unsupported link type {linktype} "
-            f"(supported: {', '.join(map(str, sorted(_LINKTYPES)))})"
-        )
-    snap = int(snaplen) if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
-    return _Format(name, endian, frac_ns, snap, linktype)
+    packet) as numpy arrays, without building a DataFrame."""
+    unknown = set(columns) - set(COLUMNS) - {KEY_HASH}
+    if unknown:
+        raise ValueError(f"columns {sorted(unknown)}: not among {[*COLUMNS, KEY_HASH]}")
+    cap = scan(path, detailed=ALL)
+    packet = {c: getattr(cap, c) for c in ("ts_ns", "tos", "seq", "ack", "tcp_flags")}
+    ends = {
+        c: cap.directions[c][cap.direction] for c in _ENDS if c in columns or KEY_HASH in columns
+    }
+    out = {**packet, **cap.detailed, **ends}
+    if KEY_HASH in columns:
+        out[KEY_HASH] = key_hashes(*(out[c] for c in KEY_COLUMNS))
+    return {c: out[c] for c in columns}

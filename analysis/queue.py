@@ -16,16 +16,28 @@ Bytes are counted as the qdisc counts them: the Ethernet frame without FCS (IP l
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from analysis.fastpath import queue_levels
+from analysis.lazy import pd
 from analysis.match import KEY_COLUMNS
 from analysis.pcap import ip_strings
+from analysis.queuemerge import queue_levels
 from core.link_rules import ETHERNET_HEADER
 
-__all__ = ["ETHERNET_HEADER", "EVENTS", "occupancy_at", "queue_occupancy", "queue_summary"]
+__all__ = [
+    "ETHERNET_HEADER",
+    "EVENT_NAMES",
+    "occupancy_at",
+    "queue_occupancy",
+    "queue_summary",
+]
 
-EVENTS = pd.CategoricalDtype(["departure", "arrival", "drop"])  # order at equal timestamps
+EVENT_NAMES = ("departure", "arrival", "drop")  # their codes; order at equal timestamps
+
+
+def __getattr__(name: str):
+    if name == "EVENTS":  # made on first use: importing this module needs no pandas
+        return pd.CategoricalDtype(list(EVENT_NAMES))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def queue_occupancy(
@@ -39,7 +51,7 @@ def queue_occupancy(
     departure) are left out, as in ``one_way_delay``. At equal timestamps departures come
     before arrivals (a packet leaving frees room for one arriving). A packet was forwarded
     when its ts_out_ns is 0 or more (match_packets' ``forwarded``). The events come from
-    analysis.fastpath.queue_levels' compiled merge (tests/analysis/queue_oracle.py computes
+    analysis.queuemerge.queue_levels' compiled merge (tests/analysis/queue_oracle.py computes
     them a second way, with numpy sorts).
     """
     events = queue_levels(
@@ -56,7 +68,7 @@ def queue_occupancy(
     return pd.DataFrame(
         {
             "ts_ns": events["ts_ns"],
-            "event": pd.Categorical.from_codes(events["event"], dtype=EVENTS),
+            "event": pd.Categorical.from_codes(events["event"], categories=list(EVENT_NAMES)),
             "frame_bytes": events["frame_bytes"].astype(np.int32),
             "src": ip_strings(matched["src"].to_numpy()[src]),
             "dst": ip_strings(matched["dst"].to_numpy()[src]),

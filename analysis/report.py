@@ -7,12 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from analysis.batches import batch_trials, ended_attempts
 from analysis.families import FAMILIES
-from analysis.results import batch_trials, ended_attempts
+from analysis.lazy import pd
 from analysis.workers import DATA_ERRORS, analyse_trials
 
 # Columns holding lists or dicts: kept in summary.json, left out of summary.parquet.

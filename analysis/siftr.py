@@ -34,8 +34,8 @@ import io
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from analysis.lazy import pd
 from analysis.tcp_probe import COLUMNS, INFINITE_SSTHRESH, open_recording
 
 __all__ = ["FREEBSD_UNSET_SSTHRESH", "SiftrError", "read_siftr"]

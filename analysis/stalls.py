@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from analysis.lazy import pd
 
 # A shaper later than this is a stall: the same 2 ms as the delay line's threshold.
 STALL_NS = 2_000_000
@@ -62,6 +63,20 @@ def lost_service_ns(
     departed = (queue["event"] == "departure").to_numpy()  # on the codes: no strings
     t = queue["ts_ns"].to_numpy(np.int64)[departed]
     frame = queue["frame_bytes"].to_numpy(np.int64)[departed]
+    return lost_service_of(t, frame, ts_in_ns, ts_out_ns, delay_ns, rate_bps)
+
+
+def lost_service_of(
+    t: np.ndarray,
+    frame: np.ndarray,
+    ts_in_ns: np.ndarray,
+    ts_out_ns: np.ndarray,
+    delay_ns: int,
+    rate_bps: float,
+) -> np.ndarray:
+    """:func:`lost_service_ns` from the queue's departures alone: their times ``t`` and frame
+    sizes ``frame``, in the queue's event order (by time; at equal times by row)."""
+    t, frame = np.asarray(t, np.int64), np.asarray(frame, np.int64)
     ns_per_byte = 8e9 / rate_bps
     sent_before = np.r_[0, np.cumsum(frame)]  # bytes that left before departure i
     out = np.zeros(len(ts_in_ns), dtype=np.int64)

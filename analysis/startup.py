@@ -2,13 +2,15 @@
 
 The capture is taken between the senders and the bottleneck: it holds every SYN and data
 segment the senders emit (including the ones the bottleneck will drop) and the ACKs the
-receivers send back. Input is a frame as returned by ``analysis.pcap.read_pcap``.
+receivers send back. The DataFrame functions take a frame as returned by
+``analysis.pcap.read_pcap``; the trial analysis calls the same figures on a scan's arrays
+(``Flows``). Both go through the flow kernels of analysis/tcpflows.py.
 
-A flow is a TCP data direction (src, dst, sport, dport) as in ``analysis.metrics``: sequence
-and ACK numbers are unwrapped there, "bytes delivered" are data bytes acknowledged in order by
-the receiver's cumulative ACK (the SYN's and FIN's sequence numbers are not counted), and a
-retransmission is a data segment whose end does not pass the highest end sent earlier in its
-flow. One connection per 4-tuple is assumed, as there.
+A flow is a TCP data direction (src, dst, sport, dport) as there: sequence and ACK numbers
+are unwrapped there, "bytes delivered" are data bytes acknowledged in order by the receiver's
+cumulative ACK (the SYN's and FIN's sequence numbers are not counted), and a retransmission
+is a data segment whose end does not pass the highest end sent earlier in its flow. One
+connection per 4-tuple is assumed, as there.
 
 Times: every absolute time is int64 ns since the epoch (as ``ts_ns``); every time relative to
 a flow's start is in ns too, float64 only where it may be NaN (exact below 104 days).
@@ -21,23 +23,16 @@ falls back to the flow's first data packet and ``syn_seen`` is False.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from analysis.metrics import (
-    FLOW,
-    _acked_at,
-    _acked_progress,
-    _flow_ids,
-    _group_agg,
-    _retransmitted,
-    _starts,
-    _tcp_flows,
-    tcp_goodput,
-)
+from analysis.lazy import pd
+from analysis.metrics import FLOW, TCP_COLUMNS, tcp_goodput
+from analysis.tcpflows import DataPass, Queries, TcpPackets, data_pass, flow_order
 
 __all__ = [
+    "Flows",
     "delivered_by",
     "delivered_total",
     "effective_throughput_per_flow",
@@ -49,43 +44,180 @@ __all__ = [
     "window_bytes",
 ]
 
-_SYN, _FIN, _ACK = 0x02, 0x01, 0x10
 _TIMEOUT, _FAST, _OTHER = "timeout", "fast", "other"
+KINDS = (_TIMEOUT, _FAST, _OTHER)
 _DUPACK_THRESHOLD = 3  # RFC 5681: the third duplicate ACK triggers a fast retransmit
-
-
-def _parse(
-    packets: pd.DataFrame,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``_tcp_flows`` plus each flow's SYN and start columns; also the TCP rows.
-
-    A non-unique index is replaced (the rows of ``data`` are found again by label)."""
-    if not packets.index.is_unique:
-        packets = packets.reset_index(drop=True)
-    flows, data, acks = _tcp_flows(packets)
-    tcp = packets[packets["proto"] == 6]
-    flags = tcp["tcp_flags"].to_numpy()
-    syns = tcp[((flags & _SYN) > 0) & ((flags & _ACK) == 0)]
-    sfid = _flow_ids(syns, flows, reverse=False)
-    mine = sfid >= 0
-    n = len(flows)
-    syn_ns = _group_agg(syns["ts_ns"].to_numpy()[mine], sfid[mine], n, "min", -1)
-    first = flows["first_ts"].to_numpy().astype(np.int64) if n else np.empty(0, np.int64)
-    flows = flows.assign(
-        syn_ns=syn_ns,
-        syn_seen=syn_ns >= 0,
-        syns=np.bincount(sfid[mine], minlength=n).astype(np.int64),
-        first_data_ns=first,
-        start_ns=np.where(syn_ns >= 0, syn_ns, first),
-    )
-    return flows, data, acks, tcp
-
-
-def _capture_end(packets: pd.DataFrame) -> int:
-    return int(packets["ts_ns"].max()) if len(packets) else -1
-
-
 _START_COLS = ["syn_ns", "syn_seen", "syns", "first_data_ns", "start_ns"]
+_LATEST = np.iinfo(np.int64).max
+
+
+@dataclass
+class Flows:
+    """A capture's TCP flows (those among ``directions``, a bool per direction, if given) as
+    the kernels see them: the data pass done; the ACK pass answers the ``queries`` added
+    before ``acks()`` runs it. ``flows``: their directions in the order of their first
+    payload packet; ``end_ns``: the capture's (or the flows' packets') latest time, -1 if
+    none."""
+
+    p: TcpPackets
+    data: DataPass
+    flows: np.ndarray
+    end_ns: int
+    queries: Queries = field(default_factory=Queries)
+
+    @classmethod
+    def of(cls, p: TcpPackets, end_ns: int, directions=None, times=None) -> Flows:
+        """``times``: when the data pass takes the flows' state (see data_pass)."""
+        data = data_pass(p, times)
+        return cls(p, data, flow_order(p.first_data, directions), end_ns)
+
+    def starts(self) -> dict[str, np.ndarray]:
+        """Per flow: syn_ns (-1: no SYN), syn_seen, syns, first_data_ns, start_ns."""
+        d, f = self.data, self.flows
+        syn, first = d.syn_ns[f], d.first_ts[f]
+        return {
+            "syn_ns": syn,
+            "syn_seen": syn >= 0,
+            "syns": d.syns[f],
+            "first_data_ns": first,
+            "start_ns": np.where(syn >= 0, syn, first),
+        }
+
+    def ends(self) -> dict[str, np.ndarray]:
+        return {k: v[self.flows] for k, v in self.p.ends.items()}
+
+    def acks(self):
+        return self.queries.run(self.p, self.data)
+
+    def add_delivered(self, name: str, cutoffs_ns: np.ndarray) -> None:
+        """Queries of delivered(name): each flow at start_ns + each cut-off."""
+        start = self.starts()["start_ns"]
+        at = np.add.outer(start, cutoffs_ns).reshape(-1)
+        self.queries.add(name, np.repeat(self.flows, len(cutoffs_ns)), at)
+
+    def delivered(self, name: str) -> np.ndarray:
+        """Bytes acked in order by each query of ``name`` minus the flow's base."""
+        flows = np.concatenate(self.queries.flows)[self.queries.where[name]]
+        return self.queries.acked(name, self.data) - self.data.base[flows]
+
+    def add_exit(self, name: str = "exit") -> None:
+        """Queries of slow_start(name): each flow at its first retransmission (or never)."""
+        first = self._first_retx()
+        self.queries.add(name, self.flows, np.where(first >= 0, first, _LATEST))
+
+    def _first_retx(self) -> np.ndarray:
+        """Per flow: its first retransmission's time, -1 if none."""
+        retx = self.data.retx
+        earliest = np.full(len(self.p.reverse), _LATEST, np.int64)
+        np.minimum.at(earliest, retx["direction"], self.p.ts[retx["row"]])
+        return np.where(earliest < _LATEST, earliest, -1)[self.flows]
+
+    def slow_start(self, name: str = "exit") -> dict[str, np.ndarray]:
+        """Per flow: first_retx_ns (-1: none), exit_ns (after start_ns; NaN: none) and
+        acked_bytes by then (or over the whole flow), from add_exit(name)'s queries."""
+        first = self._first_retx()
+        start = self.starts()["start_ns"]
+        return {
+            "first_retx_ns": first,
+            "exit_ns": np.where(first >= 0, (first - start).astype(float), np.nan),
+            "acked_bytes": self.delivered(name),
+        }
+
+    def losses(self, rto_threshold_ns: int) -> dict[str, np.ndarray]:
+        """One entry per retransmitted data segment, in flow then time order: flow (its index
+        in ``flows``), ts_ns, seq (as on the wire), offset (from the flow's base),
+        payload_len, idle_ns (since the flow's previous packet of any kind), dupacks
+        (duplicate ACKs for its sequence number before it) and kind (index into KINDS).
+        Needs the ACK pass (acks())."""
+        index = np.full(len(self.p.reverse), -1, np.int64)
+        index[self.flows] = np.arange(len(self.flows))
+        retx = self.data.retx
+        flow = index[retx["direction"]]
+        mine = np.flatnonzero(flow >= 0)
+        mine = mine[np.argsort(flow[mine], kind="stable")]  # flow-major, time order within
+        rows, d = retx["row"][mine], retx["direction"][mine]
+        ts = self.p.ts[rows].astype(np.int64)
+        dups = self.queries.answers.dups
+        ours = index[dups["direction"]] >= 0  # (the capture's other flows are not counted)
+        dupacks = _count_before(
+            dups["direction"][ours], dups["ack_u"][ours], dups["ts"][ours], d,
+            retx["seq_u"][mine], ts,
+        )  # fmt: skip
+        idle = retx["idle_ns"][mine]
+        kind = np.where(
+            idle >= rto_threshold_ns, 0, np.where(dupacks >= _DUPACK_THRESHOLD, 1, 2)
+        ).astype(np.int8)
+        return {
+            "flow": flow[mine],
+            "ts_ns": ts,
+            "seq": self.p.seq[rows].astype(np.int64),
+            "offset": retx["seq_u"][mine] - self.data.base[d],
+            "payload_len": self.p.plen[rows].astype(np.int64),
+            "idle_ns": idle,
+            "dupacks": dupacks,
+            "kind": kind,
+        }
+
+
+def loss_counts(events: dict[str, np.ndarray], flows: int) -> dict[str, np.ndarray]:
+    """Per flow (``flows`` of them) from Flows.losses: retransmissions, timeouts,
+    timeout_idle_ns (total silence before timeouts), its mean and max (NaN without timeouts),
+    fast_retransmits, other_retransmits."""
+    fid, kind, idle = events["flow"], events["kind"], events["idle_ns"]
+    to = kind == 0
+    total = np.bincount(fid[to], minlength=flows).astype(np.int64)
+    idle_sum = np.zeros(flows, np.int64)
+    np.add.at(idle_sum, fid[to], idle[to])
+    idle_max = np.full(flows, np.nan)
+    if to.any():
+        most = np.full(flows, np.iinfo(np.int64).min)
+        np.maximum.at(most, fid[to], idle[to])
+        idle_max = np.where(total > 0, most.astype(float), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(total > 0, idle_sum / np.maximum(total, 1), np.nan)
+    return {
+        "retransmissions": np.bincount(fid, minlength=flows).astype(np.int64),
+        "timeouts": total,
+        "timeout_idle_ns": idle_sum,
+        "timeout_idle_mean_ns": mean,
+        "timeout_idle_max_ns": idle_max,
+        "fast_retransmits": np.bincount(fid[kind == 1], minlength=flows).astype(np.int64),
+        "other_retransmits": np.bincount(fid[kind == 2], minlength=flows).astype(np.int64),
+    }
+
+
+def _count_before(
+    gf: np.ndarray, gv: np.ndarray, gt: np.ndarray, qf: np.ndarray, qv: np.ndarray, qt: np.ndarray
+) -> np.ndarray:
+    """For each query (flow qf, value qv, time qt): the number of items with the same flow and
+    value strictly before qt. One sort of items and queries together, no Python loop."""
+    n_items = len(gf)
+    f = np.concatenate([gf, qf])
+    v = np.concatenate([gv, qv])
+    t = np.concatenate([gt, qt])
+    is_query = np.arange(len(f)) >= n_items
+    order = np.lexsort((~is_query, t, v, f))  # at equal times the query sorts first
+    item = (~is_query[order]).astype(np.int64)
+    start = np.ones(len(order), dtype=bool)
+    start[1:] = (f[order][1:] != f[order][:-1]) | (v[order][1:] != v[order][:-1])
+    cum = np.cumsum(item)
+    before_group = (cum - item)[np.maximum.accumulate(np.where(start, np.arange(len(order)), 0))]
+    counts = np.empty(len(f), dtype=np.int64)
+    counts[order] = cum - before_group
+    return counts[n_items:]
+
+
+# The DataFrame API: each function runs the kernels over the frame's TCP packets.
+
+
+def _flows(packets: pd.DataFrame) -> Flows:
+    cols = {k: packets[k].to_numpy() for k in TCP_COLUMNS}
+    end = int(cols["ts_ns"].max()) if len(packets) else -1
+    return Flows.of(TcpPackets.of_columns(cols), end)
+
+
+def _table(f: Flows, **columns) -> pd.DataFrame:
+    return pd.DataFrame({**f.ends(), **columns})
 
 
 def flow_starts(packets: pd.DataFrame) -> pd.DataFrame:
@@ -99,8 +231,8 @@ def flow_starts(packets: pd.DataFrame) -> pd.DataFrame:
     - ``start_ns`` (int64): ``syn_ns`` if seen, else ``first_data_ns`` — the origin of every
       per-flow cut-off in this module.
     """
-    flows, _, _, _ = _parse(packets)
-    return flows[FLOW + _START_COLS].copy()
+    f = _flows(packets)
+    return _table(f, **f.starts())
 
 
 def _cutoffs(cutoffs_ns: Sequence[int]) -> np.ndarray:
@@ -119,29 +251,37 @@ def delivered_by(packets: pd.DataFrame, cutoffs_ns: Sequence[int]) -> pd.DataFra
     ``bytes`` is what was acknowledged by the end of the capture).
     """
     cut = _cutoffs(cutoffs_ns)
-    flows, _, acks, _ = _parse(packets)
-    afid, ts, acked = _acked_progress(flows, acks)
-    base = flows["base"].to_numpy().astype(np.int64)
-    start = flows["start_ns"].to_numpy()
-    n, k = len(flows), len(cut)
-    nbytes = np.empty((n, k), dtype=np.int64)
-    for j, c in enumerate(cut):  # a few cut-offs, each one vectorized pass over the ACKs
-        nbytes[:, j] = _acked_at(afid, ts, acked, base, start + c) - base
-    at = np.add.outer(start, cut).reshape(-1)
-    out = flows.loc[np.repeat(np.arange(n), k), [*FLOW, "start_ns", "syn_seen"]]
-    return out.reset_index(drop=True).assign(
-        cutoff_ns=np.tile(cut, n),
-        bytes=nbytes.reshape(-1),
-        covered=at <= _capture_end(packets),
+    f = _flows(packets)
+    f.add_delivered("by", cut)
+    f.acks()
+    return delivered_rows(f.ends(), f.starts(), f.end_ns, cut, f.delivered("by"))
+
+
+def delivered_rows(ends, start, end_ns: int, cut: np.ndarray, nbytes: np.ndarray) -> pd.DataFrame:
+    """delivered_by's rows from Flows' ends(), starts() and end_ns, and Flows.delivered of its
+    add_delivered queries."""
+    n, k = len(start["start_ns"]), len(cut)
+    ends = {c: np.repeat(v, k) for c, v in ends.items()}
+    at = np.add.outer(start["start_ns"], cut).reshape(-1)
+    return pd.DataFrame(
+        {
+            **ends,
+            "start_ns": np.repeat(start["start_ns"], k),
+            "syn_seen": np.repeat(start["syn_seen"], k),
+            "cutoff_ns": np.tile(cut, n),
+            "bytes": nbytes.astype(np.int64),
+            "covered": at <= end_ns,
+        }
     )
 
 
-def _select(flows: pd.DataFrame, which: pd.DataFrame | None) -> np.ndarray:
-    """Rows of ``flows`` named by ``which`` (FLOW columns), all rows if None."""
+def _select(f: Flows, which: pd.DataFrame | None) -> np.ndarray:
+    """Rows of the flows named by ``which`` (FLOW columns), all rows if None."""
     if which is None:
-        return np.arange(len(flows))
-    rows = pd.MultiIndex.from_frame(flows[FLOW]).get_indexer(
-        pd.MultiIndex.from_frame(which[FLOW].astype(flows[FLOW].dtypes.to_dict()))
+        return np.arange(len(f.flows))
+    table = pd.DataFrame(f.ends())
+    rows = pd.MultiIndex.from_frame(table[FLOW]).get_indexer(
+        pd.MultiIndex.from_frame(which[FLOW].astype(table[FLOW].dtypes.to_dict()))
     )
     if (rows < 0).any():
         missing = which.loc[rows < 0, FLOW].to_dict("records")
@@ -161,25 +301,21 @@ def delivered_total(
     by then) and ``covered`` (the capture extends to t0 + t).
     """
     cut = _cutoffs(cutoffs_ns)
-    allf, _, acks, _ = _parse(packets)
-    rows = _select(allf, flows)
-    afid, ts, acked = _acked_progress(allf, acks)
-    base = allf["base"].to_numpy().astype(np.int64)
-    start = allf["start_ns"].to_numpy()[rows]
+    f = _flows(packets)
+    rows = _select(f, flows)
+    start = f.starts()["start_ns"][rows]
     t0 = int(start.min()) if len(rows) else 0
-    nbytes = np.zeros(len(cut), dtype=np.int64)
-    started = np.zeros(len(cut), dtype=np.int64)
-    for j, c in enumerate(cut):
-        t = np.full(len(allf), t0 + c, dtype=np.int64)
-        nbytes[j] = (_acked_at(afid, ts, acked, base, t) - base)[rows].sum()
-        started[j] = (start <= t0 + c).sum()
+    every = np.repeat(f.flows, len(cut))
+    f.queries.add("total", every, np.tile(t0 + cut, len(f.flows)))
+    f.acks()
+    got = (f.queries.acked("total", f.data) - f.data.base[every]).reshape(len(f.flows), len(cut))
     return pd.DataFrame(
         {
             "cutoff_ns": cut,
             "t0_ns": np.full(len(cut), t0, dtype=np.int64),
-            "bytes": nbytes,
-            "flows": started,
-            "covered": (t0 + cut <= _capture_end(packets)) & (len(rows) > 0),
+            "bytes": got[rows].sum(axis=0).astype(np.int64),
+            "flows": (start[:, None] <= t0 + cut).sum(axis=0).astype(np.int64),
+            "covered": (t0 + cut <= f.end_ns) & (len(rows) > 0),
         }
     )
 
@@ -236,83 +372,12 @@ def effective_throughput_per_flow(
     return d.assign(cutoff_s=cutoff_s, **_rates(d["bytes"].to_numpy(), cutoff_s, capacity_bps))
 
 
-def _events(packets: pd.DataFrame, rto_threshold_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(flows, events) for :func:`loss_events` and :func:`loss_summary`."""
-    flows, data, acks, tcp = _parse(packets)
-    data = data[data["payload_len"] > 0]
-    fid = data["flow"].to_numpy()
-    retx = data[_retransmitted(fid, data["end_u"].to_numpy())]
-
-    # Silence before each retransmission: since the flow's previous packet from the sender
-    # (any TCP packet of the data direction: data, pure ACK, SYN, FIN).
-    fwd = pd.DataFrame(
-        {"flow": _flow_ids(tcp, flows, reverse=False), "ts_ns": tcp["ts_ns"].to_numpy()},
-        index=tcp.index,
-    )
-    fwd = fwd[fwd["flow"].to_numpy() >= 0].sort_values(["flow", "ts_ns"], kind="stable")
-    fts = fwd["ts_ns"].to_numpy()
-    prev = np.where(_starts(fwd["flow"].to_numpy()), -1, np.roll(fts, 1))
-    rts = retx["ts_ns"].to_numpy()
-    idle = rts - prev[fwd.index.get_indexer(retx.index)]
-
-    # Duplicate ACKs: pure ACKs (no payload, SYN or FIN) repeating the highest ACK so far.
-    afid = acks["flow"].to_numpy()
-    ack_u = acks["ack_u"].to_numpy()
-    high = pd.Series(ack_u).groupby(afid).cummax().to_numpy()
-    prev_high = np.roll(high, 1)
-    pure = (acks["payload_len"].to_numpy() <= 0) & (
-        (acks["tcp_flags"].to_numpy() & (_SYN | _FIN)) == 0
-    )
-    dup = pure & ~_starts(afid) & (ack_u == prev_high)
-    dupacks = _count_before(
-        afid[dup],
-        ack_u[dup],
-        acks["ts_ns"].to_numpy()[dup],
-        retx["flow"].to_numpy(),
-        retx["seq_u"].to_numpy(),
-        rts,
-    )
-
-    kind = np.where(
-        idle >= rto_threshold_ns,
-        _TIMEOUT,
-        np.where(dupacks >= _DUPACK_THRESHOLD, _FAST, _OTHER),
-    )
-    rfid = retx["flow"].to_numpy()
-    events = pd.DataFrame(
-        {
-            "flow": rfid,
-            "ts_ns": rts,
-            "seq": retx["seq"].to_numpy(),
-            "offset": retx["seq_u"].to_numpy() - flows["base"].to_numpy()[rfid],
-            "payload_len": retx["payload_len"].to_numpy(),
-            "idle_ns": idle,
-            "dupacks": dupacks,
-            "kind": pd.Categorical(kind, categories=[_TIMEOUT, _FAST, _OTHER]),
-        }
-    )
-    return flows, events
-
-
-def _count_before(
-    gf: np.ndarray, gv: np.ndarray, gt: np.ndarray, qf: np.ndarray, qv: np.ndarray, qt: np.ndarray
-) -> np.ndarray:
-    """For each query (flow qf, value qv, time qt): the number of items with the same flow and
-    value strictly before qt. One sort of items and queries together, no Python loop."""
-    n_items = len(gf)
-    f = np.concatenate([gf, qf])
-    v = np.concatenate([gv, qv])
-    t = np.concatenate([gt, qt])
-    is_query = np.arange(len(f)) >= n_items
-    order = np.lexsort((~is_query, t, v, f))  # at equal times the query sorts first
-    item = (~is_query[order]).astype(np.int64)
-    start = np.ones(len(order), dtype=bool)
-    start[1:] = (f[order][1:] != f[order][:-1]) | (v[order][1:] != v[order][:-1])
-    cum = np.cumsum(item)
-    before_group = (cum - item)[np.maximum.accumulate(np.where(start, np.arange(len(order)), 0))]
-    counts = np.empty(len(f), dtype=np.int64)
-    counts[order] = cum - before_group
-    return counts[n_items:]
+def loss_event_rows(ends: dict[str, np.ndarray], events: dict[str, np.ndarray]) -> pd.DataFrame:
+    """loss_events' rows from Flows' ends() and Flows.losses."""
+    ends = {c: v[events["flow"]] for c, v in ends.items()}
+    kind = pd.Categorical.from_codes(events["kind"], categories=list(KINDS))
+    rest = {k: v for k, v in events.items() if k not in ("flow", "kind")}
+    return pd.DataFrame({**ends, **rest, "kind": kind})
 
 
 def loss_events(packets: pd.DataFrame, *, rto_threshold_ns: int) -> pd.DataFrame:
@@ -332,9 +397,9 @@ def loss_events(packets: pd.DataFrame, *, rto_threshold_ns: int) -> pd.DataFrame
 
     A segment retransmitted twice sees the same duplicate ACKs both times.
     """
-    flows, ev = _events(packets, rto_threshold_ns)
-    out = flows.loc[ev["flow"].to_numpy(), FLOW].reset_index(drop=True)
-    return pd.concat([out, ev.drop(columns="flow")], axis=1)
+    f = _flows(packets)
+    f.acks()
+    return loss_event_rows(f.ends(), f.losses(rto_threshold_ns))
 
 
 def loss_summary(packets: pd.DataFrame, *, rto_threshold_ns: int) -> pd.DataFrame:
@@ -343,22 +408,10 @@ def loss_summary(packets: pd.DataFrame, *, rto_threshold_ns: int) -> pd.DataFram
     timeouts), ``timeout_idle_mean_ns`` and ``timeout_idle_max_ns`` (NaN without timeouts),
     ``fast_retransmits``, ``other_retransmits``. Each timeout's own idle time is in
     :func:`loss_events`."""
-    flows, ev = _events(packets, rto_threshold_ns)
-    n = len(flows)
-    fid = ev["flow"].to_numpy()
-    kind = ev["kind"].to_numpy()
-    idle = ev["idle_ns"].to_numpy()
-    to = kind == _TIMEOUT
-    idle_to = pd.Series(idle[to]).groupby(fid[to])
-    return flows[[*FLOW, "start_ns"]].assign(
-        retransmissions=np.bincount(fid, minlength=n).astype(np.int64),
-        timeouts=np.bincount(fid[to], minlength=n).astype(np.int64),
-        timeout_idle_ns=idle_to.sum().reindex(range(n), fill_value=0).to_numpy(np.int64),
-        timeout_idle_mean_ns=idle_to.mean().reindex(range(n)).to_numpy(dtype=float),
-        timeout_idle_max_ns=idle_to.max().reindex(range(n)).to_numpy(dtype=float),
-        fast_retransmits=np.bincount(fid[kind == _FAST], minlength=n).astype(np.int64),
-        other_retransmits=np.bincount(fid[kind == _OTHER], minlength=n).astype(np.int64),
-    )
+    f = _flows(packets)
+    f.acks()
+    counts = loss_counts(f.losses(rto_threshold_ns), len(f.flows))
+    return _table(f, start_ns=f.starts()["start_ns"], **counts)
 
 
 def slow_start_exit(packets: pd.DataFrame) -> pd.DataFrame:
@@ -374,21 +427,11 @@ def slow_start_exit(packets: pd.DataFrame) -> pd.DataFrame:
     ``exit_ns`` (float64: first_retx_ns - start_ns, NaN if the flow never retransmitted) and
     ``acked_bytes`` (bytes acknowledged in order by then, or over the whole flow if none).
     """
-    flows, data, acks, _ = _parse(packets)
-    data = data[data["payload_len"] > 0]
-    fid = data["flow"].to_numpy()
-    retx = _retransmitted(fid, data["end_u"].to_numpy())
-    n = len(flows)
-    first = _group_agg(data["ts_ns"].to_numpy()[retx], fid[retx], n, "min", -1)
-    start = flows["start_ns"].to_numpy()
-    afid, ts, acked = _acked_progress(flows, acks)
-    base = flows["base"].to_numpy().astype(np.int64)
-    upto = np.where(first >= 0, first, np.iinfo(np.int64).max)
-    return flows[[*FLOW, "start_ns", "syn_seen"]].assign(
-        first_retx_ns=first,
-        exit_ns=np.where(first >= 0, (first - start).astype(float), np.nan),
-        acked_bytes=_acked_at(afid, ts, acked, base, upto) - base,
-    )
+    f = _flows(packets)
+    f.add_exit()
+    f.acks()
+    start = f.starts()
+    return _table(f, start_ns=start["start_ns"], syn_seen=start["syn_seen"], **f.slow_start())
 
 
 def window_bytes(packets: pd.DataFrame, start_ns: int, end_ns: int) -> pd.DataFrame:

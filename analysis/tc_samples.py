@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from analysis.lazy import pd
 from analysis.queue import occupancy_at
 from analysis.tcp_probe import open_recording
 
 __all__ = [
     "LEAF_KINDS",
     "SAMPLE_COUNTERS",
+    "compare_levels",
     "compare_with_samples",
     "leaf_samples",
     "read_tc_samples",
@@ -46,7 +47,71 @@ def read_tc_samples(path: str | Path) -> pd.DataFrame:
     """One row per sample, device and qdisc: ts_ns (CLOCK_REALTIME, midpoint of the tc call),
     spread_ns (its duration: the uncertainty of ts_ns), dev, kind, handle, parent, and the
     counters (bytes, packets, drops, overlimits, requeues, backlog = queued bytes, qlen =
-    queued packets). A last line cut short (sampler killed mid-write) is ignored."""
+    queued packets). A last line cut short (sampler killed mid-write) is ignored. The lines
+    are parsed at once by pyarrow's JSON reader (a line a sample and device: 10 MB for three
+    minutes of a link); a file it cannot read (another line damaged) line by line."""
+    with open_recording(Path(path), "rb") as f:
+        raw = f.read()
+    whole = raw[: raw.rfind(b"\n") + 1]
+    last = raw[len(whole) :]
+    try:
+        json.loads(last)
+        whole = raw  # the last line is whole, without its newline
+    except ValueError:
+        pass
+    table = _columns_at_once(whole)
+    return table if table is not None else _line_by_line(path)
+
+
+_COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
+
+
+def _columns_at_once(text: bytes) -> pd.DataFrame | None:
+    """read_tc_samples' table of the lines (pyarrow.json), or None when they are not all as
+    the sampler writes them."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    qdisc = pa.struct(
+        [(c, pa.string()) for c in ("kind", "handle", "parent")]
+        + [("root", pa.bool_())]
+        + [(c, pa.int64()) for c in SAMPLE_COUNTERS]
+    )
+    line = [("ts_ns", pa.int64()), ("spread_ns", pa.int64()), ("dev", pa.string())]
+    schema = pa.schema([*line, ("end", pa.bool_()), ("qdiscs", pa.list_(qdisc))])
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    if not text.strip():
+        return pd.DataFrame(columns=_COLUMNS).astype(_INT64)
+    try:
+        lines = pj.read_json(pa.BufferReader(text), parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    end = lines["end"].fill_null(False).to_numpy(zero_copy_only=False)
+    samples = lines.filter(pa.array(~end))
+    if samples["qdiscs"].null_count or samples["dev"].null_count:
+        return None  # (the line by line reader says what is missing)
+    qdiscs = samples["qdiscs"].combine_chunks()
+    row = qdiscs.value_parent_indices().to_numpy()
+    q = qdiscs.flatten()
+    parent = q.field("parent").to_numpy(zero_copy_only=False)
+    root = q.field("root").fill_null(False).to_numpy(zero_copy_only=False)
+    out = {
+        "ts_ns": samples["ts_ns"].to_numpy()[row],
+        "spread_ns": samples["spread_ns"].to_numpy()[row],
+        "dev": samples["dev"].to_numpy()[row],
+        "kind": q.field("kind").fill_null("").to_numpy(zero_copy_only=False),
+        "handle": q.field("handle").fill_null("").to_numpy(zero_copy_only=False),
+        "parent": np.where(pd.isna(parent), np.where(root, "root", ""), parent).astype(object),
+        **{c: q.field(c).fill_null(0).to_numpy() for c in SAMPLE_COUNTERS},
+    }
+    return pd.DataFrame(out, columns=_COLUMNS).astype(_INT64)
+
+
+_INT64 = {c: "int64" for c in ("ts_ns", "spread_ns", *SAMPLE_COUNTERS)}
+
+
+def _line_by_line(path: str | Path) -> pd.DataFrame:
+    """read_tc_samples, a line at a time (a damaged line skipped)."""
     rows = []
     for rec in sample_records(path):
         for q in rec["qdiscs"]:
@@ -61,9 +126,7 @@ def read_tc_samples(path: str | Path) -> pd.DataFrame:
                     **{c: q.get(c, 0) for c in SAMPLE_COUNTERS},
                 }
             )
-    cols = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]
-    df = pd.DataFrame(rows, columns=cols)
-    return df.astype({c: "int64" for c in ("ts_ns", "spread_ns", *SAMPLE_COUNTERS)})
+    return pd.DataFrame(rows, columns=_COLUMNS).astype(_INT64)
 
 
 def leaf_samples(samples: pd.DataFrame, dev: str) -> pd.DataFrame:
@@ -81,16 +144,25 @@ def compare_with_samples(queue: pd.DataFrame, leaf: pd.DataFrame) -> pd.DataFram
     drops_q = np.searchsorted(
         queue["ts_ns"].to_numpy()[(queue["event"] == "drop").to_numpy()], t, side="right"
     )
+    return compare_levels(leaf, rec["packets"].to_numpy(), rec["bytes"].to_numpy(), drops_q)
+
+
+def compare_levels(
+    leaf: pd.DataFrame, packets: np.ndarray, nbytes: np.ndarray, drops: np.ndarray
+) -> pd.DataFrame:
+    """compare_with_samples' table from the reconstructed occupancy at each sample's time
+    (packets, bytes) and the drop events up to it."""
+    t = leaf["ts_ns"].to_numpy(np.int64)
     out = pd.DataFrame(
         {
             "ts_ns": t,
             "spread_ns": leaf["spread_ns"].to_numpy(),
             "tc_packets": leaf["qlen"].to_numpy(),
             "tc_bytes": leaf["backlog"].to_numpy(),
-            "packets": rec["packets"].to_numpy(),
-            "bytes": rec["bytes"].to_numpy(),
+            "packets": packets,
+            "bytes": nbytes,
             "tc_drops": leaf["drops"].to_numpy() - (leaf["drops"].to_numpy()[:1] if len(t) else 0),
-            "drops": drops_q - (drops_q[:1] if len(t) else 0),
+            "drops": drops - (drops[:1] if len(t) else 0),
         }
     )
     out["diff_packets"] = out["packets"] - out["tc_packets"]

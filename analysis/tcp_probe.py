@@ -23,10 +23,10 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from numba import njit
 
-from analysis.pcap import int_to_ip
+from analysis.lazy import pd
+from analysis.pcap import int_to_ip, ip_strings, ip_to_int
 
 __all__ = ["COLUMNS", "INFINITE_SSTHRESH", "congestion_events", "for_flows", "read_tcp_probe"]
 
@@ -57,6 +57,7 @@ COLUMNS: dict[str, str] = {
     "sock_cookie": "uint64",
 }
 _HEX = ("snd_nxt", "snd_una", "sock_cookie")
+CHUNK = 16 << 20  # bytes of a recording parsed at a time
 
 
 def open_recording(path: Path, mode: str = "rt"):
@@ -64,34 +65,141 @@ def open_recording(path: Path, mode: str = "rt"):
     return gzip.open(path, mode) if path.suffix == ".gz" else open(path, mode)
 
 
-def read_tcp_probe(path: str | Path) -> pd.DataFrame:
-    """All tcp_probe events of a recording, in file order, one row each (see COLUMNS).
+def read_tcp_probe(
+    path: str | Path, flows: pd.DataFrame | None = None, categorical: bool = False
+) -> pd.DataFrame:
+    """All tcp_probe events of a recording, in file order, one row each (see COLUMNS); with
+    ``flows``, only those of the flows' sockets, as :func:`for_flows` gives them; with
+    ``categorical``, src and dst as analysis.pcap.ip_strings gives them (what a trial's
+    tables hold: a code an event, not a string).
 
     ts_ns is CLOCK_REALTIME (the captures' clock): the trace clock plus the offset the
     recorder wrote in its header line (without a header, the trace timestamps as they are).
     Lines that are not tcp_probe events (comments, other events, a last line cut short)
-    are skipped.
+    are skipped. The file is read CHUNK bytes at a time into one buffer (a recording is about
+    as large as the captures of a high-rate trial); only the wanted events are kept.
     """
-    path = Path(path)
+    keys = None if flows is None else [c for c in ("src", "dst", "sport", "dport") if c in flows]
+    wanted = None if flows is None else flows[keys].drop_duplicates()
+    parts, others, offset, room = [], [], None, []
+    for data, line0 in _chunks(Path(path)):
+        if offset is None:
+            offset = _clock_offset(data[: 1 << 16].tobytes())
+        fields, lines, left, n, n_left = _parse_chunk(data, room)
+        keep = _of(fields[:n], wanted, keys)
+        parts.append({**_typed(fields[:n][keep]), "_line": lines[:n][keep] + line0})
+        if n_left:
+            text = [data[a:b].tobytes().decode(errors="replace") for _, a, b in left[:n_left]]
+            found = _regex_events(pd.Series(text, dtype=object), offset)
+            at = left[:n_left, 0][found.index.to_numpy()] + line0
+            others.append(found.reset_index(drop=True).assign(_line=at))
+    del room
+    typed = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    del parts
+    where = typed.pop("_line")
+    if flows is not None and not others:  # (IPv4 events only: filtered exactly above)
+        order = _flow_order(typed, where)
+        return _frame({k: v[order] for k, v in typed.items()}, offset or 0, categorical)
+    events = _frame(typed, offset or 0)
+    if others:
+        more = pd.concat(others, ignore_index=True)
+        events = pd.concat([events, more.drop(columns="_line")], ignore_index=True)
+        where = np.r_[where, more["_line"].to_numpy()]
+    events = events.iloc[np.argsort(where, kind="stable")].reset_index(drop=True)
+    return events if flows is None else for_flows(events, flows)
+
+
+def _flow_order(typed: dict[str, np.ndarray], lines: np.ndarray) -> np.ndarray:
+    """The order for_flows gives events (by src, sport, dst, dport and time, the addresses as
+    dotted-quad strings; then file order)."""
+    order = np.argsort(lines, kind="stable")
+    names = ("sec", "usec", "src", "sport", "dst", "dport")
+    col = {name: typed[name][order] for name in names}
+    ranks = {}
+    for name in ("src", "dst"):  # a few addresses: their strings' order
+        uniq, codes = np.unique(col[name], return_inverse=True)
+        by_text = np.argsort([int_to_ip(int(a)) for a in uniq], kind="stable")
+        ranks[name] = np.argsort(by_text)[codes]
+    usec = col["sec"] * 10**6 + col["usec"]  # ts_ns's order
+    keys = (usec, col["dport"], ranks["dst"], col["sport"], ranks["src"])
+    return order[np.lexsort(keys)]
+
+
+def _chunks(path: Path):
+    """(the whole lines of a CHUNK of the file as a uint8 array, the number of its first
+    line), one chunk after the other in one reused buffer; the last line even without its
+    newline. The array is valid until the next chunk is read."""
+    buf = np.empty(CHUNK, np.uint8)
+    carry = line0 = 0
     with open_recording(path, "rb") as f:
-        raw = f.read()
-    data = np.frombuffer(raw, np.uint8)
-    offset = _clock_offset(raw)
-    # Room for every line the pass keeps: each holds the marker and ends in a newline (but
-    # the last). Pages are touched only as rows are written: no pass to count the lines.
-    rows = len(raw) // (len(_MARKER) + 1) + 1
-    fields = np.zeros((rows, len(_FIELDS)), np.uint64)
-    line_of = np.empty(rows, np.int64)  # the line number of each event read
-    left = np.empty((rows, 3), np.int64)  # lines left over: line number, first byte, end
-    n, n_left = _parse(data, fields, line_of, left)
-    events = _events(fields[:n], offset)
-    if not n_left:
-        return events
-    lines = [data[a:b].tobytes().decode(errors="replace") for _, a, b in left[:n_left]]
-    others = _regex_events(pd.Series(lines, dtype=object), offset)
-    where = np.r_[line_of[:n], left[:n_left, 0][others.index.to_numpy()]]
-    both = pd.concat([events, others.reset_index(drop=True)], ignore_index=True)
-    return both.iloc[np.argsort(where, kind="stable")].reset_index(drop=True)
+        while True:
+            if carry == len(buf):  # a line longer than the buffer: twice the room
+                buf = np.concatenate((buf, np.empty(len(buf), np.uint8)))
+            got = f.readinto(memoryview(buf)[carry:])
+            size = carry + got
+            end = _last_line_end(buf, size) if got else size
+            if got and not end:
+                carry = size
+                continue
+            yield buf[:end], line0
+            line0 += _lines(buf, end)
+            carry = size - end
+            buf[:carry] = buf[end:size]
+            if not got:
+                return
+
+
+@njit(cache=True, nogil=True)
+def _last_line_end(b, size):
+    """The offset after the last newline in b[:size] (0 if none)."""
+    i = size
+    while i > 0 and b[i - 1] != 10:
+        i -= 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _lines(b, end):
+    """The lines _parse counts in b[:end] (the last one even without its newline)."""
+    n = 0
+    for i in range(end):
+        n += b[i] == 10
+    return n + (end > 0 and b[end - 1] != 10)
+
+
+def _parse_chunk(data: np.ndarray, room: list):
+    """_parse of one chunk into the arrays of ``room`` (made there, for the next chunks too):
+    (fields, line numbers, lines left over, events, left-over lines)."""
+    rows = len(data) // (len(_MARKER) + 1) + 1  # each event: the marker and a newline
+    if not room or len(room[1]) < rows:
+        room[:] = [
+            np.zeros((rows, len(_FIELDS)), np.uint64),
+            np.empty(rows, np.int64),
+            np.empty((rows, 3), np.int64),
+        ]
+    fields, lines, left = room
+    n, n_left, _ = _parse(data, fields, lines, left)
+    return fields, lines, left, n, n_left
+
+
+def _of(fields: np.ndarray, wanted: pd.DataFrame | None, keys: list[str] | None) -> np.ndarray:
+    """Which parsed events are of the wanted flows' sockets (all without flows)."""
+    keep = np.ones(len(fields), bool) if wanted is None else np.zeros(len(fields), bool)
+    if wanted is None:
+        return keep
+    col = {name: fields[:, _FIELDS.index(name)] for name in keys}
+    for row in wanted.itertuples(index=False):  # a generator's few flows
+        match = np.ones(len(fields), bool)
+        for name, value in zip(keys, row, strict=True):
+            if name in ("src", "dst"):
+                try:
+                    value = ip_to_int(value)
+                except ValueError:  # not IPv4: no event the compiled pass reads is its
+                    match[:] = False
+                    break
+            match &= col[name] == np.uint64(value)
+        keep |= match
+    return keep
 
 
 def _clock_offset(raw: bytes) -> int:
@@ -151,22 +259,44 @@ _HEX_DIGITS = np.array([0, 8, 8, 0, 0, 0, 0, 0, 16])
 _DECIMAL_DIGITS = 18  # int64 holds them (the regular expression's path converts to int64)
 
 
-def _events(fields: np.ndarray, offset: int) -> pd.DataFrame:
-    """COLUMNS from the compiled pass's fields (one row per event)."""
+def _typed(fields: np.ndarray) -> dict[str, np.ndarray]:
+    """The compiled pass's fields (a row per event) as COLUMNS' types (as the regular
+    expression's path makes them: through int64, wrapping to the type), but for the time
+    (sec and usec, as read) and the addresses (integers)."""
     col = dict(zip(_FIELDS, fields.T, strict=True))
-    sec, usec = col["sec"].astype(np.int64), col["usec"].astype(np.int64)
-    out = {"ts_ns": sec * 10**9 + usec * 1000 + offset}
+    out = {"sec": col["sec"].astype(np.int64), "usec": col["usec"].astype(np.int64)}
     for name, dtype in COLUMNS.items():
         if name == "ts_ns":
             continue
-        if dtype == "object":  # dotted quads: one string object per address
-            codes, uniq = pd.factorize(col[name])
-            out[name] = np.array([int_to_ip(a) for a in uniq] or [""], dtype=object)[codes]
+        if dtype == "object":
+            out[name] = col[name].astype(np.uint32)
         elif dtype == "uint64":
-            out[name] = col[name]
-        else:  # as the regular expression's path: through int64, wrapping to the dtype
+            out[name] = col[name].copy()
+        else:
             out[name] = col[name].astype(np.int64).astype(dtype)
+    return out
+
+
+def _frame(typed: dict[str, np.ndarray], offset: int, categorical: bool = False) -> pd.DataFrame:
+    """COLUMNS from _typed's columns: the time on CLOCK_REALTIME, dotted-quad addresses (as
+    ip_strings' categoricals with ``categorical``)."""
+    out = {"ts_ns": typed["sec"] * 10**9 + typed["usec"] * 1000 + offset}
+    for name, dtype in COLUMNS.items():
+        if name == "ts_ns":
+            continue
+        if dtype == "object" and categorical:
+            out[name] = ip_strings(typed[name])
+        elif dtype == "object":  # dotted quads: one string object per address
+            codes, uniq = pd.factorize(typed[name])
+            out[name] = np.array([int_to_ip(a) for a in uniq] or [""], dtype=object)[codes]
+        else:
+            out[name] = typed[name]
     return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def _events(fields: np.ndarray, offset: int) -> pd.DataFrame:
+    """COLUMNS from the compiled pass's fields (one row per event)."""
+    return _frame(_typed(fields), offset)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -230,23 +360,24 @@ def _endpoint(b, i, end):
 
 @njit(cache=True, nogil=True)
 def _event(b, start, m, end, out):
-    """Read the event of the line b[start:end] whose marker is at m into ``out`` (_FIELDS);
-    False when the line is not in the form read here."""
+    """Read the event of the line from b[start] whose marker is at m into ``out`` (_FIELDS),
+    reading no further than ``end`` (nor past the line's newline: no field reads one): the
+    position after it, or -1 when the line is not in the form read here."""
     j = m  # backwards: <whitespace><sec>.<usec> right before the marker
     while j > start and 48 <= b[j - 1] <= 57:
         j -= 1
     usec_at = j
     if usec_at == m or j - 1 <= start or b[j - 1] != 46:  # .
-        return False
+        return -1
     j -= 1
     dot = j
     while j > start and 48 <= b[j - 1] <= 57:
         j -= 1
     if j in (dot, start) or dot - j > _DECIMAL_DIGITS:
-        return False
+        return -1
     c = b[j - 1]
     if not (c == 32 or c == 9 or c == 13 or c == 11 or c == 12):  # _EVENT's \s
-        return False
+        return -1
     out[0], _ = _number(b, j, dot, False, _DECIMAL_DIGITS)
     usec = np.uint64(0)
     for k in range(6):  # the first six digits, zeros after the last (ljust(6, "0")[:6])
@@ -256,59 +387,69 @@ def _event(b, start, m, end, out):
     i = m + len(_MARKER)  # forwards: family=<token> src=<a:p> dest=<a:p> mark=<token>
     i = _token(b, i, end)
     if i == m + len(_MARKER) or not _has(b, i, end, _SRC):
-        return False
+        return -1
     out[2], out[3], i = _endpoint(b, i + len(_SRC), end)
     if i < 0 or not _has(b, i, end, _DEST):
-        return False
+        return -1
     out[4], out[5], i = _endpoint(b, i + len(_DEST), end)
     if i < 0 or not _has(b, i, end, _MARK):
-        return False
+        return -1
     i += len(_MARK)
     token = i
     i = _token(b, i, end)
     if i == token:
-        return False
+        return -1
     begin = 0
     for f in range(len(_KEY_ENDS)):
         key = _KEYS[begin : _KEY_ENDS[f]]
         begin = _KEY_ENDS[f]
         if not _has(b, i, end, key):
-            return False
+            return -1
         i += len(key)
         hex_ = _HEX_DIGITS[f] > 0
         if hex_ and f < len(_KEY_ENDS) - 1 and _has(b, i, end, _0X):
             i += 2
         value, i = _number(b, i, end, hex_, _HEX_DIGITS[f] if hex_ else _DECIMAL_DIGITS)
         if i < 0:
-            return False
+            return -1
         out[6 + f] = value
-    return True
+    return i
 
 
 @njit(cache=True, nogil=True)
 def _parse(b, fields, line_of, left):
     """Every line of ``b`` with one tcp_probe marker in the form _event reads: its fields in
     ``fields`` and its line number in ``line_of``; a line with the marker in another form,
-    or with two, goes to ``left`` (line number, first byte, end). Returns how many of each."""
+    or with two, goes to ``left`` (line number, first byte, end). Returns how many of each,
+    and how many lines ``b`` holds. Each byte is read once: up to a line's marker, the event
+    after it, then the rest of the line (a second marker there, and its end)."""
     n = n_left = line = 0
     pos, size = 0, len(b)
     while pos < size:
-        end, m, found = pos, -1, 0
-        while end < size and b[end] != 10:  # the line's end, and its markers on the way
-            if b[end] == 58 and _has(b, end, size, _MARKER):  # ":"; the marker has no newline
-                found += 1
-                if m < 0:
-                    m = end
-            end += 1
-        if found:
-            if found == 1 and _event(b, pos, m, end, fields[n]):
-                line_of[n] = line
-                n += 1
-            else:
-                left[n_left, 0], left[n_left, 1], left[n_left, 2] = line, pos, end
-                n_left += 1
-        pos, line = end + 1, line + 1
-    return n, n_left
+        i, m = pos, -1
+        while i < size and b[i] != 10:  # up to the marker, or the line's end
+            if b[i] == 58 and _has(b, i, size, _MARKER):  # ":"; the marker has no newline
+                m = i
+                break
+            i += 1
+        if m < 0:
+            pos, line = i + 1, line + 1
+            continue
+        read = _event(b, pos, m, size, fields[n])
+        i = read if read >= 0 else m + len(_MARKER)
+        second = False
+        while i < size and b[i] != 10:
+            if b[i] == 58 and _has(b, i, size, _MARKER):
+                second = True
+            i += 1
+        if read >= 0 and not second:
+            line_of[n] = line
+            n += 1
+        else:
+            left[n_left, 0], left[n_left, 1], left[n_left, 2] = line, pos, i
+            n_left += 1
+        pos, line = i + 1, line + 1
+    return n, n_left, line
 
 
 def for_flows(events: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
@@ -331,7 +472,12 @@ def congestion_events(events: pd.DataFrame) -> pd.DataFrame:
     key = ["src", "sport", "dst", "dport"]
     same = np.ones(len(events), dtype=bool)
     for k in key:
-        col = events[k].to_numpy()
+        col = events[k]
+        col = (
+            col.cat.codes.to_numpy()
+            if isinstance(col.dtype, pd.CategoricalDtype)
+            else col.to_numpy()
+        )
         same[1:] &= col[1:] == col[:-1]
     same[0] = False
     ss = events["ssthresh"].to_numpy(np.int64)

@@ -10,7 +10,6 @@ at ``MEMORY_PER_JOB`` each, and never more than there are trials.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import sys
@@ -18,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,14 +31,14 @@ __all__ = [
     "WorkerLost",
     "analyse_trials",
     "analysis_jobs",
-    "give_memory_back",
     "jobs_setting",
 ]
 
 JOBS_ENV = "TRIALBED_ANALYSIS_JOBS"
-# The seed-001 high-speed WAN (8 Reno pairs at 155 Mbit/s) peaked in its analysis at 0.76 GB
-# for a 60 s trial and at 1.35 GB for the paper's 3 minutes (756 MB of captures and 744 MB of
-# tcp_probe text; 2026-11-27).
+# Set when a seed-001 high-speed WAN trial's analysis (8 Reno pairs at 155 Mbit/s; 756 MB of
+# captures, 744 MB of tcp_probe text) peaked at 1.35 GB (2026-11-27), before captures were
+# read a capture and a block at a time; a trial's peak now stays below its largest capture
+# (tests/analysis/test_memory.py).
 MEMORY_PER_JOB = 2 << 30
 
 
@@ -119,20 +118,9 @@ def analyse_trials(
             yield trial_dir, result
 
 
-def give_memory_back() -> None:
-    """Hand back to the system what an analysis freed but the allocators keep for later:
-    pyarrow's pool (parquet writing) and the C library's heap (pandas' small arrays and
-    strings). Without it a process that analyses trials itself (TRIALBED_ANALYSIS_JOBS=1, a
-    notebook, a worker between trials) stays at its largest trial's high-water mark: 407 MB
-    after a 60-s high-rate trial (startup_hswan, 8 pairs), 248 MB with it (2026-11-27)."""
-    if "pyarrow" in sys.modules:
-        sys.modules["pyarrow"].default_memory_pool().release_unused()
-    with suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL(None).malloc_trim(0)
-
-
 def _analyse_one(trial_dir: Path) -> dict[str, Any]:
     """analyse_trial, and the memory it freed handed back (in this process or a worker)."""
+    from analysis.resources import give_memory_back
     from analysis.trial import analyse_trial
 
     try:
@@ -173,7 +161,7 @@ def _pool(jobs: int) -> ProcessPoolExecutor:
 
 
 def _share_cpus(jobs: int) -> None:
-    from analysis.fastpath import share_cpus
+    from analysis.resources import share_cpus
 
     share_cpus(jobs)
 

@@ -8,12 +8,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from analysis.batches import trial_dir
 from analysis.families.common import first_of, fmt, trimmed
-from analysis.results import trial_dir
+from analysis.lazy import pd
 from core.units import parse_duration_ns
 
 GROUP = ["cc", "rtt_ms", "flows"]

@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from analysis.families.common import fmt
+from analysis.lazy import pd
 from core.units import parse_duration_ns, parse_offset_ns
 
 FCT_CLASSES = (1, 18, 190)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from analysis.families.common import first_of, fmt
+from analysis.lazy import pd
 
 CARRIED = (
     "workload",

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from analysis.families.common import fmt
+from analysis.lazy import pd
 
 CUTOFFS = ("1s", "5s", "10s", "20s", "30s")
 LATE_WINDOW_S = 5

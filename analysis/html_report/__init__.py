@@ -20,9 +20,10 @@ from types import ModuleType
 
 import pandas as pd
 
+from analysis.batches import batch_trials, ended_attempts, summary_file
 from analysis.html_report import collateral_damage, compare, diffserv, eft, provenance, startup
 from analysis.html_report.page import Page
-from analysis.results import batch_trials, ended_attempts, load, summary_file
+from analysis.results import load
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]

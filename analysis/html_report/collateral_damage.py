@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.batches import trial_dir
 from analysis.families import collateral_damage as family
 from analysis.families.common import trimmed
 from analysis.html_report.page import Page, plt
-from analysis.results import trial_dir
 from analysis.tcp_probe import congestion_events
 from core.link_rules import FULL_FRAME_BYTES
 from core.units import parse_bytes, parse_duration_ns

@@ -13,10 +13,10 @@ from types import ModuleType
 import numpy as np
 import pandas as pd
 
+from analysis.batches import batch_trials
 from analysis.families.common import trimmed
 from analysis.html_report import provenance
 from analysis.html_report.page import Page
-from analysis.results import batch_trials
 
 __all__ = ["compare_batches", "previous_batch", "sections"]
 

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.batches import trial_dir
 from analysis.families import eft as family
 from analysis.html_report.page import Page, plt
-from analysis.results import trial_dir
 
 TITLE = "Application performance of EFT transactions (Lipovac, Batos, Sertic 2009)"
 METRICS = {

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.batches import batch_trials
 from analysis.html_report.page import Page
-from analysis.results import batch_trials
 
 __all__ = ["fingerprint", "named", "records", "sections"]
 

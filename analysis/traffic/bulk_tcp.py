@@ -1,21 +1,30 @@
 """bulk_tcp: goodput (receiver's in-order ACKs after the bottleneck), retransmissions and
-startup dynamics (sender side of the bottleneck), all from captures."""
+startup dynamics (sender side of the bottleneck), all from captures; cwnd from the sender's
+tcp_probe (or SIFTR) recording.
+
+Its flows are read from each capture's flow kernels (analysis.captures.Seen.flows), which the
+trial's other bulk_tcp generators share: one data pass and one ACK pass per capture."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from analysis.captures import Captures, bottleneck_hop
-from analysis.metrics import tcp_goodput, tcp_retransmissions
+from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
+from analysis.lazy import pd
+from analysis.metrics import RETRANSMISSION_COLUMNS, goodput_frame
 from analysis.pcap import int_to_ip, ip_to_int
 from analysis.siftr import read_siftr
-from analysis.startup import delivered_by, loss_events, loss_summary, slow_start_exit
-from analysis.tcp_probe import congestion_events, for_flows, read_tcp_probe
+from analysis.startup import Flows, delivered_rows, loss_counts, loss_event_rows
+from analysis.tcp_probe import congestion_events, read_tcp_probe
+from analysis.tcpflows import acked, goodput, goodput_queries
 from core.link_rules import ETHERNET_HEADER
 from core.units import parse_duration_ns, parse_offset_ns
 
@@ -36,132 +45,247 @@ def data_ports(client_json: Path) -> set[int] | None:
     return {c["local_port"] for c in report.get("start", {}).get("connected", [])}
 
 
-def own_packets(frame: pd.DataFrame, gen: dict[str, Any], ports: set[int] | None) -> pd.DataFrame:
-    pair = {ip_to_int(gen["src"]), ip_to_int(gen["dst"])}
-    tcp = frame[(frame.proto == 6) & frame.src.isin(pair) & frame.dst.isin(pair)]
-    if ports:
-        return tcp[tcp.sport.isin(ports) | tcp.dport.isin(ports)]
-    return tcp[(tcp.sport == gen["port"]) | (tcp.dport == gen["port"])]
+class Analysis:
+    """One bulk_tcp generator's analysis, capture by capture (see analysis/trial.py)."""
 
+    def __init__(
+        self,
+        trial_dir: Path,
+        record: dict[str, Any],
+        name: str,
+        gen: dict[str, Any],
+        caps: Captures,
+    ) -> None:
+        self.trial_dir, self.record, self.name, self.gen = trial_dir, record, name, gen
+        hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
+        self.before, self.after = caps.before(hops, hop), caps.after(hops, hop)
+        client = trial_dir / gen["client_json"]
+        self.ports = data_ports(client) if client.exists() else None
+        self.t0 = record["times"]["t0_ns"]
+        self.start = self.t0 + gen["start_ns"]
+        self.end = self.start + gen["duration_ns"]
+        self.warmup = parse_offset_ns(record["parameters"]["warmup"])
+        self.duration = parse_duration_ns(record["parameters"]["duration"])
+        self.cutoffs = np.array([int(c * 1e9) for c in CUTOFFS_S], np.int64)
+        self.since_t0 = [int(c) for c in self.cutoffs if c <= self.duration]
+        self.rate = (gen["path"].get("bottleneck") or {}).get("rate_bps")
+        self.out: dict[str, Any] = {
+            "type": "bulk_tcp",
+            "capture_before": self.before,
+            "capture_after": self.after,
+        }
+        self.after_side = self.before_side = None  # take()'s figures of either capture
+        self.table: pd.DataFrame | None = None  # its flows' (finish)
 
-def payload_capacity_bps(data: pd.DataFrame, rate_bps: int) -> float:
-    """What the bottleneck can carry as TCP payload: its rate times payload / frame of a
-    full-size segment seen in the capture (the shaper counts Ethernet frames)."""
-    full = data[data.payload_len == data.payload_len.max()]
-    if full.empty:
-        return float("nan")
-    row = full.iloc[0]
-    return rate_bps * int(row.payload_len) / (int(row.ip_len) + ETHERNET_HEADER)
+    def wants(self) -> dict[str, Want]:
+        pair = {pair_key(self.gen["src"], self.gen["dst"])} if self.rate else set()
+        out = {}
+        if self.after:
+            out[self.after] = Want()
+        if self.before:  # ip_len of its data packets: the payload capacity
+            out[self.before] = Want(matched=pair, times={self.t0 + c for c in self.since_t0})
+        return out
 
+    def _mine(self, seen: Seen) -> np.ndarray:
+        """Its directions: TCP between its two hosts, on iperf3's data ports (or its port)."""
+        pair = {ip_to_int(self.gen["src"]), ip_to_int(self.gen["dst"])}
+        tcp = seen.mask(proto=6, src=pair, dst=pair)
+        ports = self.ports or {self.gen["port"]}
+        return tcp & (seen.mask(sport=ports) | seen.mask(dport=ports))
 
-def analyse(
-    trial_dir: Path, record: dict[str, Any], name: str, gen: dict[str, Any], caps: Captures
-) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
-    before, after = caps.before(hops, hop), caps.after(hops, hop)
-    client = trial_dir / gen["client_json"]
-    ports = data_ports(client) if client.exists() else None
-    t0 = record["times"]["t0_ns"]
-    start, end = t0 + gen["start_ns"], t0 + gen["start_ns"] + gen["duration_ns"]
-    warmup = parse_offset_ns(record["parameters"]["warmup"])
-    out: dict[str, Any] = {"type": "bulk_tcp", "capture_before": before, "capture_after": after}
-    flows = pd.DataFrame(columns=KEY)
-    if after:
-        pk = own_packets(caps.packets(after), gen, ports)
-        if record.get("status") != "complete" and len(pk):
-            # Stopped early (interrupted, failed): the window ends where its packets end.
-            end = min(end, int(pk.ts_ns.max()))
-            out["window_cut_at_s"] = (end - t0) / 1e9
-        steady_ok = end > start + warmup
-        steady = tcp_goodput(pk, start_ns=start + warmup, end_ns=end)
+    def _flows(self, seen: Seen) -> Flows:
+        """The capture's flows restricted to this generator's, its packets' latest time as
+        the capture's end."""
+        mine = self._mine(seen)
+        own = seen.flows
+        last = seen.last_ns(mine)
+        return dataclasses.replace(
+            own, flows=own.flows[mine[own.flows]], end_ns=-1 if last is None else last
+        )
+
+    def ask(self, seen: Seen) -> None:
+        f = self._flows(seen)
+        if seen.point == self.after:
+            if self.record.get("status") != "complete" and f.end_ns >= 0:
+                # Stopped early (interrupted, failed): the window ends where its packets end.
+                self.end = min(self.end, f.end_ns)
+                self.out["window_cut_at_s"] = (self.end - self.t0) / 1e9
+            data = f.data
+            self.steady = goodput_queries(
+                f.queries, data, f.flows, self.start + self.warmup, self.end
+            )
+            self.lifetime = goodput_queries(f.queries, data, f.flows)
+        if seen.point == self.before:
+            f.add_delivered(f"{self.name}.delivered", self.cutoffs)
+            f.add_exit(f"{self.name}.exit")
+            f.queries.add(f"{self.name}.t0", f.flows, self.t0)
+            for c in self.since_t0:
+                f.queries.add(f"{self.name}.t0+{c}", f.flows, self.t0 + c)
+
+    def take(self, seen: Seen) -> None:
+        """Its flows' figures of this capture, as arrays (the frames are made in finish)."""
+        f = self._flows(seen)
+        d, ends = f.data, f.ends()
+        if seen.point == self.after:
+            self.after_side = {
+                "ends": ends,
+                "steady": goodput(f.queries, d, self.steady),
+                "lifetime": goodput(f.queries, d, self.lifetime),
+            }
+        if seen.point == self.before:
+            configured = self.record.get("host_settings", {}).get(self.gen["from"], {})
+            rto_min = configured.get("rto_min")
+            events = f.losses(parse_duration_ns(rto_min) if rto_min else DEFAULT_RTO_MIN_NS)
+            counts = (d.packets, d.retransmitted, d.retransmitted_bytes)
+            self.before_side = {
+                "ends": ends,
+                "retrans": {
+                    k: v[f.flows] for k, v in zip(RETRANSMISSION_COLUMNS, counts, strict=True)
+                },
+                "events": events,
+                "counted": loss_counts(events, len(f.flows)),
+                "starts": f.starts(),
+                "end_ns": f.end_ns,
+                "exits": f.slow_start(f"{self.name}.exit"),
+                "delivered": f.delivered(f"{self.name}.delivered"),
+                "since_t0": {f"{c // 10**9}s": self._since_t0(f, c) for c in self.since_t0},
+                "capacity": self._capacity(seen) if self.rate else None,
+            }
+
+    def _goodput(self) -> tuple[pd.DataFrame, dict[str, Any]]:
+        """Its flows' goodput in the steady window and over their lifetime, and the summary's
+        figures of them."""
+        side = self.after_side
+        ends = side["ends"]
+        steady_ok = self.end > self.start + self.warmup
+        steady = goodput_frame(ends, *side["steady"])
         if not steady_ok:  # it never reached its steady state: no steady figures at all
             steady = steady.assign(bytes=0, seconds=0.0, goodput_bps=np.nan)
-        lifetime = tcp_goodput(pk)
-        flows = steady.rename(
-            columns={
-                "bytes": "steady_bytes",
-                "seconds": "steady_seconds",
-                "goodput_bps": "steady_goodput_bps",
-            }
-        ).merge(
-            lifetime.rename(
-                columns={
-                    "bytes": "lifetime_bytes",
-                    "seconds": "lifetime_seconds",
-                    "goodput_bps": "lifetime_goodput_bps",
-                }
-            ),
-            on=KEY,
-            how="outer",
+        lifetime = goodput_frame(ends, *side["lifetime"])
+        names = ("bytes", "seconds", "goodput_bps")
+        flows = steady.rename(columns={c: f"steady_{c}" for c in names}).merge(
+            lifetime.rename(columns={c: f"lifetime_{c}" for c in names}), on=KEY, how="outer"
         )
-        out.update(
-            flows_seen=len(flows),
-            goodput_kBps=float(flows.steady_goodput_bps.sum() / 8000) if steady_ok else None,
-            steady_window_s=[(start + warmup - t0) / 1e9, (end - t0) / 1e9] if steady_ok else None,
-            goodput_kBps_lifetime=float(flows.lifetime_goodput_bps.sum() / 8000),
-            flow_goodput_kBps=[float(v) for v in flows.steady_goodput_bps / 8000],
-        )
-    if before:
-        pk = own_packets(caps.packets(before), gen, ports)
-        retrans = tcp_retransmissions(pk)
-        flows = flows.merge(retrans, on=KEY, how="outer") if len(flows.columns) > 4 else retrans
-        configured = record.get("host_settings", {}).get(gen["from"], {}).get("rto_min")
-        rto_min = parse_duration_ns(configured) if configured else DEFAULT_RTO_MIN_NS
-        losses = loss_summary(pk, rto_threshold_ns=rto_min)
-        events = loss_events(pk, rto_threshold_ns=rto_min)
-        exits = slow_start_exit(pk)
-        cutoffs = [int(c * 1e9) for c in CUTOFFS_S]
-        delivered = delivered_by(pk, cutoffs)
-        flows = flows.merge(
-            losses[[*KEY, "start_ns", "timeouts", "timeout_idle_ns", "fast_retransmits"]],
-            on=KEY,
-            how="left",
-        ).merge(exits[[*KEY, "exit_ns"]], on=KEY, how="left")
-        wide = delivered.pivot_table(
-            index=KEY, columns="cutoff_ns", values="bytes", aggfunc="first"
-        )
+        window = [(self.start + self.warmup - self.t0) / 1e9, (self.end - self.t0) / 1e9]
+        return flows, {
+            "flows_seen": len(flows),
+            "goodput_kBps": float(flows.steady_goodput_bps.sum() / 8000) if steady_ok else None,
+            "steady_window_s": window if steady_ok else None,
+            "goodput_kBps_lifetime": float(flows.lifetime_goodput_bps.sum() / 8000),
+            "flow_goodput_kBps": [float(v) for v in flows.steady_goodput_bps / 8000],
+        }
+
+    def _sender_side(self) -> tuple[dict[str, pd.DataFrame], dict]:
+        """Its flows' retransmissions, losses, slow-start exits and bytes delivered by each
+        cut-off (frames of a row per flow), and the summary's figures of them."""
+        side = self.before_side
+        ends, starts = side["ends"], side["starts"]
+        retrans = pd.DataFrame({**ends, **side["retrans"]})
+        losses = pd.DataFrame({**ends, "start_ns": starts["start_ns"], **side["counted"]})
+        timeouts = loss_event_rows(ends, side["events"])
+        exits = pd.DataFrame({**ends, **side["exits"]})
+        delivered = delivered_rows(ends, starts, side["end_ns"], self.cutoffs, side["delivered"])
         covered = delivered.groupby("cutoff_ns").covered.all()
-        wide.columns = [f"delivered_{c // 10**9}s" for c in wide.columns]
-        flows = flows.merge(wide.reset_index(), on=KEY, how="left")
-        data = pk[(pk.payload_len > 0) & (pk.src == ip_to_int(gen["src"]))]
-        rate = (gen["path"].get("bottleneck") or {}).get("rate_bps")
-        out.update(
-            retransmitted_packets=int(retrans.retransmitted_packets.sum()),
-            timeouts=int(losses.timeouts.sum()),
-            timeout_idle_ms=[float(v) / 1e6 for v in events[events.kind == "timeout"].idle_ns],
-            fast_retransmits=int(losses.fast_retransmits.sum()),
-            slow_start_exit_s=[None if np.isnan(v) else float(v) / 1e9 for v in exits.exit_ns],
-            start_offsets_s=[float(v - t0) / 1e9 for v in losses.start_ns],
-            delivered_bytes={
+        frames = {"retrans": retrans, "losses": losses, "exits": exits, "delivered": delivered}
+        return frames, {
+            "retransmitted_packets": int(retrans.retransmitted_packets.sum()),
+            "timeouts": int(losses.timeouts.sum()),
+            "timeout_idle_ms": [
+                float(v) / 1e6 for v in timeouts[timeouts.kind == "timeout"].idle_ns
+            ],
+            "fast_retransmits": int(losses.fast_retransmits.sum()),
+            "slow_start_exit_s": [None if np.isnan(v) else float(v) / 1e9 for v in exits.exit_ns],
+            "start_offsets_s": [float(v - self.t0) / 1e9 for v in losses.start_ns],
+            "delivered_bytes": {
                 f"{c // 10**9}s": int(delivered[delivered.cutoff_ns == c].bytes.sum())
-                for c in cutoffs
+                for c in self.cutoffs
                 if covered.get(c, False)
             },
             # Since T0 rather than since each flow's SYN: what the aggregate is judged by.
-            delivered_since_t0={
-                f"{c // 10**9}s": int(
-                    tcp_goodput(pk[pk.ts_ns <= t0 + c], start_ns=t0, end_ns=t0 + c).bytes.sum()
-                )
-                for c in cutoffs
-                if c <= parse_duration_ns(record["parameters"]["duration"])
-            },
-            payload_capacity_bps=payload_capacity_bps(data, rate) if rate else None,
+            "delivered_since_t0": side["since_t0"],
+            "payload_capacity_bps": side["capacity"],
+        }
+
+    def _flow_table(self) -> pd.DataFrame:
+        """A row per flow: its goodput (the capture after the bottleneck) and its sender's
+        side (the capture before it), merged on the flows' ends; the summary's figures (made
+        once)."""
+        if self.table is not None:
+            return self.table
+        flows = pd.DataFrame(columns=KEY)
+        if self.after_side is not None:
+            flows, figures = self._goodput()
+            self.out.update(figures)
+        if self.before_side is not None:
+            frames, figures = self._sender_side()
+            retrans, losses = frames["retrans"], frames["losses"]
+            flows = flows.merge(retrans, on=KEY, how="outer") if len(flows.columns) > 4 else retrans
+            flows = flows.merge(
+                losses[[*KEY, "start_ns", "timeouts", "timeout_idle_ns", "fast_retransmits"]],
+                on=KEY,
+                how="left",
+            ).merge(frames["exits"][[*KEY, "exit_ns"]], on=KEY, how="left")
+            wide = frames["delivered"].pivot_table(
+                index=KEY, columns="cutoff_ns", values="bytes", aggfunc="first"
+            )
+            wide.columns = [f"delivered_{c // 10**9}s" for c in wide.columns]
+            flows = flows.merge(wide.reset_index(), on=KEY, how="left")
+            self.out.update(figures)
+        self.table = flows
+        return flows
+
+    def _since_t0(self, f: Flows, c: int) -> int:
+        """Bytes acked in order from T0 to T0 + c, counted as in a capture cut at T0 + c (its
+        flows, their base and FIN as far as it goes: the data pass's state then)."""
+        at = int(np.searchsorted(f.data.at["ts"], self.t0 + c))
+        base, fin = (f.data.at[k][at][f.flows] for k in ("base", "fin"))
+        has = f.data.at["has"][at][f.flows]
+        q, lo, hi = f.queries, f"{self.name}.t0", f"{self.name}.t0+{c}"
+        a_lo = acked(q.answers.highest[q.where[lo]], q.answers.highest_seen[q.where[lo]], base, fin)
+        a_hi = acked(q.answers.highest[q.where[hi]], q.answers.highest_seen[q.where[hi]], base, fin)
+        return int(np.maximum(a_hi - a_lo, 0)[has].sum())
+
+    def _capacity(self, seen: Seen) -> float:
+        """What the bottleneck can carry as TCP payload: its rate times payload / frame of the
+        first full-size segment the sender sent (the shaper counts Ethernet frames)."""
+        data = self._mine(seen) & seen.mask(src=ip_to_int(self.gen["src"]))
+        if not seen.directions["matched"][data].all():
+            raise ValueError(f"{self.name}: its data packets were not kept with their IP length")
+        largest = {k: v[data] for k, v in seen.largest.items()}
+        most = largest["payload_len"].max(initial=0)
+        if most <= 0:
+            return float("nan")
+        full = largest["payload_len"] == most
+        first = np.argmin(np.where(full, largest["row"], np.iinfo(np.int64).max))
+        return self.rate * int(most) / (int(largest["ip_len"][first]) + ETHERNET_HEADER)
+
+    def cwnd_job(self) -> Callable[[], tuple[pd.DataFrame, pd.DataFrame]] | None:
+        """sender_state of its flows (a function of no argument, which the caller may run
+        ahead, in a thread of its own); None without a recording of the sender or flows."""
+        flows = self._flow_table()
+        sender_dir = self.trial_dir / self.gen.get("sender", self.gen["from"])
+        # Linux senders record tcp:tcp_probe; FreeBSD senders a SIFTR log (the same table).
+        probe = next(
+            (p for p in (sender_dir / TCP_PROBE, sender_dir / SIFTR_LOG) if p.exists()),
+            sender_dir / TCP_PROBE,
         )
-    tables = {"flows": flows.assign(generator=name)}
-    sender_dir = trial_dir / gen.get("sender", gen["from"])
-    # Linux senders record tcp:tcp_probe; FreeBSD senders a SIFTR log (the same table).
-    probe = next(
-        (p for p in (sender_dir / TCP_PROBE, sender_dir / SIFTR_LOG) if p.exists()),
-        sender_dir / TCP_PROBE,
-    )
-    if probe.exists() and len(flows):
-        cwnd, epochs = sender_state(probe, flows, gen)
-        tables["cwnd"] = cwnd.assign(generator=name)
-        out.update(
-            cwnd_events=len(cwnd),
-            congestion_epochs=[int((epochs.sport == p).sum()) for p in flows.sport],
-        )
-    return out, tables
+        if not (probe.exists() and len(flows)):
+            return None
+        return functools.partial(sender_state, probe, flows, self.gen)
+
+    def finish(self, cwnd: Future | None = None) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+        """Its summary and tables; ``cwnd``: cwnd_job's, run ahead (else run here)."""
+        flows, out = self._flow_table(), self.out
+        tables = {"flows": flows.assign(generator=self.name)}
+        job = self.cwnd_job() if cwnd is None else None
+        if cwnd is not None or job is not None:
+            table, epochs = cwnd.result() if cwnd is not None else job()
+            tables["cwnd"] = table.assign(generator=self.name)
+            out.update(
+                cwnd_events=len(table),
+                congestion_epochs=[int((epochs.sport == p).sum()) for p in flows.sport],
+            )
+        return out, tables
 
 
 def sender_state(
@@ -171,6 +295,10 @@ def sender_state(
     (its sockets only: src is the sender), and the congestion epochs (ssthresh reductions)."""
     data = flows[flows.src == ip_to_int(gen["src"])][KEY]
     wanted = data.assign(src=[int_to_ip(v) for v in data.src], dst=[int_to_ip(v) for v in data.dst])
-    events = read_siftr(probe) if probe.name == SIFTR_LOG else read_tcp_probe(probe)
-    cwnd = for_flows(events, wanted)
+    if probe.name == SIFTR_LOG:
+        from analysis.tcp_probe import for_flows
+
+        cwnd = for_flows(read_siftr(probe), wanted)
+    else:
+        cwnd = read_tcp_probe(probe, flows=wanted, categorical=True)
     return cwnd, congestion_events(cwnd)

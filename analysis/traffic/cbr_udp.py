@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from analysis.captures import Captures, bottleneck_hop
-from analysis.metrics import MAX_FRAME_BYTES, one_way_delay, owd_upper_bound_ns, summarize_owd
+from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
+from analysis.lazy import pd
+from analysis.match import match_times
+from analysis.metrics import MAX_FRAME_BYTES, owd_upper_bound_ns, summarize_owd, with_owd
 from analysis.pcap import ip_to_int
 from analysis.stalls import STALL_NS, crossed_a_stall, stall_windows
 from core.units import parse_buffer
@@ -36,58 +37,101 @@ def max_transit_ns(gen: dict[str, Any]) -> int:
     return (gen["path"]["one_way_delay_ns"] if bound is None else bound) + MATCH_MARGIN_NS
 
 
-def own_packets(frame: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
-    return frame[
-        (frame.proto == 17)
-        & (frame.src == ip_to_int(gen["src"]))
-        & (frame.dst == ip_to_int(gen["dst"]))
-        & (frame.dport == gen["port"])
-    ]
+class Analysis:
+    """One cbr_udp generator's analysis, capture by capture (see analysis/trial.py): its
+    packets before the bottleneck (every read_pcap column: the owd table's) and after it,
+    matched once both are read."""
 
+    def __init__(
+        self, trial_dir: Path, record: dict, name: str, gen: dict[str, Any], caps: Captures
+    ) -> None:
+        self.record, self.name, self.gen = record, name, gen
+        hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
+        self.before, self.after = caps.before(hops, hop), caps.after(hops, hop)
+        self.out: dict[str, Any] = {
+            "type": "cbr_udp",
+            "capture_before": self.before,
+            "capture_after": self.after,
+        }
+        self.skipped = None
+        if not (self.before and self.after):
+            self.skipped = "no capture point on both sides of the bottleneck"
+        elif caps.clock(self.before) != caps.clock(self.after):
+            self.skipped = f"capture points {self.before} and {self.after} have different clocks"
+        self.pair = pair_key(gen["src"], gen["dst"])
 
-def analyse(
-    trial_dir: Path, record: dict[str, Any], name: str, gen: dict[str, Any], caps: Captures
-) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
-    before, after = caps.before(hops, hop), caps.after(hops, hop)
-    out: dict[str, Any] = {"type": "cbr_udp", "capture_before": before, "capture_after": after}
-    if not (before and after):
-        out["owd_skipped"] = "no capture point on both sides of the bottleneck"
-        return out, {}
-    if caps.clock(before) != caps.clock(after):
-        out["owd_skipped"] = f"capture points {before} and {after} have different clocks"
-        return out, {}
-    first, second = caps.packets(before), caps.packets(after)
-    owd = one_way_delay(
-        own_packets(first, gen),
-        own_packets(second, gen),
-        max_delay_ns=max_transit_ns(gen),
-        end_ns=int(second.ts_ns.max()) if len(second) else None,
-    )
-    b_host = (gen["path"].get("bottleneck") or {}).get("host")
-    stats = ((record.get("delay") or {}).get(b_host) or {}).get("delayline_stats") or {}
-    all_stats = summarize_owd(owd)
-    if "stalls" in stats:
-        out.update(judge_stalls(owd, stall_windows(stats), "delay line"))
-    else:  # netem (or no delay): analysis.trial reads the lost service from the packets
-        out.update(judge_stalls(owd, np.empty((0, 2), dtype=np.int64), None))
-    one_way_ms = gen["path"]["one_way_delay_ns"] / 1e6
-    dscp = np.unique(own_packets(first, gen).tos.to_numpy() >> 2)
-    out.update(
-        udp_packets=all_stats["packets"],
-        udp_lost=all_stats["lost"],
-        **{f"owd_{k}": v for k, v in all_stats.items() if k.endswith("_ms")},
-        owd_bound_ms=None if owd_bound_ns(gen) is None else owd_bound_ns(gen) / 1e6,
-        owd_min_excess_ms=(
-            all_stats["min_ms"] - one_way_ms if np.isfinite(all_stats["min_ms"]) else float("nan")
-        ),
-        delayline_lateness_us={
-            q.get("label", str(i)): q.get("lateness_us")
-            for i, q in enumerate(stats.get("queues", []))
-        },
-        dscp_seen=[int(v) for v in dscp],
-    )
-    return out, {"owd": owd.assign(generator=name)}
+    def wants(self) -> dict[str, Want]:
+        if self.skipped:
+            return {}
+        return {
+            self.before: Want(matched={self.pair}, detailed={self.pair}),
+            self.after: Want(matched={self.pair}),
+        }
+
+    def _mine(self, seen: Seen) -> np.ndarray:
+        src, dst = ip_to_int(self.gen["src"]), ip_to_int(self.gen["dst"])
+        return seen.mask(proto=17, src=src, dst=dst, dport=self.gen["port"])
+
+    def ask(self, seen: Seen) -> None:
+        pass
+
+    def take(self, seen: Seen) -> None:
+        mine = self._mine(seen)
+        if not seen.directions["matched"][mine].all():
+            raise ValueError(f"{self.name}: its packets at {seen.point} were not kept matched")
+        kept = seen.matched_of(mine)
+        if seen.point == self.before:  # its rows: those of its directions, in file order
+            self.first = seen.packets(mine)
+            self.first_hash = seen.cap.matched["key_hash"][kept]
+        if seen.point == self.after:
+            self.second_ts = seen.cap.ts_ns[seen.matched_rows[kept]]
+            self.second_hash = seen.cap.matched["key_hash"][kept]
+            self.second_end = seen.end_ns if len(seen.cap) else None
+
+    def finish(self) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+        out, gen = self.out, self.gen
+        if self.skipped:
+            out["owd_skipped"] = self.skipped
+            return out, {}
+        first = pd.DataFrame(self.first, copy=False)
+        ts_out = np.full(len(first), -1, dtype=np.int64)
+        if len(first) and len(self.second_ts):
+            ts_out = match_times(
+                self.first_hash, first["ts_ns"].to_numpy(np.int64), self.second_hash,
+                self.second_ts, max_delay_ns=max_transit_ns(gen),
+            )  # fmt: skip
+        end_ns = self.second_end
+        if end_ns is None:  # one_way_delay's default: the last packet after, else before
+            last = self.second_ts if len(self.second_ts) else first["ts_ns"].to_numpy()
+            end_ns = int(last.max()) if len(last) else 0
+        matched = first.assign(ts_out_ns=ts_out, forwarded=ts_out >= 0)
+        owd = with_owd(matched, max_delay_ns=max_transit_ns(gen), end_ns=end_ns)
+        b_host = (gen["path"].get("bottleneck") or {}).get("host")
+        stats = ((self.record.get("delay") or {}).get(b_host) or {}).get("delayline_stats") or {}
+        all_stats = summarize_owd(owd)
+        if "stalls" in stats:
+            out.update(judge_stalls(owd, stall_windows(stats), "delay line"))
+        else:  # netem (or no delay): analysis.trial reads the lost service from the packets
+            out.update(judge_stalls(owd, np.empty((0, 2), dtype=np.int64), None))
+        one_way_ms = gen["path"]["one_way_delay_ns"] / 1e6
+        dscp = np.unique(first.tos.to_numpy() >> 2)
+        out.update(
+            udp_packets=all_stats["packets"],
+            udp_lost=all_stats["lost"],
+            **{f"owd_{k}": v for k, v in all_stats.items() if k.endswith("_ms")},
+            owd_bound_ms=None if owd_bound_ns(gen) is None else owd_bound_ns(gen) / 1e6,
+            owd_min_excess_ms=(
+                all_stats["min_ms"] - one_way_ms
+                if np.isfinite(all_stats["min_ms"])
+                else float("nan")
+            ),
+            delayline_lateness_us={
+                q.get("label", str(i)): q.get("lateness_us")
+                for i, q in enumerate(stats.get("queues", []))
+            },
+            dscp_seen=[int(v) for v in dscp],
+        )
+        return out, {"owd": owd.assign(generator=self.name)}
 
 
 def judge_stalls(owd: pd.DataFrame, windows: np.ndarray, source: str | None) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from analysis.captures import Captures
+from analysis.captures import Captures, Seen, Want
+from analysis.lazy import pd
 from analysis.pcap import ip_to_int
 
 TCP_SYN, TCP_ACK = 0x02, 0x10
@@ -49,9 +49,12 @@ def response_stats(ns: pd.Series) -> dict[str, float]:
 def own_packets(frame: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
     """The generator's packets in both directions (UDP pair i: server port + i)."""
     pair = {ip_to_int(gen["src"]), ip_to_int(gen["dst"])}
-    ports = np.arange(gen["port"], gen["port"] + (gen["pairs"] if gen["proto"] == 17 else 1))
     mine = frame[(frame.proto == gen["proto"]) & frame.src.isin(pair) & frame.dst.isin(pair)]
-    return mine[mine.sport.isin(ports) | mine.dport.isin(ports)]
+    return mine[mine.sport.isin(_ports(gen)) | mine.dport.isin(_ports(gen))]
+
+
+def _ports(gen: dict[str, Any]) -> np.ndarray:
+    return np.arange(gen["port"], gen["port"] + (gen["pairs"] if gen["proto"] == 17 else 1))
 
 
 def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
@@ -161,68 +164,91 @@ def nearest_capture(caps: Captures, gen: dict[str, Any]) -> str | None:
     return min(pos, key=pos.get) if pos else None  # type: ignore[arg-type]
 
 
-def analyse(
-    trial_dir: Path, record: dict[str, Any], name: str, gen: dict[str, Any], caps: Captures
-) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    out: dict[str, Any] = {
-        "type": "transaction",
-        "workload": gen["workload"],
-        "protocol": gen["protocol"],
-    }
-    path = trial_dir / gen["client_csv"]
-    if not path.exists():
-        out["skipped"] = f"no client rows ({gen['client_csv']})"
-        return out, {}
-    meta, rows = read_client(path)
-    good = rows[rows.ok == 1]
-    out.update(
-        transactions=len(rows),
-        failed=int((rows.ok != 1).sum()),
-        retransmissions=int(rows.retrans.sum()),
-        kernel_sndbuf=int(meta.get("sndbuf", 0)),
-        kernel_rcvbuf=int(meta.get("rcvbuf", 0)),
-        mss=int(meta.get("mss", 0)),
-        client_cpu_s=float(meta.get("user_s", 0)) + float(meta.get("sys_s", 0)),
-        **response_stats(good.response_ns),
-    )
-    if len(good):
-        span = (good.end_ns.max() - good.start_ns.min()) / 1e9
-        out["transactions_per_s"] = len(good) / span if span > 0 else float("nan")
-    if gen["workload"] == "filetransf_long" and len(good):
-        mbps = good.bytes * 8 / good.response_ns * 1e3  # bit/ns -> Mbit/s
+class Analysis:
+    """One transaction generator's analysis (see analysis/trial.py): the client's rows, and
+    its packets at the capture point nearest to the client, as a small frame."""
+
+    def __init__(
+        self, trial_dir: Path, record: dict, name: str, gen: dict[str, Any], caps: Captures
+    ) -> None:
+        self.name, self.gen = name, gen
+        self.path = trial_dir / gen["client_csv"]
+        self.point = nearest_capture(caps, gen)
+        self.packets = None
+
+    def wants(self) -> dict[str, Want]:
+        return {self.point: Want()} if self.point and self.path.exists() else {}
+
+    def ask(self, seen: Seen) -> None:
+        pass
+
+    def take(self, seen: Seen) -> None:
+        pair = {ip_to_int(self.gen["src"]), ip_to_int(self.gen["dst"])}
+        mine = seen.mask(proto=self.gen["proto"], src=pair, dst=pair)
+        ports = seen.mask(sport=_ports(self.gen)) | seen.mask(dport=_ports(self.gen))
+        self.packets = seen.packets(mine & ports)
+
+    def finish(self) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+        gen = self.gen
+        out: dict[str, Any] = {
+            "type": "transaction",
+            "workload": gen["workload"],
+            "protocol": gen["protocol"],
+        }
+        path = self.path
+        if not path.exists():
+            out["skipped"] = f"no client rows ({gen['client_csv']})"
+            return out, {}
+        meta, rows = read_client(path)
+        good = rows[rows.ok == 1]
         out.update(
-            throughput_mean_mbps=float(mbps.mean()),
-            throughput_median_mbps=float(mbps.median()),
-            # Every byte over the whole time the transfers took (pairs overlap).
-            throughput_aggregate_mbps=float(
-                good.bytes.sum() * 8 / (good.end_ns.max() - good.start_ns.min()) * 1e3
-            ),
+            transactions=len(rows),
+            failed=int((rows.ok != 1).sum()),
+            retransmissions=int(rows.retrans.sum()),
+            kernel_sndbuf=int(meta.get("sndbuf", 0)),
+            kernel_rcvbuf=int(meta.get("rcvbuf", 0)),
+            mss=int(meta.get("mss", 0)),
+            client_cpu_s=float(meta.get("user_s", 0)) + float(meta.get("sys_s", 0)),
+            **response_stats(good.response_ns),
         )
-    tables = {"transactions": rows.assign(generator=name)}
-    point = nearest_capture(caps, gen)
-    if point is None:
-        out["capture_check_skipped"] = "no capture point on the path"
+        if len(good):
+            span = (good.end_ns.max() - good.start_ns.min()) / 1e9
+            out["transactions_per_s"] = len(good) / span if span > 0 else float("nan")
+        if gen["workload"] == "filetransf_long" and len(good):
+            mbps = good.bytes * 8 / good.response_ns * 1e3  # bit/ns -> Mbit/s
+            out.update(
+                throughput_mean_mbps=float(mbps.mean()),
+                throughput_median_mbps=float(mbps.median()),
+                # Every byte over the whole time the transfers took (pairs overlap).
+                throughput_aggregate_mbps=float(
+                    good.bytes.sum() * 8 / (good.end_ns.max() - good.start_ns.min()) * 1e3
+                ),
+            )
+        tables = {"transactions": rows.assign(generator=self.name)}
+        point = self.point
+        if point is None:
+            out["capture_check_skipped"] = "no capture point on the path"
+            return out, tables
+        packets = pd.DataFrame(self.packets, copy=False)
+        caps_tx = capture_transactions(packets, gen)
+        check = cross_check(rows, caps_tx)
+        excess_us = check.excess_ns.to_numpy(dtype="float64") / 1e3
+        out.update(
+            capture_point=point,
+            capture_transactions=len(caps_tx),
+            capture_matched=len(check),
+            capture_matched_share=len(check) / max(1, len(good)),
+        )
+        if len(check):
+            out.update(
+                capture_response_median_ms=float(check.cap_response_ns.median() / 1e6),
+                client_excess_median_us=float(np.median(excess_us)),
+                client_excess_p99_us=float(np.percentile(excess_us, 99)),
+                client_excess_min_us=float(excess_us.min()),
+            )
+        if gen["workload"] == "filetransf_long":
+            out.update(transfer_packets(packets, gen, caps_tx))
+        tables["transaction_check"] = check[
+            ["pair", "seq", "local_port", "response_ns", "cap_response_ns", "excess_ns"]
+        ].assign(generator=self.name)
         return out, tables
-    packets = own_packets(caps.packets(point), gen)
-    caps_tx = capture_transactions(packets, gen)
-    check = cross_check(rows, caps_tx)
-    excess_us = check.excess_ns.to_numpy(dtype="float64") / 1e3
-    out.update(
-        capture_point=point,
-        capture_transactions=len(caps_tx),
-        capture_matched=len(check),
-        capture_matched_share=len(check) / max(1, len(good)),
-    )
-    if len(check):
-        out.update(
-            capture_response_median_ms=float(check.cap_response_ns.median() / 1e6),
-            client_excess_median_us=float(np.median(excess_us)),
-            client_excess_p99_us=float(np.percentile(excess_us, 99)),
-            client_excess_min_us=float(excess_us.min()),
-        )
-    if gen["workload"] == "filetransf_long":
-        out.update(transfer_packets(packets, gen, caps_tx))
-    tables["transaction_check"] = check[
-        ["pair", "seq", "local_port", "response_ns", "cap_response_ns", "excess_ns"]
-    ].assign(generator=name)
-    return out, tables

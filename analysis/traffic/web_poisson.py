@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from analysis.captures import Captures, bottleneck_hop
+from analysis.captures import Captures, Seen, Want, bottleneck_hop
+from analysis.lazy import pd
 from analysis.pcap import ip_to_int
 from core.units import parse_offset_ns
 
@@ -189,65 +189,95 @@ def fct_summary(flows: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def analyse(
-    trial_dir: Path, record: dict[str, Any], name: str, gen: dict[str, Any], caps: Captures
-) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
-    before, after = caps.before(hops, hop), caps.after(hops, hop)
-    out: dict[str, Any] = {"type": "web_poisson", "capture_before": before, "capture_after": after}
-    end_point = after or before
-    if end_point is None:
-        out["fct_skipped"] = "no capture point on the generator's path"
-        return out, {}
-    syn_point = before if before and caps.clock(before) == caps.clock(end_point) else end_point
-    flows = flow_completion(
-        caps.packets(syn_point),
-        caps.packets(end_point),
-        src=gen["src"],
-        dst=gen["dst"],
-        port=gen["port"],
-    )
-    end = caps.packets(end_point)
-    data = end[
-        (end.proto == 6)
-        & (end.src == ip_to_int(gen["src"]))
-        & (end.dport == gen["port"])
-        & (end.payload_len > 0)
-    ]
-    codes, counts = np.unique((data.tos.to_numpy() >> 2).astype(np.int64), return_counts=True)
-    # Payload that crossed the bottleneck in the steady window (seed 004's goodput axis);
-    # retransmitted bytes count once, at their first crossing.
-    t0 = record["times"]["t0_ns"]
-    steady_start = t0 + parse_offset_ns(record["parameters"].get("warmup") or 0)
-    steady_end = t0 + gen["start_ns"] + gen["duration_ns"]
-    steady = data[(data.ts_ns >= steady_start) & (data.ts_ns < steady_end)]
-    steady = steady.drop_duplicates(["sport", "seq"])
-    listed_path = trial_dir / gen["flows_file"]
-    listed = read_flow_list(listed_path) if listed_path.exists() else read_flow_list_empty()
-    flows = attach_schedule(flows, listed)
-    web = flows[~flows.backlogged]
-    rtt = flows.syn_rtt_ns.dropna() / 1e6
-    if after:
-        turn = receiver_turnaround(end, src=gen["src"], dst=gen["dst"], port=gen["port"])
-        out.update(receiver_turnaround_capture=after, **turnaround_summary(turn))
-    out.update(
-        syn_capture=syn_point,
-        end_capture=end_point,
-        flows_scheduled=gen["flows_scheduled"],
-        flows_started=int((listed.flow >= 0).sum()),
-        flows_seen=len(web),
-        flows_complete=int(web.complete.sum()),
-        flows_unmatched=int(web.group.isna().sum()),
-        backlogged_bytes=int(flows[flows.backlogged].bytes_seen.sum()),
-        # DSCP of the data packets after the bottleneck (what markers wrote and RIO kept)
-        dscp_data_packets={int(d): int(n) for d, n in zip(codes, counts, strict=True)},
-        steady_payload_bytes=int(steady.payload_len.astype(np.int64).sum()),
-        steady_window_s=max(0, steady_end - steady_start) / 1e9,
-        syn_rtt_ms_min=float(rtt.min()) if len(rtt) else None,
-        syn_rtt_ms_median=float(rtt.median()) if len(rtt) else None,
-        **fct_summary(flows),
-    )
-    return out, {"web_flows": flows.assign(generator=name)}
+class Analysis:
+    """One web_poisson generator's analysis (see analysis/trial.py): its packets at the
+    capture points it reads, as small frames, then the flows' completion."""
+
+    def __init__(
+        self, trial_dir: Path, record: dict, name: str, gen: dict[str, Any], caps: Captures
+    ) -> None:
+        self.trial_dir, self.record, self.name, self.gen = trial_dir, record, name, gen
+        hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
+        self.before, self.after = caps.before(hops, hop), caps.after(hops, hop)
+        self.end_point = self.after or self.before
+        self.syn_point = self.end_point
+        if self.before and self.end_point and caps.clock(self.before) == caps.clock(self.end_point):
+            self.syn_point = self.before
+        self.frames: dict[str, dict[str, np.ndarray]] = {}  # read_pcap's columns
+
+    def wants(self) -> dict[str, Want]:
+        if self.end_point is None:
+            return {}
+        return {self.syn_point: Want(), self.end_point: Want()}
+
+    def ask(self, seen: Seen) -> None:
+        pass
+
+    def take(self, seen: Seen) -> None:
+        """Its client's TCP packets to the port, and the server's back."""
+        client, port = ip_to_int(self.gen["src"]), self.gen["port"]
+        to_server = seen.mask(proto=6, src=client, dport=port)
+        back = seen.mask(proto=6, dst=client, sport=port)
+        self.frames[seen.point] = seen.packets(to_server | back)
+
+    def finish(self) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+        gen, record, after = self.gen, self.record, self.after
+        out: dict[str, Any] = {
+            "type": "web_poisson", "capture_before": self.before, "capture_after": after
+        }  # fmt: skip
+        end_point, syn_point = self.end_point, self.syn_point
+        if end_point is None:
+            out["fct_skipped"] = "no capture point on the generator's path"
+            return out, {}
+        frames = {k: pd.DataFrame(v, copy=False) for k, v in self.frames.items()}
+        flows = flow_completion(
+            frames[syn_point],
+            frames[end_point],
+            src=gen["src"],
+            dst=gen["dst"],
+            port=gen["port"],
+        )
+        end = frames[end_point]
+        data = end[
+            (end.proto == 6)
+            & (end.src == ip_to_int(gen["src"]))
+            & (end.dport == gen["port"])
+            & (end.payload_len > 0)
+        ]
+        codes, counts = np.unique((data.tos.to_numpy() >> 2).astype(np.int64), return_counts=True)
+        # Payload that crossed the bottleneck in the steady window (seed 004's goodput axis);
+        # retransmitted bytes count once, at their first crossing.
+        t0 = record["times"]["t0_ns"]
+        steady_start = t0 + parse_offset_ns(record["parameters"].get("warmup") or 0)
+        steady_end = t0 + gen["start_ns"] + gen["duration_ns"]
+        steady = data[(data.ts_ns >= steady_start) & (data.ts_ns < steady_end)]
+        steady = steady.drop_duplicates(["sport", "seq"])
+        listed_path = self.trial_dir / gen["flows_file"]
+        listed = read_flow_list(listed_path) if listed_path.exists() else read_flow_list_empty()
+        flows = attach_schedule(flows, listed)
+        web = flows[~flows.backlogged]
+        rtt = flows.syn_rtt_ns.dropna() / 1e6
+        if after:
+            turn = receiver_turnaround(end, src=gen["src"], dst=gen["dst"], port=gen["port"])
+            out.update(receiver_turnaround_capture=after, **turnaround_summary(turn))
+        out.update(
+            syn_capture=syn_point,
+            end_capture=end_point,
+            flows_scheduled=gen["flows_scheduled"],
+            flows_started=int((listed.flow >= 0).sum()),
+            flows_seen=len(web),
+            flows_complete=int(web.complete.sum()),
+            flows_unmatched=int(web.group.isna().sum()),
+            backlogged_bytes=int(flows[flows.backlogged].bytes_seen.sum()),
+            # DSCP of the data packets after the bottleneck (what markers wrote and RIO kept)
+            dscp_data_packets={int(d): int(n) for d, n in zip(codes, counts, strict=True)},
+            steady_payload_bytes=int(steady.payload_len.astype(np.int64).sum()),
+            steady_window_s=max(0, steady_end - steady_start) / 1e9,
+            syn_rtt_ms_min=float(rtt.min()) if len(rtt) else None,
+            syn_rtt_ms_median=float(rtt.median()) if len(rtt) else None,
+            **fct_summary(flows),
+        )
+        return out, {"web_flows": flows.assign(generator=self.name)}
 
 
 def read_flow_list_empty() -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """The greedy FIFO matching of analysis.match written a second way, as the oracle the compiled
-matcher (analysis.fastpath.match_times, which match_packets uses) is checked against on whole
+matcher (analysis.match.match_times, which match_packets uses) is checked against on whole
 captures: both sides sorted by (key, time), then a vectorized fixed point per key."""
 
 from __future__ import annotations

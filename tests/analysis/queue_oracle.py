@@ -1,5 +1,5 @@
 """analysis.queue.queue_occupancy's events computed a second way, as the oracle the compiled
-merge (analysis.fastpath.queue_levels, which queue_occupancy uses) is checked against:
+merge (analysis.queuemerge.queue_levels, which queue_occupancy uses) is checked against:
 arrivals, drops and departures concatenated, then ordered by (time, event code) with two
 stable numpy sorts, the occupancy a running sum."""
 

@@ -43,6 +43,19 @@ class Truth:
     udp_lost: int = 0
     before_packets: int = 0
     after_packets: int = 0
+    # Every packet through the bottleneck's queue: when it entered (capture time before the
+    # router plus the link's delay), when it left (-1: dropped) and its frame's bytes.
+    queue_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    # Per TCP flow: when its ACKs reach the sender (the capture before the router), with
+    # their values, and when it sent its retransmissions.
+    acks_at_sender: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    retransmitted_at: list[np.ndarray] = field(default_factory=list)
+
+    def queue(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(entered, left or -1, frame bytes) of every packet through the queue, by entry."""
+        entered, left, frame = (np.concatenate(c) for c in zip(*self.queue_parts, strict=True))
+        order = np.argsort(entered, kind="stable")
+        return entered[order], left[order], frame[order]
 
     @property
     def crossing(self) -> list[int]:
@@ -150,6 +163,10 @@ def _flow(
     t_ack = t_arr[send_ack] + 40_000  # receiver turnaround
     ack_val = (isn + 1 + ack_seg[send_ack] * MSS) % 2**32
 
+    frame = np.full(n, 14 + 20 + TCP_HDR + MSS, dtype=np.int64)
+    truth.queue_parts.append((t_send + delay_ns, np.where(dropped, -1, t_router), frame))
+    truth.acks_at_sender.append((t_ack + rev, ack_val))
+    truth.retransmitted_at.append(t_send[retx])
     seq = (isn + 1 + seg * MSS) % 2**32
     ip_id = np.arange(n) + 1
     ts_val = (t_send // 1_000_000) % 2**32
@@ -210,6 +227,8 @@ def _udp(
     before.add(ts=t, proto=17, **pk)
     after.add(ts=t_out[ok], proto=17, **{k: v[ok] if np.ndim(v) else v for k, v in pk.items()})
     truth.udp_sent, truth.udp_lost = packets, int((~ok).sum())
+    frame = np.full(packets, 14 + 20 + 8 + pk["plen"], dtype=np.int64)
+    truth.queue_parts.append((t + delay_ns, np.where(ok, t_out, -1), frame))
     truth.udp = (pk["src"], pk["dst"])
 
 

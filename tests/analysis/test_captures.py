@@ -1,4 +1,4 @@
-"""analysis.captures: a trial's frames go when its Captures goes."""
+"""A trial's captures go as soon as its analysis has read them, without the cycle collector."""
 
 from __future__ import annotations
 
@@ -6,28 +6,37 @@ import gc
 import weakref
 from pathlib import Path
 
-from analysis.captures import Captures
+import pytest
 
-from .pcapgen import ethernet, ipv4, udp_datagram, write_pcap
+from analysis import trial
+
+from .trialgen import write_trial
 
 
-def test_the_frames_go_with_their_captures_without_the_cycle_collector(tmp_path: Path) -> None:
-    """Reading a capture makes no reference cycle: when the trial's Captures is dropped,
-    its frames are freed at once (a cycle kept every frame of a trial until the cyclic
-    collector ran, and a process analysing trials one after another grew by hundreds of MB
-    per trial)."""
-    (tmp_path / "h1").mkdir()
-    frame = ethernet(ipv4("198.18.0.1", "198.18.0.2", 17, udp_datagram(5000, 5001, b"x" * 10)))
-    write_pcap(tmp_path / "h1" / "sender.pcap", [(10**9, frame)])
-    sites = {"sender": {"host": "h1", "iface": "eth0", "clock": "h1"}}
-    record = {"network": {"captures": sites, "interfaces": {}}}
+def test_a_trials_captures_go_without_the_cycle_collector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a capture makes no reference cycle: each scan of a trial's analysis is freed
+    as soon as the analyses have taken what they keep of it, before the next capture is read
+    and before the tables are written (a cycle kept every capture of a trial until the
+    cyclic collector ran, and a process analysing trials one after another grew by hundreds
+    of MB per trial)."""
+    generated = write_trial(tmp_path / "t", packets=6000)
+    scans: list[weakref.ref] = []
+    alive_at_next: list[int] = []
+    real = trial.scan
+
+    def kept(*args, **kwargs):
+        alive_at_next.append(sum(r() is not None for r in scans))
+        cap = real(*args, **kwargs)
+        scans.append(weakref.ref(cap))
+        return cap
+
+    monkeypatch.setattr(trial, "scan", kept)
     gc.disable()
     try:
-        caps = Captures(tmp_path, record)
-        frame_read = weakref.ref(caps.packets("sender"))
-        assert caps.packets("sender") is frame_read()  # read once
-        held = weakref.ref(caps)
-        del caps
-        assert held() is None and frame_read() is None
+        trial.analyse_trial(generated.dir)
+        assert len(scans) == 2 and alive_at_next == [0, 0]
+        assert all(r() is None for r in scans)
     finally:
         gc.enable()

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.bottleneck import IPFW_SAMPLES, queue_samples, tc_cross_check
 from analysis.ipfw_samples import (
     RIO_COLUMNS,
     RIO_KINDS,
@@ -28,7 +29,6 @@ from analysis.ipfw_samples import (
     with_rio_queues,
 )
 from analysis.tc_samples import compare_with_samples, leaf_samples, read_tc_samples
-from analysis.trial import IPFW_SAMPLES, queue_samples, tc_cross_check
 from core.hostside import SOURCE, ipfw_sampler_command, remote_dir
 from tests.analysis.test_ipfw_samples import pipe_block
 from tests.unit.test_lab_inventory import lab_trial
@@ -211,7 +211,7 @@ def recorded(tmp_path: Path, sequence: list, devs: dict | None = None, text: str
 
 
 def test_the_queue_over_time_table_of_a_rio_link(tmp_path):
-    """The bottleneck's table (analysis.trial.tc_cross_check: `queue_tc`): tc_packets and
+    """The bottleneck's table (analysis.bottleneck.tc_cross_check: `queue_tc`): tc_packets and
     tc_bytes are the two queues summed, each queue's in columns beside them."""
     recorded(tmp_path, SEQUENCE)
     samples = queue_samples(tmp_path)

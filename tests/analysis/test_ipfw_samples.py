@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 
+from analysis.bottleneck import IPFW_SAMPLES, queue_drops_counted, queue_samples
 from analysis.ipfw_samples import parse_pipe_show, pipe_drops, read_ipfw_samples
 from analysis.tc_samples import leaf_samples, read_tc_samples
-from analysis.trial import IPFW_SAMPLES, queue_drops_counted, queue_samples
 
 DN_MAX_ID = 65536
 HEADER = "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt/Byte Drp"

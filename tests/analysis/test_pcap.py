@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import pcap
+from analysis import blocks
 from analysis.pcap import COLUMNS, PcapError, PcapTruncatedWarning, int_to_ip, ip_to_int, read_pcap
 
 from .pcapgen import (
@@ -178,8 +178,8 @@ def test_fragments_carry_tcp_fields_on_the_first_only(tmp_path: Path) -> None:
     """A first fragment (MF set, offset 0) is read as a whole TCP packet; a later one (offset
     in either byte of the field), or one whose IP header length is below 20, has no ports,
     sequence numbers or flags and its payload is all it carries after the IP header, in
-    read_pcap and in the fast path's scan alike."""
-    from analysis.fastpath import ack_column, scan
+    read_pcap and in the trial analysis's scan alike."""
+    from analysis.scan import scan
 
     seg = tcp_segment(5001, 40000, 7_000_000, 9, 0x18, b"0123456789abcdef")
     packet = ipv4("198.18.0.1", "198.18.0.2", 6, seg, ip_id=3)
@@ -196,12 +196,7 @@ def test_fragments_carry_tcp_fields_on_the_first_only(tmp_path: Path) -> None:
     assert df["payload_len"].tolist() == [16, 36, 36, 40]  # all after the IP header
     assert df["payload_head"].tolist()[0] == int.from_bytes(b"01234567", "big")
     cap = scan(path)
-    assert cap.seq_or_ack.tolist() == [7_000_000, 0, 0, 0] and ack_column(cap).tolist() == [
-        9,
-        0,
-        0,
-        0,
-    ]
+    assert cap.seq.tolist() == [7_000_000, 0, 0, 0] and cap.ack.tolist() == [9, 0, 0, 0]
     assert cap.tcp_flags.tolist() == [0x18, 0, 0, 0]
     assert cap.payload_len.tolist() == [16, 36, 36, 40]
     assert cap.directions["sport"][cap.direction].tolist() == [5001, 0, 0, 0]
@@ -234,7 +229,7 @@ def test_fake_headers_in_payload_and_small_blocks(
     path = write_pcap(tmp_path / "fake.pcap", recs)
     expected = assert_matches_tcpdump(path, nano=False)
     assert expected["ip_id"].tolist() == list(range(400))
-    monkeypatch.setattr(pcap, "BLOCK_BYTES", 1000)  # records span several blocks
+    monkeypatch.setattr(blocks, "BLOCK", 1000)  # records span several blocks
     pd.testing.assert_frame_equal(read_pcap(path), expected)
 
 

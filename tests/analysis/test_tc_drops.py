@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.trial import queue_drops_counted, tc_drops
+from analysis.bottleneck import queue_drops_counted, tc_drops
 
 SNAPSHOTS = Path(__file__).parents[1] / "data" / "tc_snapshots"
 

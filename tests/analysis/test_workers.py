@@ -51,15 +51,15 @@ def test_workers_share_the_cpus() -> None:
     """Each of two analysis workers on two CPUs runs its compiled passes (two halves of a
     capture, of a queue) in one thread, not two threads each (four threads on two CPUs);
     one worker alone, or a process that is not a worker, may use two."""
-    from analysis import fastpath
+    from analysis import resources
     from analysis.workers import _pool
 
     cpus = len(os.sched_getaffinity(0))
     with _pool(2) as pool:
-        assert pool.submit(fastpath._cpus).result() == max(min(2, cpus // 2), 1)
+        assert pool.submit(resources.cpus).result() == max(min(2, cpus // 2), 1)
     with _pool(1) as pool:
-        assert pool.submit(fastpath._cpus).result() == min(2, cpus)
-    assert fastpath._cpus() == min(2, cpus)  # this process: not a worker
+        assert pool.submit(resources.cpus).result() == min(2, cpus)
+    assert resources.cpus() == min(2, cpus)  # this process: not a worker
 
 
 def test_a_bad_jobs_setting_stops_the_command_before_it_starts() -> None:

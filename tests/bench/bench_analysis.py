@@ -1,40 +1,35 @@
-"""Benchmark (not a test): the project's analysis of a trial against tcptrace, tshark,
-tcpdump and cat, on generated captures with real TCP dynamics, in one run.
+"""Benchmark (not a test): what `trials report` costs on a generated trial, against tcptrace,
+tshark and cat of the same capture files, in one run; writes docs/analysis-performance.md.
 
-    .venv/bin/python tests/bench/bench_analysis.py [--packets 300000,3000000] [--dir /var/tmp]
-        [--repeat 3] [--no-tshark] [--keep]
+    .venv/bin/python tests/bench/bench_analysis.py [--packets 3000000] [--repeat 3]
+        [--batch 4] [--no-tshark] [--dir /var/tmp] [--code DIR] [--doc FILE | --no-doc] [--keep]
 
-For each size, tests/analysis/tcpgen.py writes a capture before a bottleneck router and one
-after it (8 bulk TCP flows with handshake, delayed ACKs, losses, fast retransmissions and
-sequence wraparound, plus a UDP stream, all through one FIFO queue as at a real bottleneck).
-Every contender runs as its own process; wall time is the best of --repeat runs (tshark: one
-run; in-process figures: the best of --repeat processes), with that run's CPU time and the
-process's peak RSS (from /usr/bin/time; MB = 10^6 bytes, as the file sizes; for the project,
-also how much of it is the process's own, anonymous memory and how much pages of the libraries
-it maps, whose count depends on the page cache, not on the analysis). The project's
-analysis of the trial: read both captures, goodput (after), retransmissions (before), one-way
-delay of the UDP stream, the bottleneck queue (match before/after + occupancy over time), on the
-array fast path of analysis/fastpath.py (one compiled pass per capture, then compiled passes
-over the packets kept; numpy and numba, no pandas). As analysis/trial.py, it is given the (src,
-dst) pairs that send through the bottleneck (a trial's record names them; here the generator's
-flows and UDP stream), so each scan keeps the crossing packets as it reads. It is timed three
-ways, each labelled: a fresh process as a user pays it (interpreter, imports, numba's compiled
-code loaded from its disk cache: "warm"; or compiled because there is no cache yet: "cold", the
-first run of a checkout), with its time split into interpreter start/exit, imports and analysis;
-and in-process (the analyses after the first in the same process: what each further trial
-of a batch costs; the best of them, with their median and slowest). The same analysis
-through the DataFrame API (read_pcap, tcp_goodput, ..., what analysis/trial.py calls) runs
-as a process too, and must give the same numbers. Each tool runs over the same two files, one
-after the other (the issue's "on the same files"; cat of both is the read limit); tcptrace
-also runs on the capture before the router alone, against the project's share of that job
-(read it, count its flows). The project's bytes and retransmissions are checked against
-tcptrace's on the same file. Each capture is read, and the queue merged, as two halves at
-once (the default where the process may use two CPUs; CPU times are printed beside wall
-times); a last line shows the same analysis with one thread (time, peak RSS, and whether the
-numbers are the same).
+tests/analysis/trialgen.py writes one trial directory (in a batch directory of its own): the
+captures before and after a bottleneck router (eight bulk TCP pairs with handshake, delayed
+ACKs, losses, fast retransmissions and sequence wraparound, a UDP stream, one FIFO queue),
+each sender's tcp_probe recording (an event per ACK) and the router's tc samples, with the
+truth of all of it. Measured, each in a process of its own:
 
-Targets (issue 6): >= 5x faster than tcptrace, >= 50x faster than tshark on 3 M packets,
-within 10x of cat, peak RSS below the file size.
+- fresh: a new process doing what `trials report BATCH` does (analysis.report's analyse_batch,
+  then print_batch): interpreter, imports, numba's compiled code loaded from its cache, the
+  analysis, the tables and summary written, the report printed; wall time, CPU time and peak
+  RSS (/usr/bin/time; MB = 10^6 bytes, as file sizes), the best of --repeat runs. Once with
+  no numba cache (cold: the first run of a fresh clone compiles).
+- warm: the time per trial inside a process that already analysed one (how batch workers
+  run): analysis.workers.analyse_trials on the same trial again, the best of several.
+- the whole report of a batch of --batch such trials (the same files linked), one worker and
+  as many as the CPUs: how it scales with trials and cores.
+- tcptrace -n -l, tshark -T fields (--no-tshark skips it) and cat, over both capture files.
+
+The analysis's numbers must agree exactly with tcptrace's on the capture before the router
+(bytes, data packets, retransmitted packets and bytes per flow) and with the generator's
+truth (bytes, retransmissions, UDP losses, the queue's drops, congestion epochs). --code DIR
+measures another checkout's analysis (e.g. main's) on the same trial and tools.
+
+The last line is the one to compare from run to run:
+
+    bench: report path warm W s (RWx tcptrace), fresh F s (RFx tcptrace), Tx tshark,
+    peak RSS N MB, captures M MB
 """
 
 from __future__ import annotations
@@ -42,441 +37,441 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "analysis"))
 
 TSHARK_FIELDS = (
     "frame.time_epoch ip.src ip.dst tcp.srcport tcp.dstport tcp.seq_raw tcp.ack_raw tcp.len "
     "tcp.analysis.retransmission udp.srcport udp.dstport"
 )
-MAX_DELAY_NS = 2 * 10**9
-FLOWS = ("src", "dst", "sport", "dport")
-ARRIVING = ("direction", "key_hash", "ip_len")  # and its ts_ns, copied once counted
-DEPARTING = ("key_hash",)  # matching reads these and ts_ns of the capture after the router
-WARM_CALLS = 4  # analyses after the first in each in-process run (their times vary)
+WARM_CALLS = 4  # analyses after the first in the warm process (their times vary)
+# What `trials report BATCH` runs (trials/__main__.py): the batch analysed again, printed.
+REPORT = (
+    "import sys; from pathlib import Path; "
+    "from analysis.report import analyse_batch, print_batch; "
+    "print_batch(analyse_batch(Path(sys.argv[1])))"
+)
+# A batch worker's loop: the same trial analysed again and again (the first pays imports).
+WARM = """
+import json, sys, time
+from pathlib import Path
+from analysis.workers import analyse_trials
+calls = []
+for _ in range(int(sys.argv[2])):
+    t, c = time.perf_counter(), time.process_time()
+    [(_, result)] = analyse_trials([Path(sys.argv[1])], jobs=1)
+    if isinstance(result, Exception):
+        raise result
+    calls.append((time.perf_counter() - t, time.process_time() - c))
+print(json.dumps(calls))
+"""
 
 
-def _udp_rows(capture):
-    """The crossing rows of the UDP stream, its crossing packets' directions taken out."""
-    import numpy as np
-
-    udp = capture.directions["proto"] == 17
-    return np.flatnonzero(udp[capture.crossing.pop("direction")])
-
-
-def _last_ns(capture) -> int:
-    """The capture's last timestamp (0 when it holds no packet)."""
-    return int(capture.ts_ns.max()) if len(capture.ts_ns) else 0
-
-
-def _memory_mb() -> dict[str, float]:
-    """This process's peak RSS and its resident memory now, anonymous (its own: interpreter,
-    numba, the analysis's arrays) and pages of mapped files (libraries: shared, clean, and
-    as many as the page cache maps per fault), in MB (10^6 bytes)."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    kib = {k: int(fields[k].split()[0]) for k in ("VmHWM", "RssAnon", "RssFile", "RssShmem")}
-    return {k: v * 1024 / 1e6 for k, v in kib.items()}
-
-
-def analyse(before: Path, after: Path, crossing: list[int], threads: int | None = None) -> dict:
-    """The analysis of one trial, stage by stage, on the array fast path (analysis/fastpath.py:
-    one compiled pass per capture, no pandas). ``crossing``: the (src, dst) pairs through
-    the bottleneck as src << 32 | dst (a trial's record names them). Each capture is scanned
-    once: its flow counters, and the time, key and size of its packets crossing the
-    bottleneck; the second is scanned into the first one's memory. The crossing packets'
-    times come from each capture's own time column once its counters are done (the first's
-    copied, the second's taken in place), not written a second time while it is read. One
-    matching of the crossing packets gives the queue and the UDP stream's one-way delay
-    (matching is per key: the UDP packets pair as they would alone). ``threads``: scan's
-    (None: two halves of each capture at once where the process may use two CPUs)."""
-    import numpy as np
-
-    from analysis.fastpath import (
-        crossing_times,
-        flow_counters,
-        match_rows,
-        queue_levels,
-        scan,
-        summarize_owd,
-        take_crossing_times,
-        undecided,
-    )
-
-    stages: dict[str, float] = {}
-    t = time.perf_counter()
-
-    def stage(name: str) -> None:
-        nonlocal t
-        now = time.perf_counter()
-        stages[name] = stages.get(name, 0.0) + now - t
-        t = now
-
-    pairs = np.asarray(crossing, np.uint64)
-    b = scan(before, crossing=pairs, crossing_columns=ARRIVING, threads=threads)
-    stage("read")
-    sent = flow_counters(b)  # retransmissions, and acked bytes seen at the sender's side
-    stage("retransmissions")
-    udp, arrivals = _udp_rows(b), b.crossing
-    arrivals["ts_ns"] = crossing_times(b)  # b's memory is the next scan's
-    a = scan(after, reuse=b, crossing=pairs, crossing_columns=DEPARTING, threads=threads)
-    del b
-    stage("read")
-    goodput = flow_counters(a)
-    stage("goodput")
-    departing, end_ns = a.crossing, _last_ns(a)
-    departing["ts_ns"] = take_crossing_times(a)  # from a's own ts_ns; a is spent
-    del a
-    ts_out, departures = match_rows(
-        arrivals["key_hash"], arrivals["ts_ns"], departing["key_hash"], departing["ts_ns"],
-        max_delay_ns=MAX_DELAY_NS,
-    )  # fmt: skip
-    del departing, arrivals["key_hash"]  # the queue needs arrivals, departures and sizes only
-    stage("match")
-    sent_at, out_at = arrivals["ts_ns"][udp], ts_out[udp]
-    fwd = out_at >= 0
-    cut = undecided(sent_at, fwd, max_delay_ns=MAX_DELAY_NS, end_ns=end_ns)
-    owd = summarize_owd({"lost": ~fwd[~cut], "owd_ns": (out_at - sent_at)[~cut]})
-    stage("owd")
-    queue = queue_levels(
-        arrivals["ts_ns"], ts_out, arrivals["ip_len"], max_delay_ns=MAX_DELAY_NS,
-        departures=departures, header_bytes=14, threads=threads, consume=True,
-    )  # fmt: skip
-    stage("queue")
-    flows = [
-        {k: int(sent[k][i]) for k in (*FLOWS, "data_packets", "retransmitted_packets",
-                                        "retransmitted_bytes", "bytes")}
-        for i in range(len(sent["src"]))
-    ]  # fmt: skip
-    return {
-        "stages": stages,
-        "flows": flows,
-        "goodput_bytes_after": int(goodput["bytes"].sum()),
-        "udp_lost": owd["lost"],
-        "owd_median_ms": owd["median_ms"],
-        "queue_events": len(queue["ts_ns"]),
-        "queue_max_packets": int(queue["packets"].max()),
-    }
-
-
-def analyse_frames(before: Path, after: Path, crossing: list[int]) -> dict:
-    """The same analysis through the DataFrame API that analysis/trial.py uses (read_pcap,
-    tcp_goodput, tcp_retransmissions, one_way_delay, match_packets, queue_occupancy)."""
-    from analysis.match import match_packets
-    from analysis.metrics import one_way_delay, summarize_owd, tcp_goodput, tcp_retransmissions
-    from analysis.pcap import read_pcap
-    from analysis.queue import crossing as through
-    from analysis.queue import queue_occupancy
-
-    b, a = read_pcap(before), read_pcap(after)
-    goodput = tcp_goodput(a)
-    retx = tcp_retransmissions(b)
-    sent = tcp_goodput(b)
-    owd = summarize_owd(one_way_delay(b, a, max_delay_ns=MAX_DELAY_NS))  # its UDP packets
-    pairs = {(k >> 32, k & 0xFFFFFFFF) for k in crossing}
-    matched = match_packets(through(b, pairs), through(a, pairs), max_delay_ns=MAX_DELAY_NS)
-    queue = queue_occupancy(matched, max_delay_ns=MAX_DELAY_NS)
-    flows = retx.merge(sent[[*FLOWS, "bytes"]])
-    return {
-        "flows": [{k: int(v) for k, v in row.items()} for row in flows.to_dict("records")],
-        "goodput_bytes_after": int(goodput.bytes.sum()),
-        "udp_lost": owd["lost"],
-        "owd_median_ms": owd["median_ms"],
-        "queue_events": len(queue),
-        "queue_max_packets": int(queue.packets.max()),
-    }
-
-
-def analyse_warm(before: Path, after: Path, crossing: list[int], threads: int | None) -> dict:
-    """In one process: the first call (imports; compiled code loaded from numba's cache, or
-    compiled when there is none) and WARM_CALLS more (what a process analysing several
-    trials pays for each further trial: the best, its stages and CPU time, and every call's
-    time); then tcptrace's job alone (one capture's flow counters)."""
-    t = time.perf_counter()
-    first = analyse(before, after, crossing, threads)
-    first_s = time.perf_counter() - t
-    # Every library the analysis maps is mapped now: the peak RSS of the calls below (the
-    # high-water mark reset to the present RSS) less the file pages mapped is their own.
-    Path("/proc/self/clear_refs").write_text("5")
-    files_before = _memory_mb()["RssFile"]
-    calls = []
-    for _ in range(WARM_CALLS):
-        t, cpu = time.perf_counter(), time.process_time()
-        out = analyse(before, after, crossing, threads)
-        calls.append((time.perf_counter() - t, time.process_time() - cpu, out))
-        assert {k: v for k, v in first.items() if k != "stages"} == {
-            k: v for k, v in out.items() if k != "stages"
-        }
-    second_s, second_cpu, second = min(calls, key=lambda c: c[0])
-    memory = _memory_mb()
-    own = memory["VmHWM"] - memory["RssFile"] - memory["RssShmem"]
-    if memory["RssFile"] != files_before:  # a file mapped or dropped: no exact split
-        own = float("nan")
-    from analysis.fastpath import flow_counters, scan
-
-    t, cpu = time.perf_counter(), time.process_time()  # tcptrace's job alone: one capture
-    flow_counters(scan(before, crossing=[], threads=threads))  # its flows (no packet kept)
-    alone, alone_cpu = time.perf_counter() - t, time.process_time() - cpu
-    return {
-        **second,
-        "first_call_s": first_s,
-        "warm_call_s": second_s,
-        "warm_call_cpu_s": second_cpu,
-        "warm_calls_s": [c[0] for c in calls],
-        "tcptrace_job_s": alone,
-        "tcptrace_job_cpu_s": alone_cpu,
-        "warm_peak_mb": memory["VmHWM"],
-        "warm_peak_own_mb": own,
-        "file_pages_mb": memory["RssFile"],
-    }
-
-
-def run(
-    cmd: list[str], capture: bool = False, env: dict[str, str] | None = None
-) -> tuple[float, float, float, bytes]:
-    """(wall s, CPU s, peak RSS MB, stdout) of one run of ``cmd`` in its own process.
-
-    Peak RSS comes from /usr/bin/time -f %M: a child's own ru_maxrss would start at this
-    Python process's size (the high-water mark survives fork + exec)."""
-    with tempfile.NamedTemporaryFile("r") as rss:
+def run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT, out: bool = False):
+    """(wall s, CPU s, peak RSS MB, stdout if ``out``) of one run of ``cmd`` in its own
+    process (the peak RSS of /usr/bin/time: a child's own ru_maxrss would start at this
+    process's)."""
+    with tempfile.NamedTemporaryFile("r") as rss, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
-        out = subprocess.PIPE if capture else subprocess.DEVNULL
-        timed = ["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd]
         proc = subprocess.Popen(
-            timed, stdout=out, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
-        )
-        text = proc.stdout.read() if proc.stdout else b""
-        _, status, usage = os.wait4(proc.pid, 0)  # includes the command's reaped CPU time
+            ["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd],
+            stdout=subprocess.PIPE if out else subprocess.DEVNULL, stderr=err, cwd=cwd,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
+        text = proc.stdout.read().decode() if out else ""
+        _, status, usage = os.wait4(proc.pid, 0)  # the command's CPU time, reaped with it
         wall = time.perf_counter() - t
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed (wait status {status})")
-        peak_mb = int(rss.read().split()[-1]) * 1024 / 1e6  # KiB -> MB, as the file's size
-    return wall, usage.ru_utime + usage.ru_stime, peak_mb, text
+        if os.waitstatus_to_exitcode(status):
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} failed: {err.read().decode()[-3000:]}")
+        peak = int(rss.read().split()[-1]) * 1024 / 1e6
+    return wall, usage.ru_utime + usage.ru_stime, peak, text
 
 
-def best(cmd: list[str], repeat: int, capture: bool = False):
-    return min((run(cmd, capture) for _ in range(repeat)), key=lambda r: r[0])
+def best(cmd: list[str], repeat: int, env=None, cwd: Path = ROOT):
+    return min((run(cmd, env, cwd) for _ in range(repeat)), key=lambda r: r[0])
 
 
-def agreement(before: Path, flows: list[dict]) -> tuple[int, bool]:
-    from tcptrace import FIELDS, tcptrace
+def _python(code: Path, snippet: str, *args: str) -> list[str]:
+    return [str(ROOT / ".venv" / "bin" / "python"), "-c", snippet, *map(str, args)]
 
-    from analysis.pcap import int_to_ip
 
-    ref = tcptrace(before)
-    ours = {(int_to_ip(f["src"]), int_to_ip(f["dst"]), f["sport"], f["dport"]): f for f in flows}
-    same = len(ref) == len(ours) and all(
-        ours.get((r.src, r.dst, r.sport, r.dport), {}).get(k) == getattr(r, k)
-        for r in ref.itertuples()
-        for k in FIELDS.values()
+_CACHE: dict[Path, str] = {}  # another checkout's numba cache (a directory of this run's)
+
+
+def _env(code: Path, **extra: str) -> dict[str, str]:
+    """The environment of a process running ``code``'s analysis: another checkout's keeps
+    its compiled code and bytecode out of that checkout."""
+    env = {"PYTHONPATH": str(code)}
+    if code != ROOT:
+        env |= {"NUMBA_CACHE_DIR": _CACHE[code], "PYTHONDONTWRITEBYTECODE": "1"}
+    return {**env, **extra}
+
+
+def link_batch(trial: Path, batch: Path, n: int) -> list[Path]:
+    """A batch of ``n`` copies of a trial directory (files hard-linked: no copy of the
+    captures; each copy's analysis is its own)."""
+    dirs = []
+    for i in range(n):
+        dst = batch / "trials" / f"t{i + 1}"
+        shutil.copytree(
+            trial, dst, copy_function=os.link, ignore=shutil.ignore_patterns("analysis")
+        )
+        record = json.loads((dst / "trial.json").read_text())
+        record["trial"] = dst.name
+        (dst / "trial.json").unlink()  # (a link: the original's stays as it is)
+        (dst / "trial.json").write_text(json.dumps(record))
+        dirs.append(dst)
+    return dirs
+
+
+def agreement(trial, analysed: Path) -> tuple[bool, bool, str]:
+    """Whether the flows table agrees with tcptrace on the capture before the router, and
+    the summary with the generator's truth; what differed."""
+    import pandas as pd
+
+    from tests.analysis.tcptrace import FIELDS, tcptrace
+
+    key = ["src", "dst", "sport", "dport"]
+    flows = pd.read_parquet(analysed / "analysis" / "flows.parquet")
+    ours = flows.rename(columns={"lifetime_bytes": "bytes"}).astype({"src": str, "dst": str})
+    ref = tcptrace(trial.captures[0])
+    both = ours.merge(ref, on=key, suffixes=("", "_tcptrace"))
+    same = len(both) == len(ref) == len(trial.truth.flows) and all(
+        (both[f] == both[f"{f}_tcptrace"]).all() for f in FIELDS.values()
     )
-    return len(ref), same
+    summary = json.loads((analysed / "analysis" / "summary.json").read_text())
+    gens, queue = summary["generators"], summary["queues"]["downstream"]
+    truth = pd.DataFrame(trial.truth.flows).sort_values("sport")
+    got = ours.sort_values("sport")
+    checks = {
+        "bytes, data packets, retransmissions": all(
+            got[c].tolist() == truth[c].tolist()
+            for c in ("bytes", "data_packets", "retransmitted_packets", "retransmitted_bytes")
+        ),
+        "UDP packets and losses": (gens["voip"]["udp_packets"], gens["voip"]["udp_lost"])
+        == (trial.truth.udp_sent, trial.truth.udp_lost),
+        "queue drops (capture, router)": queue["queue_drops_capture"]
+        == queue["queue_drops_tc"]
+        == trial.queue_drops,
+        "congestion epochs": [gens[f"tcp{f}"]["congestion_epochs"] for f in range(8)]
+        == [[n] for n in trial.congestion_epochs],
+    }
+    wrong = ", ".join(k for k, ok in checks.items() if not ok)
+    return same, not wrong, wrong
 
 
-def bench(n: int, workdir: Path, repeat: int, tshark: bool) -> None:
-    from tcpgen import generate
+def stages(trial_dir: Path) -> dict[str, float]:
+    """Where a warm analysis of the trial spends its time (this checkout's code): exclusive
+    seconds of each stage, the second of two analyses in this process."""
+    from analysis import bottleneck, startup, tables, tcpflows, trial
+    from analysis.traffic import bulk_tcp, cbr_udp
+    from analysis.workers import analyse_trials
 
-    before, after = workdir / f"before_{n}.pcap", workdir / f"after_{n}.pcap"
+    spent: dict[str, float] = {}
+    stack: list[list] = []
+
+    def timed(owner, name: str, stage: str) -> None:
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            stack.append([stage, time.perf_counter(), 0.0])
+            try:
+                return real(*args, **kwargs)
+            finally:
+                label, start, inner = stack.pop()
+                took = time.perf_counter() - start
+                spent[label] = spent.get(label, 0.0) + took - inner
+                if stack:
+                    stack[-1][2] += took
+
+        setattr(owner, name, wrapper)
+
+    for owner, name, stage in (
+        (trial, "scan", "reading the captures (scan)"),
+        (startup, "data_pass", "flow kernels (data pass)"),
+        (tcpflows, "ack_pass", "flow kernels (ACK pass)"),
+        (bottleneck, "match_rows", "matching packets across the router"),
+        (cbr_udp, "match_times", "matching packets across the router"),
+        (bottleneck, "queue_pieces", "the queue's events (merge, pieces)"),
+        (tables.Tables, "stream", "writing parquet"),
+        (tables.Tables, "write", "writing parquet"),
+        (bulk_tcp, "read_tcp_probe", "reading tcp_probe"),
+        (bottleneck, "queue_samples", "reading tc samples"),
+    ):
+        timed(owner, name, stage)
+    list(analyse_trials([trial_dir], jobs=1))
+    spent.clear()
     t = time.perf_counter()
-    truth = generate(before, after, packets=n, shared_queue=True)
-    size = before.stat().st_size
-    print(
-        f"\n== {truth.before_packets:,} packets, {size / 1e6:.0f} MB before the router "
-        f"({truth.after_packets:,} after); generated in {time.perf_counter() - t:.1f} s"
+    list(analyse_trials([trial_dir], jobs=1))
+    total = time.perf_counter() - t
+    spent["the rest (frames, figures, summary, memory handed back)"] = total - sum(spent.values())
+    return spent
+
+
+def bench(args) -> str:
+    from tests.analysis.trialgen import write_trial
+
+    workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
+    try:
+        batch = workdir / "one"
+        t = time.perf_counter()
+        trial = write_trial(batch / "trials" / "t1", packets=args.packets)
+        before, after = trial.captures
+        sizes = [p.stat().st_size for p in trial.captures]
+        captures_mb = sum(sizes) / 1e6
+        probe_mb = (
+            sum((trial.dir / f"A{f}" / "tcp_probe.txt").stat().st_size for f in range(8)) / 1e6
+        )
+        samples_mb = (trial.dir / "R" / "tc_samples.jsonl").stat().st_size / 1e6
+        minutes = (
+            (json.loads((trial.dir / "trial.json").read_text())["traffic"]["tcp0"]["duration_ns"])
+            / 60e9
+        )
+        print(
+            f"== {trial.truth.before_packets:,} packets before the router "
+            f"({sizes[0] / 1e6:.0f} MB),"
+            f" {trial.truth.after_packets:,} after ({sizes[1] / 1e6:.0f} MB); tcp_probe "
+            f"{probe_mb:.0f} MB, tc samples {samples_mb:.1f} MB; generated in "
+            f"{time.perf_counter() - t:.1f} s",
+            flush=True,
+        )
+        for f in (*trial.captures, *trial.dir.glob("*/tcp_probe.txt")):  # page cache warm
+            run(["cat", str(f)])
+        code = args.code
+        _CACHE[code] = str(workdir / "numba-cache")
+        report = _python(code, REPORT, batch)
+        with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+            cold = run(report, _env(code, NUMBA_CACHE_DIR=cache))
+        run(report, _env(code))  # fills the checkout's own cache (a fresh clone has none)
+        fresh = best(report, args.repeat, _env(code))
+        warm_calls = json.loads(
+            run(_python(code, WARM, trial.dir, WARM_CALLS + 1), _env(code), out=True)[3]
+        )
+        first, later = warm_calls[0], warm_calls[1:]
+        warm = min(later, key=lambda c: c[0])
+        same_tcptrace, same_truth, wrong = agreement(trial, trial.dir)
+        files = f"{before} {after}"
+        each = f"for f in {files}; do"
+        tools = {
+            "cat": best(["sh", "-c", f"cat {files} > /dev/null"], args.repeat),
+            "tcptrace": best(
+                ["sh", "-c", f"{each} tcptrace -n -l $f > /dev/null; done"], args.repeat
+            ),
+        }
+        if not args.no_tshark and shutil.which("tshark"):
+            fields = " ".join(f"-e {f}" for f in TSHARK_FIELDS.split())
+            tools["tshark"] = run(
+                ["sh", "-c", f"{each} tshark -n -r $f -T fields {fields} > /dev/null; done"]
+            )
+        scaling = {}
+        if args.batch:
+            many = workdir / "many"
+            link_batch(trial.dir, many, args.batch)
+            cpus = len(os.sched_getaffinity(0))
+            for jobs in sorted({1, cpus}):
+                scaling[jobs] = run(
+                    _python(code, REPORT, many), _env(code, TRIALBED_ANALYSIS_JOBS=str(jobs))
+                )
+        breakdown = {}
+        if code == ROOT:
+            breakdown = json.loads(
+                run(
+                    [str(ROOT / ".venv" / "bin" / "python"), __file__, "--stages", str(trial.dir)],
+                    _env(code),
+                    out=True,
+                )[3]
+            )
+        figures = {
+            "packets": trial.truth.before_packets, "sizes": sizes, "captures_mb": captures_mb,
+            "probe_mb": probe_mb, "samples_mb": samples_mb, "minutes": minutes,
+            "fresh": fresh[:3], "cold": cold[:3], "first": first, "warm": warm,
+            "later": later, "tools": {k: v[:3] for k, v in tools.items()},
+            "scaling": {k: v[:3] for k, v in scaling.items()}, "batch": args.batch,
+            "breakdown": breakdown, "tcptrace_agrees": same_tcptrace, "truth_agrees": same_truth,
+            "wrong": wrong, "code": str(code),
+        }  # fmt: skip
+        text = report_text(figures)
+        print(text)
+        if args.doc:
+            args.doc.parent.mkdir(parents=True, exist_ok=True)
+            args.doc.write_text(document(figures, text, args))
+            print(f"written: {args.doc}")
+        return line(figures)
+    finally:
+        if args.keep:
+            print(f"kept: {workdir}")
+        else:
+            shutil.rmtree(workdir)
+
+
+def line(f: dict) -> str:
+    """The bench's last line (see the module docstring)."""
+    tcptrace = f["tools"]["tcptrace"][0]
+    tshark = f["tools"].get("tshark")
+    fresh, warm = f["fresh"][0], f["warm"][0]
+    vs_tshark = f"{tshark[0] / fresh:.1f}x" if tshark else "-x"
+    return (
+        f"bench: report path warm {warm:.2f} s ({tcptrace / warm:.2f}x tcptrace), fresh "
+        f"{fresh:.2f} s ({tcptrace / fresh:.2f}x tcptrace), {vs_tshark} tshark, peak RSS "
+        f"{f['fresh'][2]:.0f} MB, captures {f['captures_mb']:.0f} MB"
     )
-    for f in (before, after):  # page cache warm for everyone
-        run(["cat", str(f)])
-    crossing = ",".join(str(k) for k in truth.crossing)
-    me = [sys.executable, __file__, "--analyse", str(before), str(after), "--crossing", crossing]
-    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
-        cold = run(me, True, env={"NUMBA_CACHE_DIR": cache})  # nothing cached: compiles
-    run(me)  # fills the checkout's own cache, which a fresh clone does not have yet
-    warm = best(me, repeat, True)
-    warm_runs = [json.loads(run([*me, "--warm"], True)[3]) for _ in range(repeat)]
-    alone = [*me, "--threads", "1"]  # what the second CPU buys
-    alone_warm = best(alone, repeat, True)
-    alone_inside = min(
-        (json.loads(run([*alone, "--warm"], True)[3]) for _ in range(repeat)),
-        key=lambda r: r["warm_call_s"],
-    )
-    result = min(warm_runs, key=lambda r: r["warm_call_s"])  # in-process figures: the best run
-    for job in ("tcptrace_job_s", "tcptrace_job_cpu_s"):  # and tcptrace's job: its best
-        result[job] = min(r[job] for r in warm_runs)
-    frames = best([*me, "--frames"], repeat, True)
+
+
+def report_text(f: dict) -> str:
+    """The run's figures as a table and notes (printed, and in the document)."""
+    tcptrace = f["tools"]["tcptrace"][0]
     rows = [
-        ("project, fresh process, warm", *warm[:3]),
-        ("project, fresh process, cold", *cold[:3]),
-        ("project, DataFrame API, process", *frames[:3]),
+        ("trials report, fresh process (best)", *f["fresh"]),
+        ("trials report, fresh process, no numba cache", *f["cold"]),
+        ("in a process that analysed it before (best)", *f["warm"], float("nan")),
+        ("  its first analysis (imports, cache loaded)", *f["first"], float("nan")),
+        *[(f"{name} over both files", *v) for name, v in f["tools"].items()],
     ]
-    files = f"{before} {after}"  # the files the project's analysis of the trial reads
-    each = f"for f in {files}; do"  # each tool over both files, one after the other
-    for name, both in (
-        ("cat F A", f"cat {files} > /dev/null"),
-        ("tcpdump -r -w /dev/null, F and A",
-         f"{each} tcpdump -r $f -w /dev/null 2>/dev/null; done"),
-        ("tcptrace -n -l, F and A", f"{each} tcptrace -n -l $f > /dev/null; done"),
-    ):  # fmt: skip
-        rows.append((name, *best(["sh", "-c", both], repeat)[:3]))
-    one = best(["tcptrace", "-n", "-l", str(before)], repeat)
-    if tshark and shutil.which("tshark"):
-        fields = [x for f in TSHARK_FIELDS.split() for x in ("-e", f)]
-        tshark_both = " ".join(
-            f"tshark -n -r {f} -T fields {' '.join(fields)} > /dev/null;" for f in (before, after)
-        )
-        rows.append(("tshark -T fields, F and A", *best(["sh", "-c", tshark_both], 1)[:3]))
-    inside = result["warm_call_s"]
-    print(
-        f"{'':34} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'/ in-process':>13} "
-        f"{'/ process':>10}"
-    )
-    name, cpu = "project, in-process (best warm call)", result["warm_call_cpu_s"]
-    print(f"{name:34} {inside:8.2f} {cpu:8.2f} {'':12} {1:13.2f}")
-    job = result["tcptrace_job_s"]
-    name = "  of it: tcptrace's job (F only)"
-    print(f"{name:34} {job:8.2f} {result['tcptrace_job_cpu_s']:8.2f} {'':12} {job / inside:13.2f}")
+    out = [f"{'':48} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'tcptrace/this':>14}"]
     for name, wall, cpu, rss in rows:
-        print(
-            f"{name:34} {wall:8.2f} {cpu:8.2f} {rss:12.0f} {wall / inside:13.2f} "
-            f"{wall / warm[0]:10.2f}"
+        shown = "" if rss != rss else f"{rss:.0f}"
+        out.append(f"{name:48} {wall:8.2f} {cpu:8.2f} {shown:>12} {tcptrace / wall:14.2f}")
+    later = sorted(c[0] for c in f["later"])
+    out.append(
+        f"warm analyses after the first: median {statistics.median(later):.2f} s, slowest "
+        f"{later[-1]:.2f} s (of {len(later)})"
+    )
+    for jobs, (wall, cpu, rss) in f["scaling"].items():
+        out.append(
+            f"a batch of {f['batch']} trials, {jobs} worker(s): {wall:.2f} s "
+            f"({wall / f['batch']:.2f} s a trial), CPU {cpu:.2f} s, peak RSS {rss:.0f} MB"
         )
-    calls = sorted(c for r in warm_runs for c in r["warm_calls_s"])
-    print(
-        f"project in-process: 1st call {result['first_call_s']:.2f} s (imports, loads the cached "
-        f"compiled code), best warm call {inside:.2f} s: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in result["stages"].items())
-        + f"; the {len(calls)} warm calls of {len(warm_runs)} processes: median "
-        f"{statistics.median(calls):.2f} s, slowest {calls[-1]:.2f} s (new memory's first "
-        "writes cost more in some runs than in others: the kernel's time varies, the CPU's not)"
+    if f["breakdown"]:
+        total = sum(f["breakdown"].values())
+        out.append(f"where a warm analysis's {total:.2f} s go:")
+        for stage, s in sorted(f["breakdown"].items(), key=lambda x: -x[1]):
+            out.append(f"  {stage:56} {s:6.2f} s  {100 * s / total:3.0f} %")
+    largest = max(f["sizes"]) / 1e6
+    out.append(
+        f"peak RSS of the fresh process {f['fresh'][2]:.0f} MB: captures {f['captures_mb']:.0f} "
+        f"MB in all, the largest {largest:.0f} MB"
     )
-    fresh = json.loads(warm[3])
-    print(
-        f"project fresh process, warm {warm[0]:.2f} s: interpreter start and exit "
-        f"{warm[0] - fresh['imports_s'] - fresh['analysis_s']:.2f}, imports (numpy, numba, "
-        f"analysis.fastpath; no pandas) {fresh['imports_s']:.2f}, analysis "
-        f"{fresh['analysis_s']:.2f} (in-process, best warm call: {inside:.2f}; the difference is "
-        "loading numba's cached code and first use of memory): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in fresh["stages"].items())
+    out.append(
+        f"agreement with tcptrace (bytes, data packets, retransmitted packets and bytes, per "
+        f"flow): {'exact' if f['tcptrace_agrees'] else 'DIFFERENT'}; with the generator's "
+        f"truth: {'exact' if f['truth_agrees'] else 'DIFFERENT: ' + f['wrong']}"
     )
-    print(
-        "fresh process = what `python script` pays: interpreter, numpy/numba imports, "
-        "loading numba's on-disk cache (warm) or compiling (cold, first run of a checkout), "
-        "then the analysis; in-process = the analysis alone, in a process that already ran it"
-    )
-    print(f"{'tcptrace -n -l F (one file)':34} {one[0]:8.2f} {one[1]:8.2f} {one[2]:12.0f}")
-    # The trial's analysis reads both files: it is compared with each tool run over both.
-    tools = {name.split()[0]: wall for name, wall, *_ in rows[3:]}
-    labels = (("in-process", inside), ("fresh process, warm", warm[0]))
-    for label, t in labels:
-        vs_tshark = f"tshark {tools['tshark'] / t:.1f}x (target 50x), " if "tshark" in tools else ""
-        print(
-            f"ratios, project {label} {t:.2f} s against the tools over both files: faster "
-            f"than tcptrace {tools['tcptrace'] / t:.2f}x (target 5x), {vs_tshark}"
-            f"time / cat {t / max(tools['cat'], 1e-3):.1f} (target <= 10)"
-        )
-    print(
-        f"ratios, tcptrace's job in-process (read F + its flow counters) {job:.2f} s against "
-        f"tcptrace on F: faster {one[0] / job:.2f}x"
-    )
-    cpu = {name.split()[0]: c for name, _, c, _ in rows[3:]}
-    labels = (("in-process", result["warm_call_cpu_s"]), ("fresh process, warm", warm[1]))
-    for label, c in labels:  # a busy machine stretches wall times, CPU times much less
-        vs_tshark = f"tshark {cpu['tshark'] / c:.1f}x, " if "tshark" in cpu else ""
-        print(
-            f"CPU-time ratios, project {label} {c:.2f} s: faster than tcptrace "
-            f"{cpu['tcptrace'] / c:.2f}x, {vs_tshark}CPU / cat's {c / max(cpu['cat'], 1e-3):.1f}"
-        )
-    print(
-        f"CPU-time ratio, tcptrace's job {result['tcptrace_job_cpu_s']:.2f} s against "
-        f"tcptrace on F: faster {one[1] / result['tcptrace_job_cpu_s']:.2f}x"
-    )
-    owns = [r["warm_peak_own_mb"] for r in warm_runs]
-    own = max(owns) if all(o == o for o in owns) else float("nan")  # nan: a file was mapped
-    print(
-        f"peak RSS {warm[2]:.0f} MB vs file {size / 1e6:.0f} MB (target: below), a fresh process;"
-        f" of its resident memory at exit, {fresh['RssFile']:.0f} MB are pages of mapped files "
-        f"(libraries: how many a fault maps depends on how the page cache holds the file) and "
-        f"{fresh['RssAnon']:.0f} MB its own. Calls after the first in one process: peak "
-        f"{max(r['warm_peak_mb'] for r in warm_runs):.0f} MB, of it at most {own:.0f} MB the "
-        f"process's own (anonymous) memory, the rest library pages ({len(warm_runs)} processes)"
-    )
-    t1 = alone_inside["warm_call_s"]
-    same_alone = all(
-        alone_inside[k] == result[k]
-        for k in ("flows", "goodput_bytes_after", "udp_lost", "owd_median_ms", "queue_events")
-    )
-    print(
-        "one thread (captures read and the queue merged from start to end): in-process "
-        f"{t1:.2f} s, CPU {alone_inside['warm_call_cpu_s']:.2f} s ("
-        + ", ".join(f"{k} {v:.2f}" for k, v in alone_inside["stages"].items())
-        + f"): faster than tcptrace {tools['tcptrace'] / t1:.2f}x, time / cat "
-        f"{t1 / max(tools['cat'], 1e-3):.1f}; tcptrace's job {alone_inside['tcptrace_job_s']:.2f}"
-        f" s; fresh process {alone_warm[0]:.2f} s, peak RSS {alone_warm[2]:.0f} MB; numbers "
-        f"{'the same' if same_alone else 'DIFFERENT'} as with two"
-    )
-    same_api = all(
-        json.loads(frames[3])[k] == result[k]
-        for k in ("flows", "goodput_bytes_after", "udp_lost", "owd_median_ms", "queue_events")
-    )
-    flows, same = agreement(before, result["flows"])
-    retx = sum(f["retransmitted_packets"] for f in result["flows"])
-    print(
-        f"agreement with tcptrace on {flows} flows (bytes, data packets, retransmitted packets "
-        f"and bytes): {'exact' if same else 'DIFFERENT'}; with the DataFrame API: "
-        f"{'exact' if same_api else 'DIFFERENT'}; {retx} retransmissions, UDP lost "
-        f"{result['udp_lost']}, OWD median {result['owd_median_ms']:.1f} ms, "
-        f"{result['queue_events']:,} queue events"
-    )
+    return "\n".join(out)
+
+
+def document(f: dict, text: str, args) -> str:
+    """docs/analysis-performance.md: what this run measured, and where the time goes."""
+    fresh = f["fresh"]
+    read_s = f["breakdown"].get("reading the captures (scan)")
+    probe_s = f["breakdown"].get("reading tcp_probe")
+    per_flow = f["probe_mb"] / f["minutes"] / 8
+    share = 21 * f["packets"] / f["sizes"][0]  # the PACKET columns' bytes (recordpass.py)
+    command = 'make bench BENCH_ARGS="' + " ".join(sys.argv[1:]) + '"'
+    return f"""# Analysis performance
+
+Written by `{command}` (tests/bench/bench_analysis.py) on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC,
+{os.cpu_count()} CPUs ({platform.machine()}), load average {os.getloadavg()[0]:.1f} at the end;
+every figure below is that run's. Run it again to regenerate this page.
+
+## What is measured
+
+One generated trial (tests/analysis/trialgen.py): {f["packets"]:,} packets in the capture before
+the bottleneck router, {f["captures_mb"]:.0f} MB of captures in all, {f["probe_mb"]:.0f} MB of
+tcp_probe text (one event per ACK reaching a sender: {per_flow:.1f} MB a minute a flow) and
+{f["samples_mb"]:.1f} MB of tc samples ({f["samples_mb"] / f["minutes"]:.2f} MB a minute, one
+link sampled every 10 ms). `trials report` analyses it in a fresh process (what one trial of
+`trials report` costs), and again in a process that analysed it before (how batch workers run);
+tcptrace, tshark and cat read the same two capture files.
+
+```
+{text}
+```
+
+{line(f)}
+
+## Where the time goes
+
+{_where(f, read_s, probe_s)}
+
+## Memory
+
+The analysis reads one capture at a time (analysis/scan.py: in blocks of 1 MB, never the whole
+file, one capture's columns let go before the next is read) and keeps 21 bytes a packet of it
+(direction, time, payload length, flags, DSCP, sequence and acknowledgement numbers), 11 more
+for a packet crossing a bottleneck or of a UDP stream (direction, key hash, IP length): what
+reading a capture holds grows with its packets (its packets' columns: {share:.2f} of the bytes
+of this run's capture before the router). A queue's crossing packets are matched as soon as the
+capture after it is read; its events are merged and written a piece at a time, and so is the
+cwnd table; tcp_probe recordings are read a chunk at a time.
+pandas and pyarrow are imported only once the captures are read. Besides that, a process holds
+its interpreter, numpy, numba, pandas, pyarrow and the compiled code (a fixed part: the larger
+the captures, the smaller its share). The budget: peak RSS below the size of the largest
+capture, which tests/analysis/test_memory.py checks on a fresh process reporting a generated
+trial of 6 M packets a capture. Here: peak RSS {fresh[2]:.0f} MB, captures of
+{" and ".join(f"{s / 1e6:.0f}" for s in f["sizes"])} MB.
+"""
+
+
+def _where(f: dict, read_s, probe_s) -> str:
+    b = f["breakdown"]
+    if not b:
+        return "(no breakdown: --code measured another checkout)"
+    total = sum(b.values())
+    lines = [
+        f"A warm analysis takes {total:.2f} s (the breakdown's own run); by stage, exclusive:",
+        "",
+    ]
+    for stage, s in sorted(b.items(), key=lambda x: -x[1]):
+        lines.append(f"- {stage}: {s:.2f} s ({100 * s / total:.0f} %)")
+    fresh, warm = f["fresh"][0], f["warm"][0]
+    lines += [
+        "",
+        f"A fresh process adds {fresh - warm:.2f} s to the warm analysis: the interpreter, "
+        "numpy and numba, numba's compiled code loaded from its disk cache, pandas and pyarrow "
+        f"(imported once the captures are read), rich; the first analysis in a process took "
+        f"{f['first'][0]:.2f} s. Without a numba cache (the first run of a fresh clone) the "
+        f"compiling takes {f['cold'][0] - fresh:.0f} s more, once.",
+    ]
+    if read_s:
+        mb_s = f["captures_mb"] / read_s
+        lines.append(f"Reading the captures runs at {mb_s:.0f} MB/s (cat: "
+                     f"{f['captures_mb'] / f['tools']['cat'][0]:.0f} MB/s).")  # fmt: skip
+    if probe_s:
+        lines.append(f"Reading tcp_probe runs at {f['probe_mb'] / probe_s:.0f} MB/s.")
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--packets", default="300000,3000000")
-    ap.add_argument("--dir", type=Path, default=Path("/var/tmp"))
+    ap.add_argument("--packets", type=int, default=3_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=4, help="trials in the batch run (0: none)")
     ap.add_argument("--no-tshark", action="store_true")
-    ap.add_argument("--keep", action="store_true", help="keep the generated captures")
-    ap.add_argument("--analyse", nargs=2, type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--crossing", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--frames", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", type=Path, default=Path("/var/tmp"))
+    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose analysis runs")
+    ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "analysis-performance.md")
+    ap.add_argument("--no-doc", dest="doc", action="store_const", const=None)
+    ap.add_argument("--keep", action="store_true", help="keep the generated trial")
+    ap.add_argument("--stages", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    crossing = [int(k) for k in args.crossing.split(",") if k]
-    if args.analyse and not (args.frames or args.warm):  # a fresh process: where its time goes
-        t = time.perf_counter()
-        import numpy  # noqa: F401
-
-        from analysis import fastpath  # noqa: F401
-
-        imports = time.perf_counter() - t
-        t = time.perf_counter()
-        out = analyse(*args.analyse, crossing, args.threads)
-        spent = time.perf_counter() - t
-        print(json.dumps({**out, "imports_s": imports, "analysis_s": spent, **_memory_mb()}))
+    if args.stages:
+        print(json.dumps(stages(args.stages)))
         return
-    if args.analyse:
-        if args.frames:
-            print(json.dumps(analyse_frames(*args.analyse, crossing)))
-        else:
-            print(json.dumps(analyse_warm(*args.analyse, crossing, args.threads)))
-        return
-    workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
-    try:
-        for n in (int(x) for x in args.packets.split(",")):
-            bench(n, workdir, args.repeat, not args.no_tshark)
-    finally:
-        if args.keep:
-            print(f"captures kept in {workdir}")
-        else:
-            shutil.rmtree(workdir)
+    args.code = args.code.resolve()
+    if args.code != ROOT:
+        args.doc = None  # the document is this checkout's
+    print(bench(args))  # the last line
 
 
 if __name__ == "__main__":

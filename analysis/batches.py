@@ -1,0 +1,101 @@
+"""Where a batch's trials and a trial's analysis are: batch and trial directories, attempts,
+the summary file. Paths only: it reads no trial and imports nothing of the analysis (the
+tables API, analysis/results.py, and the trial analysis, analysis/trial.py, both use it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NotABatch",
+    "attempt_number",
+    "batch_trials",
+    "ended_attempts",
+    "summary_file",
+    "trial_dir",
+    "trial_dirs",
+]
+
+_PathLike = str | Path
+
+
+class NotABatch(FileNotFoundError):
+    """A path given as a batch is not one: the message names it and the batches under it."""
+
+
+def _batches_in(p: Path) -> list[Path]:
+    """The batch directories (each with a trials/ folder) directly under ``p``, by name."""
+    return sorted(c for c in p.iterdir() if (c / "trials").is_dir())
+
+
+def _refuse(p: Path) -> NotABatch:
+    if not p.exists():
+        return NotABatch(f"{p}: no such batch directory")
+    if not p.is_dir():
+        return NotABatch(f"{p}: not a batch directory (a file)")
+    under = [b.name for b in _batches_in(p)]
+    if under:
+        shown = ", ".join(under[:5]) + (f" and {len(under) - 5} more" if len(under) > 5 else "")
+        return NotABatch(f"{p}: not a batch directory (no trials/ in it); batches in it: {shown}")
+    return NotABatch(f"{p}: not a batch directory (no trials/ in it, nor a batch under it)")
+
+
+def batch_trials(batch_dir: _PathLike) -> list[Path]:
+    """The trial directories of one batch (each with a trial.json), in name order; a path
+    that is not a batch (no trials/ in it) is refused with :class:`NotABatch`."""
+    p = Path(batch_dir)
+    if not (p / "trials").is_dir():
+        raise _refuse(p)
+    return [t.parent for t in sorted((p / "trials").glob("*/trial.json"))]
+
+
+def attempt_number(attempt_dir: Path) -> int:
+    """The n of attempts/<trial>/<n>-<status> (0 for anything else)."""
+    head = attempt_dir.name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def ended_attempts(batch_dir: Path, trial: str) -> list[Path]:
+    """The trial's kept attempts that failed or whose worker died (attempts/<trial>/<n>-failed,
+    <n>-partial), in attempt order: what counts against a batch's --retries."""
+    kept = (batch_dir / "attempts" / trial).glob("*-*")
+    ended = [d for d in kept if d.name.endswith(("-failed", "-partial"))]
+    return sorted(ended, key=attempt_number)
+
+
+def summary_file(trial_dir: Path) -> Path:
+    """Where analysis/trial.py writes a trial's summary: it exists once the trial is
+    analysed."""
+    return trial_dir / "analysis" / "summary.json"
+
+
+def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
+    """Batch directories (those with a trials/ folder), in the order given; a directory that
+    is not a batch stands for the batches directly under it (e.g. results/)."""
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if (p / "trials").is_dir():
+            out.append(p)
+        elif p.is_dir():
+            out.extend(_batches_in(p))
+        else:
+            raise _refuse(p)
+    return out
+
+
+def trial_dirs(paths: _PathLike | Iterable[_PathLike]) -> list[tuple[Path, Path]]:
+    """(batch dir, trial dir) of every trial with a trial.json."""
+    return [(batch, t) for batch in _batches(paths) for t in batch_trials(batch)]
+
+
+def trial_dir(batch_dir: Path, row: Any) -> Path:
+    """Where a trial's files are: the ``dir`` of a :func:`load` row (batches may be several),
+    else ``<batch_dir>/trials/<trial>``; ``row`` is a row or a trial name."""
+    if isinstance(row, str):
+        return batch_dir / "trials" / row
+    where = row.get("dir")
+    return Path(where) if isinstance(where, str) else batch_dir / "trials" / row["trial"]
