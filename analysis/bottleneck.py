@@ -28,8 +28,8 @@ from analysis.stalls import lost_service_of
 from analysis.tables import Tables
 from analysis.tc_samples import LEAF_KINDS, compare_levels, leaf_samples, read_tc_samples
 from analysis.traffic.cbr_udp import max_transit_ns
-from core.link_rules import DEFAULT_QDISC, qdisc_of
-from core.units import ETHERNET_HEADER, parse_duration_ns, parse_offset_ns
+from core.link_rules import DEFAULT_QDISC, ETHERNET_HEADER, qdisc_of
+from core.units import parse_duration_ns, parse_offset_ns
 
 __all__ = [
     "Bottleneck",

@@ -1,9 +1,7 @@
-"""Runs ON a rack host (sent over SSH as source, standard library only): prints a JSON
-object with what a trial depends on: kernel, congestion controls, tool versions, sysctls,
-offloads, MTUs, link speeds, interfaces and their IPv4 addresses, IPv4 routes with their
-metrics (initcwnd, rto_min, ...) and the route the kernel picks to given addresses, free
-disk, and the sha256 of the project's host programs shipped there. Used both by the preflight
-and for each trial's metadata."""
+"""Runs ON a rack host (sent over SSH as source, standard library only): prints as JSON what a
+trial depends on (kernel, congestion controls, tools, sysctls, offloads, MTUs, link speeds,
+addresses, routes with their metrics and the one picked to given addresses, free disk, the
+sha256 of the host programs shipped there), for preflight and for each trial's record."""
 
 import glob
 import hashlib
@@ -161,27 +159,25 @@ def tracepoints_available():
     return [name for event, name in wanted.items() if event in found]
 
 
-# BPF congestion controls (hostside/bpf_cc/, roles/testbed_host): where testbed_host records
-# what it registered (testbed_host_bpf_cc_record_dir), and what the kernel needs to take one.
-BPF_CC_RECORDS = "/run/trialbed/bpf_cc"
-BTF = "/sys/kernel/btf/vmlinux"
+# Where testbed_host records the BPF congestion controls it registered (its
+# testbed_host_bpf_cc_record_dir), and the kernel's BTF a BPF one needs.
+BPF_CC_RECORDS, BTF = "/run/trialbed/bpf_cc", "/sys/kernel/btf/vmlinux"
+BPF_CC_KEPT = ("id", "params", "source_sha256", "object_sha256")  # of a record, in the facts
 
 
 def bpf_cc_kernel():
-    """Whether this kernel can take a BPF congestion control, and what building one needs:
-    BTF, bpf_tcp_ca (struct_ops for TCP congestion control, 5.6 on), the BPF JIT (struct_ops
-    runs only JITed; its sysctl is in the initial namespace only: inside another, the JIT being
-    built in is what can be seen), and clang, a C compiler, bpftool and libbpf's headers."""
+    """Whether this kernel can take a BPF congestion control (BTF, bpf_tcp_ca, the JIT: its
+    sysctl exists in the initial namespace only, elsewhere the JIT's symbol is what shows) and
+    whether the host can build one (clang, a C compiler, bpftool, libbpf's headers)."""
     try:
         with open("/proc/kallsyms") as f:
             symbols = f.read()
     except OSError:
         symbols = None
     enabled = read("/proc/sys/net/core/bpf_jit_enable")
+    jit = None if symbols is None else " bpf_int_jit_compile" in symbols
     if enabled is not None:
         jit = enabled != "0"
-    else:
-        jit = None if symbols is None else " bpf_int_jit_compile" in symbols
     return {
         "btf": os.path.exists(BTF),
         "bpf_tcp_ca": None if symbols is None else " bpf_tcp_ca_" in symbols,
@@ -202,10 +198,8 @@ def bpf_cc_registered(loaded):
                 record = json.load(f)
         except (OSError, ValueError):
             continue
-        cc = record.get("cc")
-        if record.get("boot_id") == boot and cc in loaded:
-            keep = ("id", "params", "source_sha256", "object_sha256")
-            out[cc] = {k: record.get(k) for k in keep}
+        if record.get("boot_id") == boot and record.get("cc") in loaded:
+            out[record["cc"]] = {k: record.get(k) for k in BPF_CC_KEPT}
     return out
 
 
@@ -225,15 +219,8 @@ def speed(interface):
 
 # What does not change while the kernel and the packages stay: `--changing` leaves these out
 # (a runner reads them once per host and keeps them for its later trials).
-STATIC = (
-    "hostname",
-    "kernel",
-    "cc_modules",
-    "qdiscs",
-    "tracepoints",
-    "tools",
-    "siftr",
-    "bpf_cc_kernel",
+STATIC = tuple(
+    ["hostname", "kernel", "cc_modules", "qdiscs", "tracepoints", "tools", "siftr", "bpf_cc_kernel"]
 )
 
 
@@ -471,10 +458,8 @@ def trials_disk(workdir):
     return shutil.disk_usage(where)
 
 
-# The project's host-side programs as role remote_daemons ships them: <workdir>/hostside with
-# a SHA256SUMS of what was shipped (core/hostside.py's REMOTE_NAME and SUMS).
-HOSTSIDE = "hostside"
-HOSTSIDE_SUMS = "SHA256SUMS"
+# Role remote_daemons ships hostside/ with its SHA256SUMS (core/hostside.py REMOTE_NAME, SUMS).
+HOSTSIDE, HOSTSIDE_SUMS = "hostside", "SHA256SUMS"
 
 
 def hostside_files(workdir):

@@ -12,20 +12,12 @@ from typing import Any
 
 from core.link_rules import QDISCS
 from core.rack import Rack
+from trials import host_facts as host_facts_program
 from trials.network import FREEBSD_GROUPS
 
 _FACTS_SOURCE = (Path(__file__).parents[1] / "host_facts.py").read_text()
 # host_facts.STATIC (that module runs on the hosts and is not imported here).
-STATIC_FACTS = (
-    "hostname",
-    "kernel",
-    "cc_modules",
-    "qdiscs",
-    "tracepoints",
-    "tools",
-    "siftr",
-    "bpf_cc_kernel",
-)
+STATIC_FACTS = host_facts_program.STATIC  # what a runner reads once per host
 # Kernel modules of each link qdisc (core.link_rules; droptail's bfifo/pfifo need none).
 QDISC_MODULES = {name: list(q.linux_modules) for name, q in QDISCS.items()}
 
