@@ -54,9 +54,8 @@ def first_line(cmd):
 
 
 def ipv4_routes():
-    """The IPv4 routes of every table but `local` (`ip -4 -d -j route show table all`), each
-    with its metrics as one dict ({"initcwnd": 10, "rto_min": 200}, rto_min in ms; {} for the
-    kernel's defaults) instead of ip's list of one dict. None where ip is missing."""
+    """The IPv4 routes of every table but `local` (`ip -4 -d -j route show table all`), with
+    metrics as one dict ({"initcwnd": 10, "rto_min": 200} in ms; {}: defaults); None: no ip."""
     if not shutil.which("ip"):
         return None
     out = subprocess.run(
