@@ -1,12 +1,14 @@
 """Where a batch's trials and a trial's analysis are: batch and trial directories, attempts,
-the summary file. Paths only: it reads no trial and imports nothing of the analysis (the
-tables API, analysis/results.py, and the trial analysis, analysis/trial.py, both use it)."""
+the summary file, as the analysis finds them. Paths only, all from core.layout (the one owner
+of the results layout); it reads no trial and imports nothing of the analysis."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from core.layout import BatchDir, TrialDir, attempt_number, ended_attempts
 
 __all__ = [
     "NotABatch",
@@ -27,7 +29,7 @@ class NotABatch(FileNotFoundError):
 
 def _batches_in(p: Path) -> list[Path]:
     """The batch directories (each with a trials/ folder) directly under ``p``, by name."""
-    return sorted(c for c in p.iterdir() if (c / "trials").is_dir())
+    return sorted(c for c in p.iterdir() if BatchDir(c).is_batch())
 
 
 def _refuse(p: Path) -> NotABatch:
@@ -46,29 +48,15 @@ def batch_trials(batch_dir: _PathLike) -> list[Path]:
     """The trial directories of one batch (each with a trial.json), in name order; a path
     that is not a batch (no trials/ in it) is refused with :class:`NotABatch`."""
     p = Path(batch_dir)
-    if not (p / "trials").is_dir():
+    if not BatchDir(p).is_batch():
         raise _refuse(p)
-    return [t.parent for t in sorted((p / "trials").glob("*/trial.json"))]
-
-
-def attempt_number(attempt_dir: Path) -> int:
-    """The n of attempts/<trial>/<n>-<status> (0 for anything else)."""
-    head = attempt_dir.name.split("-", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
-def ended_attempts(batch_dir: Path, trial: str) -> list[Path]:
-    """The trial's kept attempts that failed or whose worker died (attempts/<trial>/<n>-failed,
-    <n>-partial), in attempt order: what counts against a batch's --retries."""
-    kept = (batch_dir / "attempts" / trial).glob("*-*")
-    ended = [d for d in kept if d.name.endswith(("-failed", "-partial"))]
-    return sorted(ended, key=attempt_number)
+    return [t.path for t in BatchDir(p).trial_dirs()]
 
 
 def summary_file(trial_dir: Path) -> Path:
     """Where analysis/trial.py writes a trial's summary: it exists once the trial is
     analysed."""
-    return trial_dir / "analysis" / "summary.json"
+    return TrialDir(trial_dir).summary
 
 
 def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
@@ -78,7 +66,7 @@ def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
     out: list[Path] = []
     for item in items:
         p = Path(item)
-        if (p / "trials").is_dir():
+        if BatchDir(p).is_batch():
             out.append(p)
         elif p.is_dir():
             out.extend(_batches_in(p))
@@ -96,6 +84,6 @@ def trial_dir(batch_dir: Path, row: Any) -> Path:
     """Where a trial's files are: the ``dir`` of a :func:`load` row (batches may be several),
     else ``<batch_dir>/trials/<trial>``; ``row`` is a row or a trial name."""
     if isinstance(row, str):
-        return batch_dir / "trials" / row
+        return BatchDir(batch_dir).trial(row).path
     where = row.get("dir")
-    return Path(where) if isinstance(where, str) else batch_dir / "trials" / row["trial"]
+    return Path(where) if isinstance(where, str) else BatchDir(batch_dir).trial(row["trial"]).path

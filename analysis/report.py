@@ -14,6 +14,7 @@ from analysis.batches import batch_trials, ended_attempts
 from analysis.families import FAMILIES
 from analysis.lazy import pd
 from analysis.workers import DATA_ERRORS, analyse_trials
+from core.layout import RECORD, BatchDir
 
 # Columns holding lists or dicts: kept in summary.json, left out of summary.parquet.
 _NESTED = (dict, list)
@@ -25,7 +26,7 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
     rows = []
     trials = batch_trials(batch_dir)
     for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True)):
-        record = json.loads((trial_dir / "trial.json").read_text())
+        record = json.loads((trial_dir / RECORD).read_text())
         if isinstance(result, DATA_ERRORS):
             rows.append(
                 {
@@ -53,14 +54,14 @@ def given_up_rows(batch_dir: Path, present: set[str]) -> list[dict]:
     """One row per planned trial without a record of its own (trials/<name>) whose kept
     attempts failed or died mid-trial: the batch gave it up (or has yet to run it again).
     Named from its last attempt's record, with that attempt's factors."""
-    meta = batch_dir / "batch.json"
+    meta = BatchDir(batch_dir).meta
     planned = json.loads(meta.read_text()).get("trials", []) if meta.exists() else []
     rows = []
     for name in (t["name"] for t in planned):
         ended = ended_attempts(batch_dir, name)
         if name in present or not ended:
             continue
-        record_file = ended[-1] / "trial.json"
+        record_file = ended[-1] / RECORD
         record = json.loads(record_file.read_text()) if record_file.exists() else {}
         rows.append(
             {

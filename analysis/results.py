@@ -36,6 +36,7 @@ from analysis.batches import (
     trial_dir,
     trial_dirs,
 )
+from core.layout import RECORD
 
 __all__ = [
     "NotABatch",
@@ -67,7 +68,7 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
 
 
 def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
-    record = json.loads((trial_dir / "trial.json").read_text())
+    record = json.loads((trial_dir / RECORD).read_text())
     row: dict[str, Any] = {
         "batch": batch.name,
         "trial": record.get("trial", trial_dir.name),

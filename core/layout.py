@@ -111,6 +111,10 @@ class BatchDir:
     def attempts(self, name: str) -> Path:
         return self.path / "attempts" / name
 
+    def attempt_labels(self) -> list[Path]:
+        """attempts/<trial>/<n>-<status>/ATTEMPT.json of every kept attempt, by path."""
+        return sorted((self.path / "attempts").glob(f"*/*/{ATTEMPT_LABEL}"))
+
     @property
     def claims(self) -> Path:
         return self.path / "claims"

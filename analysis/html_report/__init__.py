@@ -24,6 +24,7 @@ from analysis.batches import batch_trials, ended_attempts, summary_file
 from analysis.html_report import collateral_damage, compare, diffserv, eft, provenance, startup
 from analysis.html_report.page import Page
 from analysis.results import load
+from core.layout import RECORD, BatchDir
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
@@ -160,7 +161,7 @@ def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:
 
 
 def _batch_meta(batch_dir: Path) -> dict:
-    f = batch_dir / "batch.json"
+    f = BatchDir(batch_dir).meta
     return json.loads(f.read_text()) if f.exists() else {}
 
 
@@ -269,9 +270,9 @@ def trial_list(page: Page, batches: list[Path], trials: pd.DataFrame) -> None:
     attempts = []
     several = len(batches) > 1
     for batch_dir in batches:
-        for f in sorted((batch_dir / "attempts").glob("*/*/ATTEMPT.json")):
+        for f in BatchDir(batch_dir).attempt_labels():
             a = json.loads(f.read_text())
-            record = f.parent / "trial.json"
+            record = f.parent / RECORD
             errors = json.loads(record.read_text()).get("errors") if record.exists() else None
             name = a.get("trial", f.parent.parent.name)
             attempts.append(

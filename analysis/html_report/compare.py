@@ -17,6 +17,7 @@ from analysis.batches import batch_trials
 from analysis.families.common import trimmed
 from analysis.html_report import provenance
 from analysis.html_report.page import Page
+from core.layout import BatchDir
 
 __all__ = ["compare_batches", "previous_batch", "sections"]
 
@@ -33,7 +34,7 @@ def experiment_key(batch: Path) -> str | None:
     """What makes two batches comparable: the experiment file's name (batch.json), else the
     batch name without its timestamp prefix (results/<stamp>-<name>), else the family of its
     first trial."""
-    meta = batch / "batch.json"
+    meta = BatchDir(batch).meta
     if meta.exists():
         with_exp = json.loads(meta.read_text()).get("experiment")
         if with_exp:
@@ -54,7 +55,7 @@ def previous_batch(batch: Path) -> Path | None:
     earlier = sorted(
         c
         for c in batch.parent.iterdir()
-        if c.name < batch.name and (c / "trials").is_dir() and key and experiment_key(c) == key
+        if c.name < batch.name and BatchDir(c).is_batch() and key and experiment_key(c) == key
     )
     return earlier[-1] if earlier else None
 

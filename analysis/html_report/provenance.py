@@ -14,6 +14,7 @@ import pandas as pd
 
 from analysis.batches import batch_trials
 from analysis.html_report.page import Page
+from core.layout import RECORD
 
 __all__ = ["fingerprint", "named", "records", "sections"]
 
@@ -33,7 +34,7 @@ def records(batches: Path | list[Path]) -> dict[str, dict[str, Any]]:
     out = {}
     for batch_dir in batches:
         for t in batch_trials(batch_dir):
-            record = json.loads((t / "trial.json").read_text())
+            record = json.loads((t / RECORD).read_text())
             out[named(batch_dir, record.get("trial", t.name), len(batches) > 1)] = record
     return out
 
