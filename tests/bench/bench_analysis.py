@@ -103,7 +103,9 @@ def best(cmd: list[str], repeat: int, env=None, cwd: Path = ROOT):
 
 
 def _python(code: Path, snippet: str, *args: str) -> list[str]:
-    return [str(ROOT / ".venv" / "bin" / "python"), "-c", snippet, *map(str, args)]
+    """``snippet`` run by this checkout's interpreter on ``code``'s analysis: -P keeps the
+    working directory off sys.path, so PYTHONPATH (``code``) decides what is imported."""
+    return [str(ROOT / ".venv" / "bin" / "python"), "-P", "-c", snippet, *map(str, args)]
 
 
 _CACHE: dict[Path, str] = {}  # another checkout's numba cache (a directory of this run's)
@@ -251,6 +253,11 @@ def bench(args) -> str:
         code = args.code
         _CACHE[code] = str(workdir / "numba-cache")
         report = _python(code, REPORT, batch)
+        where = run(
+            _python(code, "import analysis; print(analysis.__file__)"), _env(code), out=True
+        )
+        if not Path(where[3].strip()).is_relative_to(code):
+            raise SystemExit(f"the measured process imports {where[3].strip()}, not {code}'s")
         with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
             cold = run(report, _env(code, NUMBA_CACHE_DIR=cache))
         run(report, _env(code))  # fills the checkout's own cache (a fresh clone has none)
@@ -348,9 +355,11 @@ def report_text(f: dict) -> str:
         f"{later[-1]:.2f} s (of {len(later)})"
     )
     for jobs, (wall, cpu, rss) in f["scaling"].items():
+        # Workers are forkserver children nobody waits for: their CPU and RSS escape wait4.
+        counted = f", CPU {cpu:.2f} s, peak RSS {rss:.0f} MB" if jobs == 1 else ""
         out.append(
             f"a batch of {f['batch']} trials, {jobs} worker(s): {wall:.2f} s "
-            f"({wall / f['batch']:.2f} s a trial), CPU {cpu:.2f} s, peak RSS {rss:.0f} MB"
+            f"({wall / f['batch']:.2f} s a trial){counted}"
         )
     if f["breakdown"]:
         total = sum(f["breakdown"].values())
