@@ -447,6 +447,23 @@ tcptrace, tshark and cat read the same two capture files.
 
 {_goals(f, read_s)}
 
+## How a trial is read
+
+One path: `make trial`, `trials report`, the batch workers and this bench all run
+`analysis.trial.analyse_trial`. It reads each capture once, one at a time, with the one reader
+(analysis/scan.py: compiled record pass, analysis/recordpass.py; in blocks, read ahead by a
+thread, analysis/blocks.py; a large capture as two halves at once where two CPUs may be used,
+analysis/halves.py). While a capture is read, each generator's and each bottleneck's analysis
+says what it needs of it (analysis/captures.py) and takes it as arrays: the TCP flow kernels
+(analysis/tcpflows.py: goodput, retransmissions, losses, startup figures), the matching of
+packets across a router (analysis/match.py) and the queue's events (analysis/queuemerge.py,
+analysis/bottleneck.py). tcp_probe recordings and tc/ipfw samples are parsed a chunk at a time
+by compiled or vectorized readers (analysis/tcp_probe.py, pyarrow's JSON reader). The
+DataFrames (the parquet tables, `analysis.load`) are built from the arrays at the end and
+written by a thread of their own (analysis/tables.py). `analysis.pcap.read_pcap` (a DataFrame
+of a capture, for tests and notebooks) reads through the same reader and the DataFrame
+functions of analysis/metrics.py call the same kernels.
+
 ## Where the time goes
 
 {_where(f, read_s, probe_s)}
