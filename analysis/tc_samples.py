@@ -22,6 +22,7 @@ __all__ = [
     "leaf_samples",
     "read_tc_samples",
     "sample_records",
+    "whole_lines",
 ]
 
 # The queue under the shaper that holds the link's packets and counts its drops: drop-tail
@@ -50,17 +51,21 @@ def read_tc_samples(path: str | Path) -> pd.DataFrame:
     queued packets). A last line cut short (sampler killed mid-write) is ignored. The lines
     are parsed at once by pyarrow's JSON reader (a line a sample and device: 10 MB for three
     minutes of a link); a file it cannot read (another line damaged) line by line."""
+    table = _columns_at_once(whole_lines(path))
+    return table if table is not None else _line_by_line(path)
+
+
+def whole_lines(path: str | Path) -> bytes:
+    """A sampler's file, gzipped or not, without a last line cut short (sampler killed
+    mid-write): the bytes a JSON lines reader takes at once."""
     with open_recording(Path(path), "rb") as f:
         raw = f.read()
     whole = raw[: raw.rfind(b"\n") + 1]
-    last = raw[len(whole) :]
     try:
-        json.loads(last)
-        whole = raw  # the last line is whole, without its newline
+        json.loads(raw[len(whole) :])
+        return raw  # the last line is whole, without its newline
     except ValueError:
-        pass
-    table = _columns_at_once(whole)
-    return table if table is not None else _line_by_line(path)
+        return whole
 
 
 _COLUMNS = ["ts_ns", "spread_ns", "dev", "kind", "handle", "parent", *SAMPLE_COUNTERS]

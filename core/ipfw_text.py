@@ -27,8 +27,12 @@ import re
 
 # A link line starts a pipe's (or a scheduler's) block: its number (%05d, modulo 65536), then
 # its rate (link_rate) and its delay in ms.
-LINK_LINE = re.compile(r"^(\d{5,}):\s+(?:unlimited|[\d.]+ [KMG]?bit/s)\s+(\d+) ms burst ")
-# A flowset line (print_flowset_parms): number, queue size, scheduler, then the AQM words.
+LINK = r"^(?P<number>\d{5,}):\s+(?:unlimited|[\d.]+ [KMG]?bit/s)\s+(?P<delay>\d+) ms burst "
+LINK_LINE = re.compile(LINK)
+# The head of a flowset line (print_flowset_parms without a pending link line): its number,
+# then its size; the whole line: number, queue size, scheduler, then the AQM words.
+FLOWSET = r"^q(?P<number>\d+)\s+(?:\d+ KB|\d+ B|\d+ sl\.)"
+FLOWSET_HEAD = re.compile(FLOWSET)
 FLOWSET_LINE = re.compile(
     r"^q(\d+)\s+(\d+ KB|\d+ B|\d+ sl\.)\S*.*?\bsched (\d+) weight \d+ lmax \d+ pri \d+\s*(.*)$"
 )
@@ -39,7 +43,11 @@ SCHED_LINE = re.compile(r"^\s*sched (\d+) type (\S+) ")
 SCHED_LIMIT_LINE = re.compile(r"^\s*(?:FQ_CODEL|FQ_PIE)\b.*\blimit (\d+)")
 # A flow line: bucket number (with '*' when the mask has the queue bit), then fields, then the
 # five counters; IPv6 lines have more fields in between, the same counters at the end.
-FLOW_LINE = re.compile(r"^\s*\d+\*?\s+\S+.*?\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
+FLOW = (
+    r"^\s*\d+\*?\s+\S+.*?\s(?P<packets>\d+)\s+(?P<bytes>\d+)\s+(?P<qlen>\d+)\s+"
+    r"(?P<backlog>\d+)\s+(?P<drops>\d+)\s*$"
+)
+FLOW_LINE = re.compile(FLOW)
 # `ipfw list`: "NNNNN ACTION ...", a rule sending to a pipe or queue on an interface.
 RULE_LINE = re.compile(r"^(\d+)\s+(pipe|queue)\s+(\d+)\s.*?\b(?:xmit|via)\s+(\S+)")
 # A rule's DSCP match (ipfw2.c print_dscp: " dscp" then the codes, comma-separated, by name
