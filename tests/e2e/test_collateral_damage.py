@@ -241,7 +241,10 @@ def test_a_tagged_configure_leaves_the_hosts_as_a_full_one_would(by_hand):
     assert by_hand["tags"] == {"cc", "shaping"}
     tagged = recap(by_hand["tagged"].stdout)
     assert by_hand["tagged"].returncode == 0, by_hand["tagged"].stdout[-3000:]
-    assert all(c["changed"] > 0 for c in tagged.values() if c["ok"] > 4), tagged
+    # Every rack host the tags reached changed; the controller's cc play (allowed list, BPF
+    # registrations) has nothing to change between two CCs the kernel has.
+    hosts = {h: c for h, c in tagged.items() if h != "localhost"}
+    assert all(c["changed"] > 0 for c in hosts.values() if c["ok"] > 4), tagged
     full = changed(by_hand["full_after_tagged"])
     assert all(v == 0 for v in full.values()), full
 
