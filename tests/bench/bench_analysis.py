@@ -457,10 +457,11 @@ analysis/halves.py). While a capture is read, each generator's and each bottlene
 says what it needs of it (analysis/captures.py) and takes it as arrays: the TCP flow kernels
 (analysis/tcpflows.py: goodput, retransmissions, losses, startup figures), the matching of
 packets across a router (analysis/match.py) and the queue's events (analysis/queuemerge.py,
-analysis/bottleneck.py). tcp_probe recordings and tc/ipfw samples are parsed a chunk at a time
-by compiled or vectorized readers (analysis/tcp_probe.py, pyarrow's JSON reader). The
-DataFrames (the parquet tables, `analysis.load`) are built from the arrays at the end and
-written by a thread of their own (analysis/tables.py). `analysis.pcap.read_pcap` (a DataFrame
+analysis/bottleneck.py). tcp_probe recordings are parsed a chunk at a time by a compiled
+reader (analysis/tcp_probe.py), tc and ipfw samples all at once by pyarrow's JSON reader (and
+its regular expressions over ipfw's text, analysis/ipfw_samples.py). The DataFrames (the
+parquet tables, `analysis.load`) are built from the arrays at the end and written by a thread
+of their own (analysis/tables.py). `analysis.pcap.read_pcap` (a DataFrame
 of a capture, for tests and notebooks) reads through the same reader and the DataFrame
 functions of analysis/metrics.py call the same kernels.
 
