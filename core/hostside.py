@@ -3,8 +3,14 @@ and their sha256, where the shipped copy is on a host, and the command lines tha
 
 Role remote_daemons copies the folder to <trialbed_dir>/hostside/ on every host, with a
 SHA256SUMS file made here (filter trialbed_hostside_files); the runner starts each program from
-there. Each trial's host facts (trials/host_facts.py) record the sha256 of every listed file as
-it is on the host (record: hosts.<host>.hostside).
+there. Each trial's host facts (hostside/probes/host_facts.py) record the sha256 of every listed
+file as it is on the host (record: hosts.<host>.hostside).
+
+The two read-only probes (PROBES: a host's facts, `trials status`) are in the folder and shipped
+with it too, but they also run where nothing may be shipped first (preflight reads only; a host
+configure never reached): there their text, this folder's file with the core modules it
+imports carried inside (core/program_source.py), goes over SSH as `python3 -c`. The
+controller, as a host of its own rack, imports them from the folder (load_program).
 
 How a trial records with the recorders (core.daemons.Daemons runs a command in the host's
 trial directory, so the relative output names land there and are collected with the rest):
@@ -29,14 +35,17 @@ from __future__ import annotations
 # Standard library only: the roles' filter (playbooks/filter_plugins/trialbed_hostside.py)
 # loads this file by its path.
 import hashlib
+import importlib.util
 import shlex
+import sys
 from pathlib import Path
+from types import ModuleType
 
 # The folder on the controller, beside core/ (not core.rack's PROJECT_DIR: the roles' filter
 # reads this module, and core.rack needs the SSH libraries).
 SOURCE = Path(__file__).resolve().parents[1] / "hostside"
-REMOTE_NAME = "hostside"  # <trialbed_dir>/hostside on every host (trials/host_facts.py too)
-SUMS = "SHA256SUMS"  # in the shipped folder: `sha256sum -c` reads it (trials/host_facts.py too)
+REMOTE_NAME = "hostside"  # <trialbed_dir>/hostside on every host (the host facts read it too)
+SUMS = "SHA256SUMS"  # in the shipped folder: `sha256sum -c` reads it (the host facts too)
 
 # The programs the runner starts, relative to the folder (the roles name the delay line, the
 # daemon helper and the transaction generator's source themselves).
@@ -48,6 +57,7 @@ RECORDERS = {
 }
 EDGE_MARKER = "markers/edge_marker.py"  # imports markers.py beside it
 WEB_FLOWS = "traffic/web_flows.py"
+PROBES = {"host_facts": "probes/host_facts.py", "status": "probes/status_probe.py"}
 
 
 def _shipped(relative: Path) -> bool:
@@ -91,6 +101,30 @@ def stale(host: str, on_host: dict[str, str | None] | None, root: Path = SOURCE)
         for path in sorted(here)
         if on_host.get(path) != here[path]
     ]
+
+
+def load_program(path: str, root: Path = SOURCE) -> ModuleType:
+    """hostside/`path` imported as a host runs it: a top-level module of its file's name, its
+    folder importable while it loads (edge_marker.py imports the markers.py beside it). One
+    module per file: loading it again returns the first."""
+    file = root / path
+    loaded = sys.modules.get(file.stem)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(file):
+        return loaded
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module  # before it runs: dataclasses look their module up
+    sys.path.insert(0, str(file.parent))
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[file.stem]
+        raise
+    finally:
+        sys.path.remove(str(file.parent))
+    return module
 
 
 def program_command(hostside_dir: str, program: str, *args: str, python: str = "python3") -> str:

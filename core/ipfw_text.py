@@ -1,7 +1,7 @@
 """The lines ipfw(8) prints about dummynet objects and rules, as regular expressions: one
 reading for the analysis of `ipfw pipe|queue show` samples (analysis/ipfw_samples.py) and for
-`trials status` on a FreeBSD router (trials/status_probe.py, which carries this module to the
-host inside its source: standard library only, no project import).
+`trials status` on a FreeBSD router (hostside/probes/status_probe.py, which carries this module
+to the host inside its source: standard library only, no project import).
 
 The text of `ipfw pipe|sched|queue show` is what sbin/ipfw/dummynet.c's list_pipes() prints
 (FreeBSD 8.2 onwards):

@@ -75,6 +75,15 @@ QDISC_NAMES = tuple(QDISCS)
 DEFAULT_QDISC = "droptail"
 DUMMYNET_QDISCS = tuple(name for name, q in QDISCS.items() if q.dummynet)
 LINUX_ONLY_QDISCS = tuple(name for name, q in QDISCS.items() if not q.dummynet)
+# Every kernel qdisc a Linux host may need: the shaping's own (HTB's rate, netem's delay, fq's
+# pacing) and those the link model's qdiscs are built from; a host's facts say which it has.
+LINUX_KERNEL_QDISCS = tuple(
+    dict.fromkeys(
+        ["htb", "netem", "fq", *(q.linux_qdisc for q in QDISCS.values() if q.linux_qdisc)]
+    )
+)
+# What a dummynet router adds to its pipe's own queue (droptail), as its facts list them.
+DUMMYNET_AQMS = tuple(name for name in DUMMYNET_QDISCS if name != DEFAULT_QDISC)
 # How roles/freebsd_router's record (delay_backend.json "rio") and the trial name dummynet's
 # construction for rio, where RIO itself is meant.
 DUMMYNET_RIO_LABEL = "approximated by two dummynet RED queues (IN, OUT) on one pipe"

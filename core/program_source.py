@@ -28,7 +28,8 @@ def _carry_core_modules(sources):
     for name, source in sources.items():
         if name not in sys.modules:
             module = sys.modules[name] = types.ModuleType(name)
-            exec(compile(source, name.replace(".", "/") + ".py", "exec"), module.__dict__)
+            module.__file__ = name.replace(".", "/") + ".py"  # where it came from, relative
+            exec(compile(source, module.__file__, "exec"), module.__dict__)
         setattr(package, name.split(".", 1)[1], sys.modules[name])
 
 

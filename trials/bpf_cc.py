@@ -1,6 +1,6 @@
 """Congestion controls a kernel lacks, provided as BPF programs (hostside/bpf_cc/<name>/,
 registered by roles/testbed_host): whether a host can take one, and which implementation a
-trial ran with. Both read a host's facts (trials/host_facts.py: cc_loaded, cc_modules,
+trial ran with. Both read a host's facts (hostside/probes/host_facts.py: cc_loaded, cc_modules,
 cc_params, kernel, bpf_cc, bpf_cc_kernel)."""
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from core.hostside import PROBES, load_program
 from core.link_rules import QDISCS
 from core.rack import PROJECT_DIR, Rack
-from trials import host_facts
 from trials.bpf_cc import bpf_cc_names, bpf_cc_problem
 from trials.plan import Trial
 
@@ -52,6 +52,7 @@ def needs(trials: list[Trial]) -> dict[str, set[str]]:
 def local_offers() -> dict[str, set[str]]:
     """What this machine's kernel has (the namespace rack's hosts share it): its congestion
     controls, those it can take as BPF programs (configure registers them), its qdiscs."""
+    host_facts = load_program(PROBES["host_facts"])  # this machine is the rack's every host
     release = platform.release()
     loaded = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
     modules = host_facts.module_names(release)

@@ -22,11 +22,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.hostside import PROBES, SOURCE
 from core.program_source import program_source
 from core.rack import Rack
 from trials.preflight import host_facts
 
-_PROBE = program_source(Path(__file__).with_name("status_probe.py"))
+_PROBE = program_source(SOURCE / PROBES["status"])
 OFFLOADS = {
     "tcp-segmentation-offload": "tso",
     "generic-segmentation-offload": "gso",

@@ -1,18 +1,16 @@
 """trials/bpf_cc: whether a host can run a congestion control its kernel lacks, as a BPF
-program, read from this machine's own facts (trials/host_facts.py run here) and from those
+program, read from this machine's own facts (hostside/probes/host_facts.py run here) and from those
 facts with one piece taken away; and what the trial record says ran."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from trials import host_facts
+from tests.hostside import load
+from tests.unit.test_hostside import probe
 from trials.bpf_cc import bpf_cc_names, bpf_cc_problem, bpf_cc_provenance
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -21,11 +19,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory) -> dict:
     """This machine's facts, as a rack host reports them (full, not --changing)."""
-    out = subprocess.run(
-        [sys.executable, str(PROJECT / "trials/host_facts.py"), str(tmp_path_factory.mktemp("w"))],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return json.loads(out.stdout)
+    return probe("host_facts", str(tmp_path_factory.mktemp("w")))
 
 
 def kernel_without(facts: dict, **missing) -> dict:
@@ -98,4 +92,5 @@ def test_provenance_says_which_implementation(facts):
 
 def test_host_facts_reads_the_records_where_the_role_writes_them():
     defaults = yaml.safe_load((PROJECT / "roles/testbed_host/defaults/main.yml").read_text())
+    host_facts = load("probes/host_facts.py")
     assert defaults["testbed_host_bpf_cc_record_dir"] == host_facts.BPF_CC_RECORDS

@@ -1,4 +1,4 @@
-"""trials/host_facts.py's FreeBSD branch run on this machine against stand-in commands (no
+"""hostside/probes/host_facts.py's FreeBSD branch run on this machine against stand-in commands (no
 FreeBSD host can run here): small shell scripts named sysctl, ifconfig, kldstat, uname, ipfw,
 iperf3, ... first (and alone) on PATH, platform.system() saying FreeBSD. Their outputs are
 written from the manuals of FreeBSD 13/14, each sample naming its source. Then such facts for
@@ -16,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from core import link_rules
 from core.rack import Rack
-from trials import host_facts, preflight
+from tests.hostside import load
+from trials import preflight
 from trials.plan import load_plan
 from trials.spec import SpecError
+
+host_facts = load("probes/host_facts.py")
 
 PROJECT = Path(__file__).resolve().parents[2]
 LAB = PROJECT / "inventory/lab.example/hosts.yml"
@@ -289,7 +293,7 @@ def test_freebsd_router_facts_from_its_commands(tmp_path, monkeypatch, capsys):
         "em3": {"TSO4": False, "TSO6": False, "LRO": False},
     }
     assert facts["routes"] == ROUTES
-    assert facts["qdiscs"] == ["red", "gred", "fq_codel", "pie", "codel", "rio"]
+    assert facts["qdiscs"] == list(link_rules.DUMMYNET_AQMS)  # the link model's order
     assert facts["tracepoints"] == [] and facts["siftr"] is True  # siftr.ko to load
     assert facts["tools"] == {**TOOLS, "ipfw": str(tmp_path / "bin/ipfw")}
     assert facts["free_disk_bytes"] > 0
@@ -448,8 +452,8 @@ def test_seed000_passes_preflight_on_the_lab_rack_with_its_freebsd_router(
     # preflight compares the speed (Mbit/s) with each shaped link's rate: 1 Mbit/s fits.
     assert facts["R"]["speed"] == {"em1": 1000, "em2": 10000}
     assert preflight.available({"R": facts["R"]}) == [
-        "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred fq_codel pie codel "
-        "rio; tracepoints none; siftr yes"
+        "R (kernel 14.1-RELEASE): cc cubic dctcp htcp reno; qdiscs red gred rio fq_codel pie "
+        "codel; tracepoints none; siftr yes"
     ]
 
 

@@ -1,11 +1,11 @@
-"""hostside/ shipped by role remote_daemons, run by Ansible itself against this machine (a
-working directory of its own under tmp_path): every file of the folder and of its subfolders
-arrives byte for byte with SHA256SUMS beside it (`sha256sum -c` agrees), bytecode left by a
-test is not shipped, the helper and the watch's check are linked where the runner calls them
-(replacing the files an older install put there), a second run changes nothing and a changed
-program is shipped again. Then the host facts the runner reads each trial (trials/host_facts.py,
-Linux and FreeBSD branches) record the sha256 of each shipped file as it is on the host, and
-core.hostside.stale names what differs from the controller's."""
+"""hostside/ shipped by role remote_daemons, run by Ansible itself against this machine (a working
+directory of its own under tmp_path): every file of the folder and of its subfolders arrives
+byte for byte with SHA256SUMS beside it (`sha256sum -c` agrees), bytecode left by a test is not
+shipped, the helper and the watch's check are linked where the runner calls them (replacing the
+files an older install put there), a second run changes nothing and a changed program is shipped
+again. Then the host facts the runner reads each trial (hostside/probes/host_facts.py, Linux and
+FreeBSD branches, sent as preflight sends them) record the sha256 of each shipped file as it is
+on the host, and core.hostside.stale names what differs from the controller's."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from core import hostside
-from trials import host_facts
+from core import hostside, link_rules
+from core.program_source import program_source
 
 PROJECT = Path(__file__).resolve().parents[2]
 PLAYBOOK = """
@@ -142,15 +142,31 @@ def test_the_folder_is_shipped_once_with_its_sums_and_the_helper_linked(tmp_path
     )
 
 
-def facts_of(workdir: Path) -> dict:
-    """The host facts as preflight and the runner ask for them (the source of
-    trials/host_facts.py given to python3 -c), their changing part."""
-    source = Path(host_facts.__file__).read_text()
+def probe(name: str, *args: str) -> dict:
+    """A probe as preflight, the runner and `trials status` send it: its text with the core
+    modules it imports inside, given to `python3 -I -c` (isolated: no checkout, no venv, no
+    PYTHONPATH can lend it core) in a directory of its own."""
+    source = program_source(hostside.SOURCE / hostside.PROBES[name])
     out = subprocess.run(
-        ["python3", "-c", source, str(workdir), "--changing"],
+        ["/usr/bin/python3", "-I", "-c", source, *args], cwd=args[0] if args else None,
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     return json.loads(out.stdout)
+
+
+def facts_of(workdir: Path) -> dict:
+    """The host facts as preflight and the runner ask for them, their changing part."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    return probe("host_facts", str(workdir), "--changing")
+
+
+def test_the_probes_as_sent_run_where_there_is_no_checkout(tmp_path):
+    facts = probe("host_facts", str(tmp_path))
+    # the link model's kernel qdiscs (core.link_rules, carried inside), as this kernel has them
+    assert facts["qdiscs"] and set(facts["qdiscs"]) <= set(link_rules.LINUX_KERNEL_QDISCS)
+    assert facts["hostside"] is None  # looked for where role remote_daemons ships
+    status = probe("status", str(tmp_path))
+    assert status["leftover_trials"] == [] and status["qdiscs"] == {} and "daemons" in status
 
 
 def test_each_trial_records_the_sha256_of_every_shipped_file_as_on_the_host(tmp_path, source):
@@ -186,6 +202,4 @@ def test_a_freebsd_host_records_them_too(tmp_path, source, monkeypatch, capsys):
 
 
 def test_the_host_facts_look_where_the_role_ships():
-    """trials/host_facts.py runs on the hosts without the project: its names are core's."""
-    assert (host_facts.HOSTSIDE, host_facts.HOSTSIDE_SUMS) == (hostside.REMOTE_NAME, hostside.SUMS)
     assert hostside.remote_dir("/var/lib/trialbed") == "/var/lib/trialbed/hostside"

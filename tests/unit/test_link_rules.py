@@ -12,7 +12,6 @@ import yaml
 from core import link_rules
 from core.dscp import DSCP_NAMES
 from tests.hostside import load
-from trials import host_facts
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -111,15 +110,6 @@ def test_the_roles_filters_read_the_same_rules():
     assert said == f"qdisc 'sfq': one of {', '.join(link_rules.QDISC_NAMES)}"
     (said,) = problems({"iface": "em1", "rate": "1mbit", "buffer": "1513B"}, ["em1"], True)
     assert said == f"buffer: '1513B' holds no full frame; at least {link_rules.FULL_FRAME_BYTES}B"
-
-
-def test_host_facts_which_runs_on_the_hosts_alone_names_the_same_qdiscs():
-    # trials/host_facts.py is sent to the hosts without core (trials/preflight.py reads it
-    # as it is): its lists must be the link model's, until it carries core/link_rules.py.
-    dummynet = [q for q in link_rules.DUMMYNET_QDISCS if q != link_rules.DEFAULT_QDISC]
-    assert sorted(host_facts.DUMMYNET_AQMS) == sorted(dummynet)
-    kernel = {q.linux_qdisc for q in link_rules.QDISCS.values() if q.linux_qdisc}
-    assert kernel <= set(host_facts.QDISCS)
 
 
 def test_the_vm_calibration_which_runs_in_the_vm_alone_counts_full_frames():

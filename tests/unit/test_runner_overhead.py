@@ -143,6 +143,9 @@ def test_a_trial_that_never_started_has_no_overhead_figure_but_its_phases():
 
 
 def test_the_facts_a_runner_caches_are_the_ones_the_host_script_leaves_out():
-    from trials import host_facts, preflight
+    from tests.hostside import load
+    from trials import preflight
+
+    host_facts = load("probes/host_facts.py")
 
     assert preflight.STATIC_FACTS == host_facts.STATIC

@@ -1,10 +1,10 @@
 """`make status` (trials/status.py) on a FreeBSD dummynet router, here on stand-in commands (no
-FreeBSD host can run here): trials/status_probe.py, as status.py sends it (`python3 -c`), run
-with platform.system() saying FreeBSD and small shell scripts named ipfw, sysctl and ps
-first (and alone) on PATH, as tests/unit/test_host_facts_freebsd.py does for the facts. Their
-outputs are written from the manuals of FreeBSD 13/14 and from what sbin/ipfw/dummynet.c
-prints where ipfw(8) shows no example, each sample naming its source. The rendered tables of
-the lab rack's R (two pipes) and of a Debian host A (tc, unchanged) are then checked."""
+FreeBSD host can run here): hostside/probes/status_probe.py, as status.py sends it (`python3
+-c`), run with platform.system() saying FreeBSD and small shell scripts named ipfw, sysctl and
+ps first (and alone) on PATH, as tests/unit/test_host_facts_freebsd.py does for the facts. Their
+outputs are written from the manuals of FreeBSD 13/14 and from what sbin/ipfw/dummynet.c prints
+where ipfw(8) shows no example, each sample naming its source. The rendered tables of the lab
+rack's R (two pipes) and of a Debian host A (tc, unchanged) are then checked."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ import pytest
 from rich.console import Console
 
 from core.rack import Rack
-from trials import status, status_probe
+from tests.hostside import load
+from trials import status
+
+status_probe = load("probes/status_probe.py")
 
 PROJECT = Path(__file__).resolve().parents[2]
 LAB = PROJECT / "inventory/lab.example/hosts.yml"
@@ -147,7 +150,7 @@ def probe(work: Path, interfaces: list[str], monkeypatch, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-# Facts as trials/host_facts.py gives them (its FreeBSD branch for R, tests/unit/
+# Facts as hostside/probes/host_facts.py gives them (its FreeBSD branch for R, tests/unit/
 # test_host_facts_freebsd.py; its Linux branch for A).
 R_FACTS = {
     "sysctls": {"net.inet.tcp.cc.algorithm": "htcp", "net.inet.tcp.cc.htcp.rtt_scaling": "1",

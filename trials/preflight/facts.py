@@ -1,5 +1,5 @@
-"""What the hosts have, as they answer it: their facts (trials/host_facts.py run on each, in
-parallel), what a host's kernel offers in one line, and which queue disciplines a Linux
+"""What the hosts have, as they answer it: their facts (hostside/probes/host_facts.py run on
+each, in parallel), what a host's kernel offers in one line, and which queue disciplines a Linux
 kernel can load."""
 
 from __future__ import annotations
@@ -7,17 +7,16 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from core.hostside import PROBES, SOURCE, load_program
 from core.link_rules import QDISCS
+from core.program_source import program_source
 from core.rack import Rack
-from trials import host_facts as host_facts_program
 from trials.network import FREEBSD_GROUPS
 
-_FACTS_SOURCE = (Path(__file__).parents[1] / "host_facts.py").read_text()
-# host_facts.STATIC (that module runs on the hosts and is not imported here).
-STATIC_FACTS = host_facts_program.STATIC  # what a runner reads once per host
+_FACTS_SOURCE = program_source(SOURCE / PROBES["host_facts"])
+STATIC_FACTS = load_program(PROBES["host_facts"]).STATIC  # what a runner reads once per host
 # Kernel modules of each link qdisc (core.link_rules; droptail's bfifo/pfifo need none).
 QDISC_MODULES = {name: list(q.linux_modules) for name, q in QDISCS.items()}
 

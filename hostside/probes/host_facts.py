@@ -1,4 +1,5 @@
-"""Runs ON a rack host (sent over SSH as source, standard library only): prints as JSON what a
+"""Runs ON a rack host (sent over SSH as source, standard library only but for the core modules
+it imports, carried inside: core/program_source.py): prints as JSON what a
 trial depends on (kernel, congestion controls, tools, sysctls, offloads, MTUs, link speeds,
 addresses, routes with their metrics and the one picked to given addresses, free disk, the
 sha256 of the host programs shipped there), for preflight and for each trial's record."""
@@ -12,6 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
+
+# Sent with these core modules inside (core/program_source.py): the host has no checkout.
+# Role remote_daemons ships hostside/ with its SHA256SUMS where REMOTE_NAME and SUMS say.
+from core.hostside import REMOTE_NAME, SUMS
+from core.link_rules import DUMMYNET_AQMS, LINUX_KERNEL_QDISCS
 
 SYSCTLS = [
     "net.ipv4.tcp_congestion_control",
@@ -100,8 +106,6 @@ def route_to(address, source=None):
     return {"dev": routes[0].get("dev"), "gateway": routes[0].get("gateway")}
 
 
-# Queue disciplines an experiment may name (and the shaping's own).
-QDISCS = ["netem", "htb", "tbf", "red", "gred", "fq", "fq_codel", "pie", "codel", "cake", "sfq"]
 TRACEPOINTS = ["tcp/tcp_probe"]
 
 
@@ -124,10 +128,10 @@ def cc_modules(modules):
 
 
 def qdiscs_available(release, modules):
-    """The qdiscs of QDISCS this kernel has: loaded, built in, or a module to load."""
+    """The qdiscs of LINUX_KERNEL_QDISCS this kernel has: loaded, built in, or a module to load."""
     builtin = read(f"/lib/modules/{release}/modules.builtin") or ""
     have = []
-    for q in QDISCS:
+    for q in LINUX_KERNEL_QDISCS:
         if (
             os.path.isdir(f"/sys/module/sch_{q}")
             or f"/sch_{q}.ko" in builtin
@@ -265,11 +269,6 @@ FREEBSD_TOOLS = {
     "tcpdump": ["tcpdump", "--version"],
     "python3": ["python3", "--version"],
 }
-# The qdiscs roles/freebsd_router renders on a dummynet pipe (red, gred, pie and codel on its
-# queue, fq_codel as its scheduler; droptail is the pipe's own queue, cake is refused). rio is
-# an approximation, not RIO: two RED queues (IN, OUT) on the link's pipe, each averaging its
-# own length (playbooks/filter_plugins/trialbed_dummynet.py; trial.json's rio record says so).
-DUMMYNET_AQMS = ["red", "gred", "fq_codel", "pie", "codel", "rio"]
 # mod_cc(4) names -> Linux's (roles/freebsd_host: reno is FreeBSD's newreno).
 FREEBSD_CC_NAMES = {"newreno": "reno"}
 # Where kld(4) modules are (kldload's default module path), and where FreeBSD keeps its
@@ -457,15 +456,11 @@ def trials_disk(workdir):
     return shutil.disk_usage(where)
 
 
-# Role remote_daemons ships hostside/ with its SHA256SUMS (core/hostside.py REMOTE_NAME, SUMS).
-HOSTSIDE, HOSTSIDE_SUMS = "hostside", "SHA256SUMS"
-
-
 def hostside_files(workdir):
     """The sha256 of every file the shipped folder's SHA256SUMS lists, as the file is on this
     host now (None for one that is missing); None when nothing was shipped."""
-    folder = os.path.join(workdir, HOSTSIDE)
-    listed = read(os.path.join(folder, HOSTSIDE_SUMS))
+    folder = os.path.join(workdir, REMOTE_NAME)
+    listed = read(os.path.join(folder, SUMS))
     if listed is None:
         return None
     files = {}

@@ -124,7 +124,7 @@ def main(workdir, interfaces):
 
 # -- FreeBSD ------------------------------------------------------------------------------
 # Where FreeBSD keeps its system commands, searched after PATH (an SSH session's may lack
-# /sbin), as in trials/host_facts.py.
+# /sbin), as in hostside/probes/host_facts.py.
 FREEBSD_COMMAND_DIRS = ["/sbin", "/usr/sbin", "/bin", "/usr/bin", "/usr/local/sbin"]
 
 
