@@ -17,6 +17,12 @@ DSCP_NAMES: dict[str, int] = {
 _SHOWN = {v: n for n, v in reversed(list(DSCP_NAMES.items()))} | {0: "be"}
 
 
+def af_code_points(af_class: int) -> tuple[int, int, int]:
+    """The DSCPs of AF<af_class>1, 2 and 3: what a marker of that class writes for drop
+    precedence 1, 2 and 3 (AF11 = 10, AF12 = 12, AF13 = 14)."""
+    return tuple(DSCP_NAMES[f"af{af_class}{p}"] for p in (1, 2, 3))  # type: ignore[return-value]
+
+
 def parse_dscp(value: object) -> int:
     """0..63 or a name (ef, af11, cs1, be; any case) -> the 6-bit code point."""
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 63:

@@ -25,6 +25,9 @@ ETHERNET_HEADER = 14
 # A full-size frame as the shaper counts it: the least a byte buffer must hold, and what the
 # shaper may be sending when a packet arrives (the OWD bound's serialization term).
 FULL_FRAME_BYTES = MTU + ETHERNET_HEADER
+# The payload of a full-size TCP segment with timestamps (IP 20, TCP 20, the option 12 bytes):
+# what a full frame carries for a bulk flow's goodput.
+TCP_PAYLOAD_BYTES = MTU - 20 - 20 - 12
 
 
 # -- queue disciplines ----------------------------------------------------------------------

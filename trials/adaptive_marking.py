@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.daemons import Daemons
+from core.dscp import af_code_points
 from core.hostside import EDGE_MARKER, program_command, remote_dir
 from core.rack import Rack, RackError
 from trials.network import ResolvedNetwork, _shared_interfaces
@@ -45,9 +46,10 @@ class MarkerSite:
     def command(self, python: str, hostside_dir: str) -> str:
         """The marker run by `python` from the host's shipped programs (`hostside_dir`)."""
         s = self.spec
+        code_points = ",".join(map(str, af_code_points(s.af_class)))
         args = ["--queue", str(self.queue), "--marker", s.marker, "--stats", self.stats_file,
-                "--af-class", str(s.af_class), "--a0", str(s.a0), "--alpha", str(s.alpha),
-                "--ns", str(s.n_s), "--na", str(s.n_a)]  # fmt: skip
+                "--af-class", str(s.af_class), "--code-points", code_points, "--a0", str(s.a0),
+                "--alpha", str(s.alpha), "--ns", str(s.n_s), "--na", str(s.n_a)]  # fmt: skip
         for iface in self.ifaces:
             args += ["--iface", iface]
         return program_command(hostside_dir, EDGE_MARKER, *args, python=python)

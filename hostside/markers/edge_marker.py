@@ -37,7 +37,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from markers import Marker, dscp_for
+from markers import Marker
 from netfilterqueue import COPY_PACKET, NetfilterQueue
 
 SOCK_BYTES_PER_PACKET = 2438  # as the delay line: the kernel queue overflows first
@@ -81,7 +81,7 @@ class EdgeMarker:
     def __init__(self, args):
         self.args = args
         self.marker = Marker(args.marker, a0=args.a0, alpha=args.alpha, n_s=args.ns, n_a=args.na)
-        self.dscp = {p: dscp_for(p, args.af_class) for p in (1, 2, 3)}
+        self.dscp = dict(enumerate(args.code_points, start=1))
         self.nfq = NetfilterQueue()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -224,13 +224,25 @@ def raise_priority():
     return True
 
 
+def code_points(text):
+    """'10,12,14' -> (10, 12, 14): three 6-bit DSCPs."""
+    values = tuple(int(v) for v in text.split(","))
+    if len(values) != 3 or not all(0 <= v <= 63 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: three DSCPs 0..63, e.g. 10,12,14")
+    return values
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--queue", type=int, required=True, help="NFQUEUE number")
     p.add_argument("--marker", required=True, choices=Marker.KINDS)
     p.add_argument("--stats", required=True)
     p.add_argument("--iface", action="append", default=[], help="add/remove its own rule here")
-    p.add_argument("--af-class", type=int, default=1, choices=(1, 2, 3, 4))
+    p.add_argument("--af-class", type=int, default=1, choices=(1, 2, 3, 4), help="for the stats")
+    p.add_argument(
+        "--code-points", required=True, type=code_points,
+        help="the DSCPs of drop precedence 1,2,3 (core/dscp.py af_code_points), e.g. 10,12,14",
+    )  # fmt: skip
     p.add_argument("--a0", type=float, default=7.0)
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--ns", type=int, default=5)

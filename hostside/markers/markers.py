@@ -5,8 +5,9 @@ NFQUEUE program (edge_marker.py beside it) runs this very file, and the tests fe
 packet sequences with known markings.
 
 A marker sees the packets of one direction of a TCP connection (a flow: the 5-tuple) at the
-ingress edge and gives each a drop precedence, 1 (lowest drop) to 3; the DSCP is AF<c><p>
-of the configured class c (`dscp_for`). Two-colour markers give IN = 1, OUT = 2; MPM gives
+ingress edge and gives each a drop precedence, 1 (lowest drop) to 3; edge_marker.py writes
+the DSCP the controller gives it for that precedence (AF<c><p> of the configured class c, from
+core/dscp.py). Two-colour markers give IN = 1, OUT = 2; MPM gives
 1 to WPM's protected packets, 3 to APM's probes, 2 to the rest.
 
 Definitions (EXPERIMENTS.md §4, paper §III):
@@ -50,13 +51,6 @@ PROTECTED, NORMAL, PROBE = 1, 2, 3  # MPM's three colours
 def seq_after(a: int, b: int) -> bool:
     """a comes after b in TCP sequence space (RFC 793 arithmetic, modulo 2^32)."""
     return 0 < (a - b) % SEQ_MOD < HALF
-
-
-def dscp_for(precedence: int, af_class: int = 1) -> int:
-    """DSCP of AF<af_class><precedence> (RFC 2597): AF11 = 10, AF12 = 12, AF13 = 14."""
-    if not (1 <= af_class <= 4 and 1 <= precedence <= 3):
-        raise ValueError(f"no AF{af_class}{precedence}: class 1..4, precedence 1..3")
-    return 8 * af_class + 2 * precedence
 
 
 @dataclass

@@ -21,6 +21,8 @@ from core import dscp, link_rules
 # The rules a role may look up by name.
 RULES = {
     "mtu": link_rules.MTU,
+    "full_frame_bytes": link_rules.FULL_FRAME_BYTES,
+    "tcp_payload_bytes": link_rules.TCP_PAYLOAD_BYTES,
     "smallest_mtu": link_rules.SMALLEST_MTU,
     "largest_mtu": link_rules.LARGEST_MTU,
     "default_qdisc": link_rules.DEFAULT_QDISC,

@@ -24,13 +24,15 @@ from rich.console import Console
 
 from analysis.pcap import ip_to_int, read_pcap
 from analysis.workers import analyse_trials
+from core.dscp import af_code_points
 from tests.e2e.conftest import PROJECT, trials_run
 from tests.hostside import load
 
 pytestmark = pytest.mark.rack
 
 markers = load("markers/markers.py")
-Marker, dscp_for = markers.Marker, markers.dscp_for
+Marker = markers.Marker
+AF1 = dict(enumerate(af_code_points(1), start=1))  # drop precedence -> DSCP, as the runner gives
 
 EXPERIMENT = PROJECT / "experiments" / "web_poisson.yml"
 MARKERS = ["NM", "APM", "WPM", "MPM"]
@@ -221,7 +223,7 @@ def test_the_edge_marker_wrote_the_state_machines_dscp(trial) -> None:
     assert len(pure.swaps) <= max(2, len(seen) // 1000)  # rare, or the capture is no witness
     # Each marker's colours: NM marks every packet IN; APM and WPM use IN and OUT; MPM adds
     # its probes (AF13)
-    assert set(got) == {dscp_for(p) for p in COLOURS[marker["marker"]]}
+    assert set(got) == {AF1[p] for p in COLOURS[marker["marker"]]}
     assert stats["retransmissions"] == pure.retransmissions
     if marker["marker"] != "NM":  # (NM keeps no per-flow state)
         assert pure.retransmissions > 0
@@ -256,7 +258,7 @@ def replay_flows(kind: str, seen: pd.DataFrame, got: pd.Series) -> Replay:
 
     def run(flow, order):
         m = Marker(kind)
-        marks = [dscp_for(m.mark(flow, int(seq[i]), int(size[i]), int(flags[i]))) for i in order]
+        marks = [AF1[m.mark(flow, int(seq[i]), int(size[i]), int(flags[i]))] for i in order]
         bad = next((j for j, i in enumerate(order) if got_of.get(i, marks[j]) != marks[j]), None)
         return marks, m, bad
 

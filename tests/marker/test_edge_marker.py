@@ -27,6 +27,7 @@ import pandas as pd
 import pytest
 
 from analysis.pcap import ip_to_int, read_pcap
+from core.dscp import af_code_points
 from core.hostside import EDGE_MARKER, SOURCE
 from tests.hostside import load
 
@@ -34,7 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAM = SOURCE / EDGE_MARKER
 DAEMON = SOURCE / "daemon/trialbed_daemon.py"
 markers = load("markers/markers.py")
-Marker, dscp_for = markers.Marker, markers.dscp_for
+Marker = markers.Marker
+AF1 = dict(enumerate(af_code_points(1), start=1))  # drop precedence -> DSCP, as the runner gives
 PYTHON = str(REPO / ".venv/bin/python") if (REPO / ".venv/bin/python").exists() else sys.executable
 SND, RTR, RCV = "tz-msnd", "tz-mrtr", "tz-mrcv"
 LINKS = [
@@ -180,7 +182,8 @@ class MarkerProc:
         self.stats = tmp_path / f"marker-{kind}.json"
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", RTR, PYTHON, str(PROGRAM), "--queue", str(QUEUE),
-             "--marker", kind, "--stats", str(self.stats), "--iface", "r0"],
+             "--marker", kind, "--code-points", ",".join(map(str, af_code_points(1))),
+             "--stats", str(self.stats), "--iface", "r0"],
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         line = self.proc.stderr.readline()  # once bound and its rule is in place
@@ -250,7 +253,7 @@ def test_dscp_in_the_capture_is_the_state_machines(rack, tmp_path, kind):
     both = both.sort_values("ts_ns_out")
     assert len(both) == len(after) and len(before) - len(both) >= total // 1448 // 37
     expected, pure = expected_precedence(both, kind)
-    both = both.assign(want=[dscp_for(int(p)) for p in expected])
+    both = both.assign(want=[AF1[int(p)] for p in expected])
     got = both.tos_out.to_numpy() >> 2
     assert (got == both.want.to_numpy()).all(), both[got != both.want][["seq", "want", "tos_out"]]
     assert (both.tos_out & 3).eq(both.tos & 3).all()  # ECN bits untouched
@@ -266,9 +269,9 @@ def test_dscp_in_the_capture_is_the_state_machines(rack, tmp_path, kind):
         assert retrans > 5  # the drop rule made the marker see retransmissions
     assert sum(stats["precedence"].values()) == len(both) == stats["packets"]
     if kind == "NM":
-        assert set(got) == {dscp_for(1)}
+        assert set(got) == {AF1[1]}
     else:
-        assert set(got) >= {dscp_for(1), dscp_for(2)}
+        assert set(got) >= {AF1[1], AF1[2]}
 
 
 def test_apm_without_loss_outs_at_7_22_53_116(rack, tmp_path):
@@ -277,7 +280,7 @@ def test_apm_without_loss_outs_at_7_22_53_116(rack, tmp_path):
     resent = before[(before.payload_len > 0) & before.duplicated("seq")]
     assert stats["retransmissions"] == 0, f"the sender retransmitted without loss:\n{resent}"
     data = after[after.payload_len > 0].sort_values("ts_ns")
-    outs = np.flatnonzero((data.tos.to_numpy() >> 2) == dscp_for(2)) + 1
+    outs = np.flatnonzero((data.tos.to_numpy() >> 2) == AF1[2]) + 1
     assert outs.tolist() == [7, 22, 53, 116]
 
 

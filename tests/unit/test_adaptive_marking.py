@@ -70,7 +70,7 @@ def test_marker_sites_on_the_chain(tmp_path: Path) -> None:
     assert command.startswith(
         f"/opt/tb/.venv/bin/python {shipped}/markers/edge_marker.py --queue 100 --marker APM"
     )
-    assert "--af-class 2" in command
+    assert "--af-class 2 --code-points 18,20,22" in command  # AF21, AF22, AF23
     assert command.endswith("--iface a1 --iface a2 --iface a3 --iface a4")
     assert site.record()["interfaces"] == ["a1", "a2", "a3", "a4"]
 

@@ -11,7 +11,6 @@ import yaml
 
 from core import link_rules
 from core.dscp import DSCP_NAMES
-from tests.hostside import load
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -100,6 +99,8 @@ def test_queue_limits_and_red_thresholds_from_a_buffer():
 def test_the_roles_filters_read_the_same_rules():
     rule = _filters("trialbed_link_rules")["trialbed_link_rule"]
     assert rule("mtu") == link_rules.MTU
+    # what roles/virtual_rack passes to the VM's calibration: 1448 of every 1514 bytes
+    assert (rule("tcp_payload_bytes"), rule("full_frame_bytes")) == (1448, 1514)
     assert rule("dscp_names") == DSCP_NAMES
     assert rule("dummynet_number_base") == link_rules.DUMMYNET_NUMBER_BASE
     links = [{"iface": "em1"}, {"iface": "em2", "qdisc": "rio"}]
@@ -110,24 +111,3 @@ def test_the_roles_filters_read_the_same_rules():
     assert said == f"qdisc 'sfq': one of {', '.join(link_rules.QDISC_NAMES)}"
     (said,) = problems({"iface": "em1", "rate": "1mbit", "buffer": "1513B"}, ["em1"], True)
     assert said == f"buffer: '1513B' holds no full frame; at least {link_rules.FULL_FRAME_BYTES}B"
-
-
-def test_the_vm_calibration_which_runs_in_the_vm_alone_counts_full_frames():
-    # roles/virtual_rack/files/vm/calibrate.py runs inside the VM, standard library only.
-    path = PROJECT / "roles/virtual_rack/files/vm/calibrate.py"
-    spec = importlib.util.spec_from_file_location("calibrate", path)
-    calibrate = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(calibrate)  # type: ignore[union-attr]
-    # 1448 payload bytes (MTU less IP, TCP and timestamp headers) of every full frame
-    assert (
-        calibrate.PAYLOAD_FRACTION == (link_rules.MTU - 20 - 20 - 12) / link_rules.FULL_FRAME_BYTES
-    )
-
-
-def test_the_edge_marker_writes_the_af_code_points_of_the_dscp_table():
-    # hostside/markers/markers.py runs on the edge router beside edge_marker.py, without core.
-    markers = load("markers/markers.py")
-    for af_class in range(1, 5):
-        for precedence in range(1, 4):
-            code = markers.dscp_for(precedence, af_class)
-            assert code == DSCP_NAMES[f"af{af_class}{precedence}"]

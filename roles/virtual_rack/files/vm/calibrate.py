@@ -7,16 +7,17 @@ Between a sender namespace and a receiver namespace through a router namespace i
     towards the sender; ping's RTT minus the base RTT against 2 x DELAY;
   - the rate error: HTB at each rate of RATES (netem delay at the root, a BDP-sized bfifo
     leaf, the role's arrangement), one iperf3 TCP flow; goodput (the receiver's 1-s intervals,
-    the first and the last left out) against the payload the rate carries (1448 of every 1514
-    bytes);
+    the first and the last left out) against the payload the rate carries (PAYLOAD of every
+    FRAME bytes);
   - the highest rate carried faithfully: the highest rate whose goodput is within TOLERANCE
     (the rates above two in a row whose goodput fell short are not tried).
     (Each rate is measured once, for SECONDS (SECONDS_LOW below LOW_RATE_MBIT) after OMIT: under
     TCG the numbers vary by a few percent from one rack-up to the next.)
 The router's qdiscs are removed at the end. Prints one JSON object.
 
-Usage: calibrate.py PREFIX TOPOLOGY.json  (the rack's namespace prefix and topology: the path
-is the first router with two end hosts on two of its segments)
+Usage: calibrate.py PREFIX TOPOLOGY.json PAYLOAD FRAME  (the rack's namespace prefix and
+topology: the path is the first router with two end hosts on two of its segments; the bytes of
+TCP payload a full frame carries and its size, core/link_rules.py's, which the role passes)
 """
 
 import json
@@ -38,7 +39,6 @@ SECONDS_LOW = 10
 LOW_RATE_MBIT = 5
 OMIT = 2
 TOLERANCE = 0.05
-PAYLOAD_FRACTION = 1448 / 1514
 
 
 def ns(name, *cmd, check=True):
@@ -133,6 +133,7 @@ def path(prefix, topology):
 def main():
     with open(sys.argv[2]) as f:
         topology = json.load(f)
+    payload_fraction = int(sys.argv[3]) / int(sys.argv[4])
     sender, router, to_receiver, to_sender, receiver, address = path(sys.argv[1], topology)
     ifaces = [to_receiver, to_sender]
     clear(router, ifaces)
@@ -156,7 +157,7 @@ def main():
             shape(router, to_receiver, rate)
             shape(router, to_sender)
             bps = iperf(sender, receiver, address, SECONDS_LOW if rate < LOW_RATE_MBIT else SECONDS)
-            expected = rate * 1e6 * PAYLOAD_FRACTION
+            expected = rate * 1e6 * payload_fraction
             rates.append(
                 {
                     "rate_mbit": rate,
