@@ -8,9 +8,11 @@ file of the trial directory (sha256sum format: `sha256sum -c MANIFEST.sha256` ch
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shlex
+import shutil
 from pathlib import Path
 
 from core.layout import MANIFEST
@@ -54,12 +56,21 @@ def pull_host(
     remove_remote: bool = True,
     attempts: int = 2,
 ) -> dict[str, str]:
-    """Copy every file of remote_dir into local_dir; return {name: sha256}."""
+    """Copy every file of remote_dir into local_dir; return {name: sha256}. A full local
+    disk is a CollectError saying where the host keeps its copies."""
     sums = remote_sums(rack, host, remote_dir)
     for name, digest in sums.items():
         local = local_dir / name
         for attempt in range(1, attempts + 1):
-            rack.get(host, f"{remote_dir}/{name}", local)
+            try:
+                rack.get(host, f"{remote_dir}/{name}", local)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                raise CollectError(
+                    f"the results disk is full ({shutil.disk_usage(local_dir).free} bytes free "
+                    f"in {local_dir.parent}): {host} keeps its copies in {remote_dir}"
+                ) from None
             if sha256_file(local) == digest:
                 break
             if attempt == attempts:

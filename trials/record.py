@@ -15,10 +15,10 @@ from collect.pcap_count import pcap_packets
 from core.dscp import counter_delta, nft_rule_counters, parse_dscp
 from core.layout import TrialDir
 from core.link_rules import DUMMYNET_RIO_LABEL, dummynet_fixed_point
-from core.rack import PROJECT_DIR
+from core.rack import PROJECT_DIR, Rack
 from core.rio import counters_delta, gred_counters
 from core.rio import high_dscp as rio_high_dscp
-from core.trial_record import dump_record
+from core.trial_record import dump_record, new_record
 from trials import adaptive_marking
 from trials.bpf_cc import bpf_cc_provenance
 from trials.generators import TrafficGenerator
@@ -42,6 +42,44 @@ def git_state() -> dict[str, Any]:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def started_record(
+    trial: Trial,
+    source: str,
+    batch: str,
+    rack: Rack,
+    net: ResolvedNetwork,
+    settings: dict[str, HostSettings],
+    generators: list[TrafficGenerator],
+) -> dict[str, Any]:
+    """A trial's record as it starts: what it is, where it came from, what it will run."""
+    exp = trial.experiment
+    return new_record(
+        trial=trial.name,
+        id=trial.id,
+        batch=batch,
+        status="running",
+        experiment_file=source,
+        experiment_digest=exp.digest(),
+        family=exp.experiment,
+        overrides=trial.overrides,
+        repetition=trial.repetition,
+        parameters=trial.parameters(),
+        git=git_state(),
+        # Absolute: a batch resumed from another directory finds the rack it ran on.
+        inventory=[str(Path(p).resolve()) for p in rack.inventory],
+        network=net.record(),
+        host_settings={
+            n: s.model_dump(mode="json", exclude_none=True) for n, s in settings.items()
+        },
+        traffic={
+            g.name: {**g.record(), "path": net.path_summary(g.spec.from_, g.spec.to)}
+            for g in generators
+        },
+        times={"started": now_iso()},
+        errors=[],
+    )
 
 
 def cc_implementations(

@@ -9,10 +9,8 @@ The host variables, host commands and record building it uses live in modules of
 
 from __future__ import annotations
 
-import errno
 import json
 import shlex
-import shutil
 import time
 from collections.abc import Callable, Container
 from pathlib import Path
@@ -22,7 +20,7 @@ from collect.fetch import CollectError, pull_host
 from core.daemons import Daemons
 from core.layout import BatchDir, TrialDir, remote_trial_dir
 from core.rack import Rack
-from core.trial_record import dump_record, new_record
+from core.trial_record import dump_record
 from trials import adaptive_marking
 from trials import host_commands as hc
 from trials import record as rec
@@ -129,30 +127,8 @@ class TrialRunner:
             for i, (spec, name) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))
         ]
         self.watching = None
-        record: dict[str, Any] = new_record(
-            trial=trial.name,
-            id=trial.id,
-            batch=self.batch_id,
-            status="running",
-            experiment_file=source,
-            experiment_digest=exp.digest(),
-            family=exp.experiment,
-            overrides=trial.overrides,
-            repetition=trial.repetition,
-            parameters=trial.parameters(),
-            git=rec.git_state(),
-            # Absolute: a batch resumed from another directory finds the rack it ran on.
-            inventory=[str(Path(p).resolve()) for p in self.rack.inventory],
-            network=net.record(),
-            host_settings={
-                n: s.model_dump(mode="json", exclude_none=True) for n, s in settings.items()
-            },
-            traffic={
-                g.name: {**g.record(), "path": net.path_summary(g.spec.from_, g.spec.to)}
-                for g in generators
-            },
-            times={"started": rec.now_iso()},
-            errors=[],
+        record = rec.started_record(
+            trial, source, self.batch_id, self.rack, net, settings, generators
         )
         TrialDir(trial_dir).record.write_text(dump_record(record))
         nfqueue: list[str] = []
@@ -410,18 +386,8 @@ class TrialRunner:
             record["times"]["stopped"] = rec.now_iso()
 
             def pull(host: str) -> None:
-                try:
-                    record["files"][host] = pull_host(
-                        self.rack, host, daemons.remote[host], trial_dir / host
-                    )
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    raise CollectError(
-                        f"the results disk is full ({shutil.disk_usage(trial_dir).free} bytes "
-                        f"free in {trial_dir}): {host} keeps its copies in "
-                        f"{daemons.remote[host]}"
-                    ) from None
+                remote_dir = daemons.remote[host]
+                record["files"][host] = pull_host(self.rack, host, remote_dir, trial_dir / host)
 
             record["files"] = {}
             failed = per_host(
