@@ -20,7 +20,7 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help docs setup rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test lint bench
+.PHONY: help docs setup rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test test-long lint bench
 
 help:  ## every target, with what it does (the default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -105,8 +105,11 @@ docs: setup  ## write each role's README.md from its meta/argument_specs.yml and
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
 	@$(PYTHON) -m trials status $(if $(INVENTORY),-i $(INVENTORY))
 
-test: setup lint  ## lint, unit tests, then end-to-end tests on a virtual rack the tests build and remove
-	@$(PYTHON) -m pytest
+test: setup lint  ## lint, unit tests, then end-to-end tests on a virtual rack the tests build and remove (under 45 minutes; the long ones are test-long's)
+	@$(PYTHON) -m pytest -m "not long"
+
+test-long: setup  ## the end-to-end tests too long for make test: the VM rack (RACK=vm: its kernel's netem, GRED/RIO, fq), about 12 minutes
+	@$(PYTHON) -m pytest -m long
 
 lint: setup  ## ruff, the import contracts of the layers (lint-imports: pyproject.toml), ansible-lint (production profile, yamllint included; .ansible-lint), and a syntax check of every playbook
 	@$(VENV)/bin/ruff check .

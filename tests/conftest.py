@@ -2,9 +2,10 @@
 
 The tests that need no rack (analysis, unit) run first; the VM rack's module next; then every
 other test that builds namespaces or measures timing (delay line, edge marker, the end-to-end
-tests), in their usual order. The VM rack's rack-up (about 2 minutes under TCG, one host CPU)
-runs in the background during the first group, whose tests measure no timing, and so does the
-module's first batch once the rack is up.
+tests), in their usual order. When the VM rack's module is selected (`make test-long`; `make
+test` leaves it out: marker long), its rack-up (minutes under TCG, one host CPU) runs in the
+background during the first group, whose tests measure no timing, and so does the module's
+first batch once the rack is up.
 """
 
 from __future__ import annotations

@@ -57,9 +57,10 @@ def test_the_schedule_fires_runs_the_batch_and_is_removed(test_rack, scheduled_e
     cron_pidfile = Path("/run/crond.pid")
     cron_pid = cron_pidfile.read_text().strip() if cron_pidfile.exists() else ""
     cron_was_running = bool(cron_pid) and Path(f"/proc/{cron_pid}").exists()
-    # The first minute that begins at least 60 s from now: time for make nightly-install (its
-    # make setup too, on a loaded machine) and for cron to read the entry before it.
-    at = (datetime.now() + timedelta(seconds=120)).replace(second=0, microsecond=0)
+    # The first minute that begins at least 30 s from now: time for make nightly-install (a
+    # few seconds, its make setup finding the venv current) and for cron, which reads a
+    # changed crontab as each minute begins, to see the entry before that minute.
+    at = (datetime.now() + timedelta(seconds=90)).replace(second=0, microsecond=0)
     extra = f'RACKS={test_rack.inventory} SET="duration=6s warmup=1s"'
     done = make(
         "nightly-install", f"EXPERIMENT={scheduled_experiment}", f"AT={at:%H:%M}",

@@ -45,7 +45,8 @@ from tests.e2e.test_collateral_damage import DELAY_ACCURACY_MS, link_leaves_tcp_
 from tests.e2e.test_collateral_damage import EXPERIMENT as DUMBBELL_EXPERIMENT
 from tests.e2e.vm_boot import PREFIX, SUBNET
 
-pytestmark = pytest.mark.rack
+# long: `make test-long`, not `make test` (the VM under TCG costs about 10 minutes).
+pytestmark = [pytest.mark.rack, pytest.mark.long]
 
 # netem at the root, HTB its child, the link's queue HTB's leaf (`tc -s qdisc show` order).
 NETEM_HTB = r"qdisc netem 1: root[^#]*qdisc htb 2: parent 1:1[^#]*qdisc "
