@@ -59,11 +59,13 @@ class Truth:
     # Per TCP flow: when its ACKs reach the sender and the bytes each acknowledges in order.
     acked_at_sender: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
-    def acked_by(self, t_ns: int) -> int:
-        """Bytes every TCP flow's receiver had acknowledged in order, as the capture before the
-        router sees it, by t_ns (ACKs at t_ns count)."""
+    def acked_by(self, t_ns: int, flows: list[int] | None = None) -> int:
+        """Bytes every TCP flow's receiver (or those of ``flows``, by index) had acknowledged in
+        order, as the capture before the router sees it, by t_ns (ACKs at t_ns count)."""
         got = 0
-        for at, acked in self.acked_at_sender:
+        for f, (at, acked) in enumerate(self.acked_at_sender):
+            if flows is not None and f not in flows:
+                continue
             seen = acked[at <= t_ns]
             got += int(seen.max()) if len(seen) else 0
         return got
@@ -116,12 +118,13 @@ def _flow(
     truth: Truth,
     queue_at=None,
     iperf3: bool = False,
+    launch: int | None = None,
 ) -> None:
     src, dst = _addr(f"198.18.1.{10 + f}"), _addr(f"198.18.2.{10 + f}")
     sport, dport = 40000 + f, 5201
     isn = int(2**32 - rng.integers(1, 60_000_000))  # wraps early in the transfer
     risn = int(rng.integers(0, 2**32))
-    launch = T0_NS + f * 7_000_000
+    launch = T0_NS + f * 7_000_000 if launch is None else launch
     rev = delay_ns // 2  # receiver -> router -> sender, no queue on the way back
     rtt = delay_ns + rev  # the round trip of an empty queue, as the sender side sees it
     # iperf3's data SYN comes three round trips after its control connection's SYN; its data
@@ -403,20 +406,24 @@ def generate(
     duration_ns: int = 60 * 10**9,
     shared_queue: bool = False,
     iperf3: bool = False,
+    launches_ns: list[int] | None = None,
 ) -> Truth:
     """Write the two captures; ``packets`` is the approximate count in the one before the
     router (data ~ 2/3, ACKs ~ 1/3, a UDP stream at 1 kpkt/s) over about ``duration_ns``;
     ``shared_queue``: one FIFO queue for every flow (else one per flow: see above);
-    ``iperf3``: each flow an iperf3 data connection behind its control connection."""
+    ``iperf3``: each flow an iperf3 data connection behind its control connection;
+    ``launches_ns``: when each flow's sender starts, after T0 (default: 7 ms apart)."""
     rng = np.random.default_rng(seed)
     before, after, truth = _Packets(), _Packets(), Truth()
     per_flow = max(int(packets * 0.66 / flows), 50)
     gap = max(int(duration_ns // per_flow), 2_000)
     ends = T0_NS + flows * 7_000_000 + 4 * delay_ns + 2 * per_flow * gap  # past every send
     ends += _CONTROL_RTTS * 2 * delay_ns if iperf3 else 0
+    ends += max(launches_ns) if launches_ns else 0
     queue_at = _shared_queue(rng, ends) if shared_queue else None
     for f in range(flows):
-        _flow(rng, f, per_flow, loss, gap, delay_ns, before, after, truth, queue_at, iperf3)
+        at = None if launches_ns is None else T0_NS + launches_ns[f]
+        _flow(rng, f, per_flow, loss, gap, delay_ns, before, after, truth, queue_at, iperf3, at)
     duration_ms = int(per_flow * gap / 1e6) + 1
     _udp(rng, duration_ms, loss * 5, delay_ns, before, after, truth, queue_at)
     truth.before_packets = _write(before_path, before.frame())

@@ -66,8 +66,9 @@ def _path(sender: str, receiver: str, delay_ns: int, rate_bps: int) -> dict:
 
 
 def _record(
-    name: str, truth: Truth, duration_ns: int, family: str, delay_ns: int, rate_bps: int
-) -> dict:
+    name: str, truth: Truth, duration_ns: int, family: str, delay_ns: int, rate_bps: int,
+    starts_ns: list[int],
+) -> dict:  # fmt: skip
     traffic, addresses, interfaces = (
         {},
         {},
@@ -80,10 +81,12 @@ def _record(
         interfaces |= {sender: {"left": f"{src}/24"}, receiver: {"right": f"{dst}/24"}}
         traffic[f"tcp{f}"] = {
             "type": "bulk_tcp", "from": sender, "to": receiver, "sender": sender,
-            "receiver": receiver, "src": src, "dst": dst, "start_ns": 0,
-            "duration_ns": duration_ns, "metrics": ["goodput", "retransmissions", "startup"],
+            "receiver": receiver, "src": src, "dst": dst, "start_ns": starts_ns[f],
+            "duration_ns": duration_ns - starts_ns[f],
+            "metrics": ["goodput", "retransmissions", "startup"],
             "spec": {"type": "bulk_tcp", "name": f"tcp{f}", "from": sender, "to": receiver,
-                     "flows": 1, "cc": None, "start": "0s", "pacing": False},
+                     "flows": 1, "cc": None, "start": f"{starts_ns[f] / 1e9:g}s",
+                     "pacing": False},
             "proto": 6, "port": flow["dport"], "client_json": f"{sender}/tcp{f}_client.json",
             "path": _path(sender, receiver, delay_ns, rate_bps),
         }  # fmt: skip
@@ -207,20 +210,22 @@ def write_trial(
     trial_dir: Path, *, packets: int, seed: int = 1, duration_ns: int = 60 * 10**9,
     probe_every: int = 1, family: str = "collateral_damage", flows: int = 8,
     delay_ns: int = DELAY_NS, rate_bps: int = RATE_BPS, iperf3: bool = False,
-    reports: bool = True,
+    reports: bool = True, starts_ns: list[int] | None = None,
 ) -> GeneratedTrial:  # fmt: skip
     """A trial directory with about ``packets`` packets in the capture before the router;
     a tcp_probe event for every ``probe_every`` ACKs reaching a sender; ``flows`` bulk_tcp
-    pairs (``iperf3``: behind their control connections; ``reports``: with iperf3's reports)
-    through a bottleneck of ``rate_bps`` after a link of ``delay_ns``."""
+    pairs (``iperf3``: behind their control connections; ``reports``: with iperf3's reports;
+    ``starts_ns``: each one's start after T0, default 0, its sender launched then) through a
+    bottleneck of ``rate_bps`` after a link of ``delay_ns``."""
     router = trial_dir / "R"
     router.mkdir(parents=True)
     before, after = router / f"{BEFORE}.pcap", router / f"{AFTER}.pcap"
     truth = generate(
         before, after, packets=packets, seed=seed, shared_queue=True, duration_ns=duration_ns,
-        delay_ns=delay_ns, flows=flows, iperf3=iperf3,
+        delay_ns=delay_ns, flows=flows, iperf3=iperf3, launches_ns=starts_ns,
     )  # fmt: skip
-    record = _record(trial_dir.name, truth, duration_ns, family, delay_ns, rate_bps)
+    starts = starts_ns or [0] * flows
+    record = _record(trial_dir.name, truth, duration_ns, family, delay_ns, rate_bps, starts)
     (trial_dir / "trial.json").write_text(json.dumps(record, indent=1) + "\n")
     epochs = []
     for f, flow in enumerate(truth.flows):
