@@ -17,7 +17,11 @@ a flow's start is in ns too, float64 only where it may be NaN (exact below 104 d
 
 Each flow's start (``start_ns``) is its first SYN from the data sender; if the capture lacks it
 (started late, or the data sender accepted the connection instead of opening it) the start
-falls back to the flow's first data packet and ``syn_seen`` is False.
+falls back to the flow's first data packet and ``syn_seen`` is False. The aggregate over
+several flows (the paper's Fig. 3 table) counts from the earliest start of those flows: the
+transfer's first SYN, never the moment the sending program was launched (iperf3's control
+connection comes three round trips before its data SYN) and never a workload tool's control
+connection (the caller chooses the data flows).
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ import numpy as np
 
 from analysis.lazy import pd
 from analysis.metrics import FLOW, TCP_COLUMNS, tcp_goodput
-from analysis.tcpflows import DataPass, Queries, TcpPackets, data_pass, flow_order
+from analysis.tcpflows import DataPass, Queries, TcpPackets, ack_times, data_pass, flow_order
 
 __all__ = [
     "Flows",
+    "at_step",
     "delivered_by",
     "delivered_total",
     "effective_throughput_per_flow",
@@ -100,6 +105,24 @@ class Flows:
         flows = np.concatenate(self.queries.flows)[self.queries.where[name]]
         return self.queries.acked(name, self.data) - self.data.base[flows]
 
+    def add_steps(self, name: str, lo_ns: int, hi_ns: int) -> None:
+        """Queries of steps(name): every flow at lo_ns and at each ACK of its flows in
+        (lo_ns, hi_ns], the only times its bytes delivered can change there: the bytes its
+        flows delivered at any time in [lo_ns, hi_ns], from one ACK pass, for a time known
+        only after the pass (the trial's first data SYN, when a capture read later holds it)."""
+        acks = ack_times(self.p, self.data, self.flows, lo_ns, hi_ns)
+        times = np.unique(np.concatenate([np.asarray([lo_ns], np.int64), acks]))
+        self.queries.add(name, np.repeat(self.flows, len(times)), np.tile(times, len(self.flows)))
+
+    def steps(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(times, bytes): the bytes its flows delivered in all (acknowledged in order, each
+        from its base) by each time of add_steps(name)'s queries; at_step reads them."""
+        times = np.concatenate(self.queries.times)[self.queries.where[name]]
+        if not len(self.flows):
+            return times, np.zeros(0, np.int64)
+        got = self.delivered(name).reshape(len(self.flows), -1).sum(axis=0).astype(np.int64)
+        return times[: len(got)], got
+
     def add_exit(self, name: str = "exit") -> None:
         """Queries of slow_start(name): each flow at its first retransmission (or never)."""
         first = self._first_retx()
@@ -157,6 +180,14 @@ class Flows:
             "dupacks": dupacks,
             "kind": kind,
         }
+
+
+def at_step(steps: tuple[np.ndarray, np.ndarray], t_ns: int) -> int | None:
+    """The bytes a Flows.steps curve holds at t_ns (ACKs at t_ns count); None when t_ns lies
+    before the curve's first time (nothing is known there)."""
+    times, got = steps
+    i = int(np.searchsorted(times, t_ns, side="right")) - 1
+    return int(got[i]) if i >= 0 and len(got) else None
 
 
 def loss_counts(events: dict[str, np.ndarray], flows: int) -> dict[str, np.ndarray]:

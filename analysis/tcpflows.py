@@ -37,6 +37,7 @@ __all__ = [
     "Queries",
     "TcpPackets",
     "ack_pass",
+    "ack_times",
     "acked",
     "data_pass",
     "flow_order",
@@ -335,6 +336,36 @@ def _acks(
         q_max[q], q_seen[q] = highest[f], started[f]
         q += 1
     return run, last_adv, started, n_dups
+
+
+def ack_times(p: TcpPackets, data: DataPass, flows: np.ndarray, lo_ns: int, hi_ns: int):
+    """The times in [lo_ns, hi_ns] of the packets the ACK pass reads for ``flows`` (their
+    reverse directions' ACKs), in time order: where the bytes they delivered can change."""
+    mine = np.zeros(p.directions, np.bool_)
+    mine[np.asarray(flows, np.int64)] = True
+    return _ack_times(data.ack_rows, p.ts, p.ids, p.reverse, mine, lo_ns, hi_ns)
+
+
+@njit(cache=True, nogil=True)
+def _ack_times(rows, ts, ids, rev, mine, lo, hi):
+    a, b = 0, len(rows)
+    while a < b:  # the rows are in time order: the first at or after lo
+        m = (a + b) // 2
+        if ts[rows[m]] < lo:
+            a = m + 1
+        else:
+            b = m
+    n, k = 0, a
+    while k < len(rows) and ts[rows[k]] <= hi:
+        n += mine[rev[ids[rows[k]]]]
+        k += 1
+    out = np.empty(n, np.int64)
+    n = 0
+    for j in range(a, k):
+        if mine[rev[ids[rows[j]]]]:
+            out[n] = ts[rows[j]]
+            n += 1
+    return out
 
 
 def acked(highest: np.ndarray, seen: np.ndarray, base: np.ndarray, fin: np.ndarray) -> np.ndarray:

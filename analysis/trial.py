@@ -33,6 +33,7 @@ from analysis.resources import give_memory_back
 from analysis.scan import scan
 from analysis.tables import Tables
 from analysis.traffic import ANALYSES
+from analysis.traffic.bulk_tcp import share_first_syn
 from analysis.traffic.cbr_udp import judge_lost_service
 from core.layout import RECORD
 from core.link_rules import DEFAULT_QDISC, qdisc_of
@@ -210,6 +211,7 @@ def _analyse_into(trial_dir: Path, record: dict[str, Any], out_dir: Path) -> dic
     }
     _read_captures(caps, record, [*per_generator.values(), *dscp.values(), *queues.values()])
     give_memory_back()  # what reading them took and let go
+    share_first_syn(per_generator.values())  # the startup table's origin, across captures
     tables = Tables(out_dir)
     try:
         summaries = {}  # the queues first: their matched packets go before the rest is read

@@ -1,8 +1,13 @@
 """Seed 001 (Aron & Druschel 1998): effective throughput vs elapsed time (the Fig. 3 table:
-data delivered over all flows by T0 + 1, 5, 10, 20, 30 s and its share of what the
-bottleneck could carry), and
-the late joiner (Figs. 7-8: data the late flow carried in its first 5 s against its fair
-share; retransmission timeouts and their idle time per sender)."""
+data delivered over all flows by 1, 5, 10, 20, 30 s after the trial's first data SYN, the
+start of the transfers, and its share of what the bottleneck could carry), and the late joiner
+(Figs. 7-8: data the late flow carried in the first 5 s after its own data SYN against its
+fair share; retransmission timeouts and their idle time per sender).
+
+The same sums from T0, the launch of the senders, are kept under names that say so
+(``delivered_since_t0_<c>``): they include iperf3's set-up (its control connection, three round
+trips before the data SYN). Trials analysed before the origin moved (2026-12-07) carry only
+those, as ``delivered_<c>``: the tables leave them out and say how many (``legacy_trials``)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from analysis.lazy import pd
 
 CUTOFFS = ("1s", "5s", "10s", "20s", "30s")
 LATE_WINDOW_S = 5
+SINCE_SYN, SINCE_T0 = "since_first_syn", "since_t0"  # the two origins' key suffixes
 
 
 def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -33,27 +39,58 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
         "timeouts_by_sender": {n: s.get("timeout_idle_ms", []) for n, s in bulk.items()},
         "slow_start_exit_s": {n: s.get("slow_start_exit_s") for n, s in bulk.items()},
     }
-    for c in CUTOFFS:
-        # Data delivered by T0 + c over all flows (a late joiner counts from T0 too).
-        parts = [s.get("delivered_since_t0", {}).get(c) for s in bulk.values()]
-        if all(p is not None for p in parts) and parts:
-            total = sum(parts)
-            out[f"delivered_{c}"] = total
-            out[f"utilization_{c}"] = total * 8 / (capacity * float(c[:-1]))
+    # The transfers' start: the earliest data SYN of any bulk flow (s after T0).
+    syns = [(s.get("first_data_syn_s"), s.get("first_data_syn_seen")) for s in bulk.values()]
+    syns = [x for x in syns if x[0] is not None]
+    if syns:
+        out["first_data_syn_s"], out["first_data_syn_seen"] = min(syns, key=lambda x: x[0])
+    for origin in (SINCE_SYN, SINCE_T0):
+        for c in CUTOFFS:
+            # Data delivered by origin + c over all flows (a late joiner's from the origin too).
+            parts = [s.get(f"delivered_{origin}", {}).get(c) for s in bulk.values()]
+            if all(p is not None for p in parts) and parts:
+                total = sum(parts)
+                out[f"delivered_{origin}_{c}"] = total
+                out[f"utilization_{origin}_{c}"] = total * 8 / (capacity * float(c[:-1]))
     starts = {n: record["traffic"][n]["start_ns"] for n in bulk}
     late = max(starts, key=starts.get) if starts else None
     if late is not None and starts[late] > 0:
         flows_total = sum(record["traffic"][n]["spec"]["flows"] for n in bulk)
+        # Each of its flows from its own data SYN (analysis.traffic.bulk_tcp).
         got = bulk[late].get("delivered_bytes", {}).get(f"{LATE_WINDOW_S}s")
         fair = capacity * LATE_WINDOW_S / 8 * record["traffic"][late]["spec"]["flows"] / flows_total
         out.update(
             late_generator=late,
             late_start_s=starts[late] / 1e9,
+            late_first_syn_s=bulk[late].get("first_data_syn_s"),
             late_first5s_bytes=got,
             late_fair_share_bytes=fair,
             late_share_of_fair=(got / fair) if got is not None else None,
         )
     return out
+
+
+def legacy_trials(table: pd.DataFrame) -> int:
+    """Complete trials analysed before the table's origin moved to the first data SYN: they
+    hold ``delivered_<c>`` (from T0) and none of the figures since the first data SYN."""
+    ok = table[table.status == "complete"]
+    old = f"delivered_{CUTOFFS[0]}"
+    if old not in ok:
+        return 0
+    new = ok.get(f"delivered_{SINCE_SYN}_{CUTOFFS[0]}", pd.Series(index=ok.index, dtype=float))
+    return int((ok[old].notna() & new.isna()).sum())
+
+
+def legacy_note(table: pd.DataFrame) -> str | None:
+    """What to say of legacy_trials, if any."""
+    n = legacy_trials(table)
+    if not n:
+        return None
+    return (
+        f"{n} trial(s) were analysed before the table counted from the first data SYN (their "
+        "figures count from T0, with iperf3's set-up): left out of the table; analyse them again "
+        "(`trials report <batch>`, or `make report REANALYSE=1`)."
+    )
 
 
 def _groups(table: pd.DataFrame) -> list[str]:
@@ -72,25 +109,38 @@ def _key_columns(by: list[str], key: Any) -> dict[str, Any]:
     return {g.removeprefix("factor:").removeprefix("_"): k for g, k in zip(by, key, strict=True)}
 
 
-def throughput_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Per group of complete trials: runs, and per cut-off the mean data delivered by T0 + t
-    over all flows (KB, 1 KB = 1000 B) and its share of the bottleneck's capacity (%)."""
+FIRST_SYN_COLUMN = "first data SYN, s after T0"
+
+
+def throughput_table(table: pd.DataFrame, origin: str = SINCE_SYN) -> pd.DataFrame:
+    """Per group of complete trials: runs, when the first data SYN came (mean, s after T0), and
+    per cut-off t the mean data delivered over all flows by the first data SYN + t (``origin``
+    SINCE_T0: by T0 + t) in KB (1 KB = 1000 B) and its share of the bottleneck's capacity (%).
+    A mean is over the runs that have the figure (legacy_trials have none since the SYN)."""
     keyed, by = _keyed(table)
     rows = []
     for key, rows_ in keyed.groupby(by, dropna=False):
         row = {**_key_columns(by, key), "runs": len(rows_)}
+        syn = rows_.get("first_data_syn_s", pd.Series(dtype=float))
+        row[FIRST_SYN_COLUMN] = syn.mean() if syn.notna().any() else float("nan")
         for c in CUTOFFS:
-            have = f"delivered_{c}" in rows_ and not rows_[f"delivered_{c}"].isna().all()
-            row[f"{c} KB"] = rows_[f"delivered_{c}"].mean() / 1000 if have else float("nan")
-            row[f"{c} %"] = rows_[f"utilization_{c}"].mean() * 100 if have else float("nan")
+            got = rows_.get(f"delivered_{origin}_{c}", pd.Series(dtype=float))
+            share = rows_.get(f"utilization_{origin}_{c}", pd.Series(dtype=float))
+            have = got.notna().any()
+            row[f"{c} KB"] = got.mean() / 1000 if have else float("nan")
+            row[f"{c} %"] = share.mean() * 100 if have else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+LAUNCH_COLUMN, LATE_SYN_COLUMN = "launched, s after T0", "data SYN, s after T0"
+LATE_DIGITS = {LAUNCH_COLUMN: 0, LATE_SYN_COLUMN: 2, "share": 2}
+
+
 def late_joiner_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Per group of complete trials with a late joiner: when it joined, the data it carried in
-    its first LATE_WINDOW_S seconds against its fair share, timeouts and fast retransmits
-    (means over the runs)."""
+    """Per group of complete trials with a late joiner: when it was launched and when its
+    first data SYN came, the data it carried in the LATE_WINDOW_S seconds after its own data
+    SYN(s) against its fair share, timeouts and fast retransmits (means over the runs)."""
     keyed, by = _keyed(table)
     if "late_generator" not in keyed:
         return pd.DataFrame()
@@ -101,7 +151,8 @@ def late_joiner_table(table: pd.DataFrame) -> pd.DataFrame:
             {
                 **_key_columns(by, key),
                 "runs": len(r),
-                "joins at s": r.late_start_s.mean(),
+                LAUNCH_COLUMN: r.late_start_s.mean(),
+                LATE_SYN_COLUMN: r.get("late_first_syn_s", pd.Series(dtype=float)).mean(),
                 f"first {LATE_WINDOW_S} s KB": r.late_first5s_bytes.mean() / 1000,
                 "fair share KB": r.late_fair_share_bytes.mean() / 1000,
                 "share": r.late_share_of_fair.mean(),
@@ -119,13 +170,21 @@ def scaled_note(table: pd.DataFrame) -> str | None:
     return next((s for s in col if isinstance(s, str)), None)
 
 
+THROUGHPUT_TITLE = (
+    "Effective throughput vs elapsed time since the first data SYN "
+    "(KB delivered, % of bottleneck capacity)"
+)
+LATE_TITLE = (
+    f"Late joiner: data it carried in the first {LATE_WINDOW_S} s after its data SYN, and timeouts"
+)
+
+
 def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
     through = throughput_table(table)
     if through.empty:
         return
     scaled = scaled_note(table)
-    title = "Effective throughput vs elapsed time (KB delivered, % of bottleneck capacity)"
-    t = Table(title=title + (f" — SCALED: {scaled}" if scaled else ""))
+    t = Table(title=THROUGHPUT_TITLE + (f" — SCALED: {scaled}" if scaled else ""))
     keys = [c for c in through.columns if c == "runs" or not c.endswith((" KB", " %"))]
     for col in keys + list(CUTOFFS):
         t.add_column(col, justify="right")
@@ -134,16 +193,18 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
             "-" if pd.isna(row[f"{c} KB"]) else f"{row[f'{c} KB']:.0f} ({row[f'{c} %']:.0f}%)"
             for c in CUTOFFS
         ]
-        t.add_row(*[str(row[k]) for k in keys], *cells)
+        first = fmt(row[FIRST_SYN_COLUMN], 3)
+        t.add_row(*[first if k == FIRST_SYN_COLUMN else str(row[k]) for k in keys], *cells)
     console.print(t)
+    note = legacy_note(table)
+    if note:
+        console.print(note)
     late = late_joiner_table(table)
     if not late.empty:
-        t2 = Table(
-            title=f"Late joiner: data it carried in its first {LATE_WINDOW_S} s, and timeouts"
-        )
+        t2 = Table(title=LATE_TITLE)
         for col in late.columns:
             t2.add_column(col, justify="right")
-        digits = {"joins at s": 0, "share": 2}
+        digits = LATE_DIGITS
         n_keys = late.columns.get_loc("runs") + 1
         for _, row in late.iterrows():
             cells = list(row.items())
@@ -154,14 +215,24 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
         console.print(t2)
 
 
+def _delivered(r: pd.Series, origin: str) -> str:
+    return (
+        ", ".join(
+            f"{c}: {r[f'delivered_{origin}_{c}'] / 1000:.0f} KB "
+            f"({r[f'utilization_{origin}_{c}'] * 100:.0f}%)"
+            for c in CUTOFFS
+            if pd.notna(r.get(f"delivered_{origin}_{c}"))
+        )
+        or "-"
+    )
+
+
 def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
     rows = []
-    delivered = [
-        f"{c}: {r[f'delivered_{c}'] / 1000:.0f} KB ({r[f'utilization_{c}'] * 100:.0f}%)"
-        for c in CUTOFFS
-        if f"delivered_{c}" in r and pd.notna(r[f"delivered_{c}"])
-    ]
-    rows.append(("delivered by", ", ".join(delivered) or "-"))
+    syn = r.get("first_data_syn_s")
+    at = f"T0 + {syn:.3f} s" if pd.notna(syn) else "-"
+    rows.append((f"delivered since the first data SYN ({at})", _delivered(r, SINCE_SYN)))
+    rows.append(("delivered since T0 (launch, with iperf3's set-up)", _delivered(r, SINCE_T0)))
     rows.append(("bottleneck payload capacity", f"{fmt(r.payload_capacity_bps / 1e6, 3)} Mbit/s"))
     for name, idle in (r.timeouts_by_sender or {}).items():
         exits = (r.slow_start_exit_s or {}).get(name) or []
@@ -176,9 +247,11 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
         rows.append(
             (
                 "late joiner",
-                f"{r.late_generator} at {r.late_start_s:g} s: "
-                f"{fmt(r.late_first5s_bytes / 1000)} KB in its first 5 s, fair share "
-                f"{fmt(r.late_fair_share_bytes / 1000)} KB ({fmt(r.late_share_of_fair, 2)})",
+                f"{r.late_generator} launched at T0 + {r.late_start_s:g} s, data SYN at T0 + "
+                f"{fmt(r.get('late_first_syn_s'), 3)} s: "
+                f"{fmt(r.late_first5s_bytes / 1000)} KB in the {LATE_WINDOW_S} s after it, "
+                f"fair share {fmt(r.late_fair_share_bytes / 1000)} KB "
+                f"({fmt(r.late_share_of_fair, 2)})",
             )
         )
     return rows

@@ -56,7 +56,8 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "Response time: the client's own timing of each transaction (CLOCK_REALTIME around "
         "its socket calls), as means over the repetitions of each trial's mean, median and "
         "p99; 'capture median' is the same transactions timed in the capture nearest the "
-        "client (first request packet to reply). HTB lets an isolated packet through at once, "
+        "client (first request packet to reply; EFT-SHORT over TCP: SYN to the server's FIN, "
+        "set-up and teardown counted). HTB lets an isolated packet through at once, "
         "so a small transaction here has no serialization at the link's rate."
     )
     resp = family.response_table(ok)

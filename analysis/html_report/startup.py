@@ -14,13 +14,21 @@ from analysis.html_report.page import Page, plt
 
 TITLE = "TCP startup dynamics (Aron, Druschel 1998)"
 METRICS = {
-    **{f"utilization_{c}": f"fraction of capacity delivered by T0 + {c}" for c in family.CUTOFFS},
-    "late_share_of_fair": "late joiner: share of its fair share in its first 5 s",
+    **{
+        f"utilization_{family.SINCE_SYN}_{c}": f"fraction of capacity delivered by the first "
+        f"data SYN + {c}"
+        for c in family.CUTOFFS
+    },
+    "late_share_of_fair": "late joiner: share of its fair share in the first 5 s after its "
+    "data SYN",
     "timeouts": "retransmission timeouts",
     "fast_retransmits": "fast retransmits",
 }
 
-DIGITS = {**{f"utilization_{c}": 2 for c in family.CUTOFFS}, "late_share_of_fair": 2}
+DIGITS = {
+    **{f"utilization_{family.SINCE_SYN}_{c}": 2 for c in family.CUTOFFS},
+    "late_share_of_fair": 2,
+}
 
 
 def groups(trials: pd.DataFrame) -> list[str]:
@@ -44,14 +52,21 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     page.text(
         "Means over the complete repetitions of each group (the factors the experiment "
         "varies); no trimming. KB: 1000 bytes of TCP payload delivered over all flows since "
-        "T0; %: of what the bottleneck could carry in that time."
+        "the trial's first data SYN (the start of the transfers; iperf3 opens its control "
+        "connection three round trips before it, from T0); %: of what the bottleneck could "
+        "carry in that time."
     )
+    legacy = family.legacy_note(ok)
+    if legacy:
+        page.warn(legacy)
     through = family.throughput_table(ok)
     page.table(
         through,
-        "Effective throughput vs elapsed time (the paper's Fig. 3 table)",
+        "Effective throughput vs elapsed time since the first data SYN (the paper's Fig. 3 table)",
         csv="startup_throughput.csv",
-        digits={f"{c} KB": 0 for c in family.CUTOFFS} | {f"{c} %": 0 for c in family.CUTOFFS},
+        digits={f"{c} KB": 0 for c in family.CUTOFFS}
+        | {f"{c} %": 0 for c in family.CUTOFFS}
+        | {family.FIRST_SYN_COLUMN: 3},
     )
     if len(ok) == ok.groupby(groups(ok), dropna=False).ngroups:
         page.note("One repetition per group: the table shows single runs, not means.")
@@ -60,22 +75,19 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         page.text("No late joiner in this batch (every sender starts at T0).")
     else:
         page.table(
-            late,
-            f"Late joiner: data it carried in its first {family.LATE_WINDOW_S} s against its "
-            "fair share, and timeouts",
-            csv="startup_late_joiner.csv",
-            digits={"joins at s": 0, "share": 2},
+            late, family.LATE_TITLE, csv="startup_late_joiner.csv", digits=family.LATE_DIGITS
         )
     page.section("Startup: figure")
     keys = [c for c in through.columns if c == "runs" or not c.endswith((" KB", " %"))]
     keys.remove("runs")
+    keys.remove(family.FIRST_SYN_COLUMN)
     seconds = [float(c[:-1]) for c in family.CUTOFFS]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for _, row in through.iterrows():
         y = [row[f"{c} %"] for c in family.CUTOFFS]
         label = ", ".join(f"{k}={row[k]}" for k in keys)
         ax.plot(seconds, y, "o-", label=label)
-    ax.set_xlabel("elapsed time since T0 (s)")
+    ax.set_xlabel("elapsed time since the first data SYN (s)")
     ax.set_ylabel("data delivered (% of bottleneck capacity)")
     ax.set_xscale("log")
     ax.set_xticks(seconds, [f"{s:g}" for s in seconds])
@@ -85,6 +97,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     page.figure(
         fig,
         "startup_utilization.png",
-        "Effective throughput: data delivered by T0 + t over all flows, as a share of the "
-        "bottleneck's capacity (means per group); missing points: trials shorter than t.",
+        "Effective throughput: data delivered by the first data SYN + t over all flows, as a "
+        "share of the bottleneck's capacity (means per group); missing points: trials "
+        "shorter than t.",
     )

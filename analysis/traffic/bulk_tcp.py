@@ -2,15 +2,23 @@
 startup dynamics (sender side of the bottleneck), all from captures; cwnd from the sender's
 tcp_probe (or SIFTR) recording.
 
-Its flows are read from each capture's flow kernels (analysis.captures.Seen.flows), which the
-trial's other bulk_tcp generators share: one data pass and one ACK pass per capture."""
+Its flows are iperf3's data connections, never its control connection: the ports its report
+names (the record's ``client_json``), else, from the packets, every connection to the server's
+port but the first (iperf3 opens its control connection before any data connection). They are
+read from each capture's flow kernels (analysis.captures.Seen.flows), which the trial's other
+bulk_tcp generators share: one data pass and one ACK pass per capture.
+
+Times of the startup figures: per flow from its own SYN (``delivered_bytes``, slow-start exit);
+summed over the trial's bulk_tcp generators from the trial's first data SYN
+(``delivered_since_first_syn``: share_first_syn gives it to each once every capture is read);
+from T0, the launch (``delivered_since_t0``, labelled so: it includes iperf3's set-up)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -22,7 +30,7 @@ from analysis.lazy import pd
 from analysis.metrics import RETRANSMISSION_COLUMNS, goodput_frame
 from analysis.pcap import int_to_ip, ip_to_int
 from analysis.siftr import read_siftr
-from analysis.startup import Flows, delivered_rows, loss_counts, loss_event_rows
+from analysis.startup import Flows, at_step, delivered_rows, loss_counts, loss_event_rows
 from analysis.tcp_probe import congestion_events, read_tcp_probe
 from analysis.tcpflows import acked, goodput, goodput_queries
 from core.link_rules import ETHERNET_HEADER
@@ -63,6 +71,11 @@ class Analysis:
         self.ports = data_ports(client) if client.exists() else None
         self.t0 = record["times"]["t0_ns"]
         self.start = self.t0 + gen["start_ns"]
+        # The first bulk_tcp sender's launch: no data SYN of the trial comes before it.
+        bulk = [g["start_ns"] for g in record["traffic"].values() if g["type"] == "bulk_tcp"]
+        self.launch = self.t0 + min(bulk)
+        self.first_syn: tuple[int, bool] | None = None  # its flows' earliest start, a SYN?
+        self.origin: tuple[int, bool] | None = None  # the trial's: share_first_syn's
         self.end = self.start + gen["duration_ns"]
         self.warmup = parse_offset_ns(record["parameters"]["warmup"])
         self.duration = parse_duration_ns(record["parameters"]["duration"])
@@ -73,6 +86,7 @@ class Analysis:
             "type": "bulk_tcp",
             "capture_before": self.before,
             "capture_after": self.after,
+            "data_connections_from": "iperf3 report" if self.ports else "packets",
         }
         self.after_side = self.before_side = None  # take()'s figures of either capture
         self.table: pd.DataFrame | None = None  # its flows' (finish)
@@ -87,11 +101,22 @@ class Analysis:
         return out
 
     def _mine(self, seen: Seen) -> np.ndarray:
-        """Its directions: TCP between its two hosts, on iperf3's data ports (or its port)."""
+        """Its directions: TCP between its two hosts, on iperf3's data ports; without them,
+        every connection to its server port but the first, iperf3's control connection."""
         pair = {ip_to_int(self.gen["src"]), ip_to_int(self.gen["dst"])}
         tcp = seen.mask(proto=6, src=pair, dst=pair)
-        ports = self.ports or {self.gen["port"]}
-        return tcp & (seen.mask(sport=ports) | seen.mask(dport=ports))
+        if self.ports:
+            return tcp & (seen.mask(sport=self.ports) | seen.mask(dport=self.ports))
+        port = self.gen["port"]
+        mine = tcp & (seen.mask(sport=port) | seen.mask(dport=port))
+        opened = np.flatnonzero(tcp & seen.mask(src=ip_to_int(self.gen["src"]), dport=port))
+        if len(opened):
+            control = opened[np.argmin(seen.directions["first"][opened])]
+            mine[control] = False
+            back = seen.directions["reverse"][control]
+            if back >= 0:
+                mine[back] = False
+        return mine
 
     def _flows(self, seen: Seen) -> Flows:
         """The capture's flows restricted to this generator's, its packets' latest time as
@@ -121,6 +146,14 @@ class Analysis:
             f.queries.add(f"{self.name}.t0", f.flows, self.t0)
             for c in self.since_t0:
                 f.queries.add(f"{self.name}.t0+{c}", f.flows, self.t0 + c)
+            starts = f.starts()
+            if len(f.flows):
+                first = int(np.argmin(starts["start_ns"]))
+                self.first_syn = (int(starts["start_ns"][first]), bool(starts["syn_seen"][first]))
+                # The trial's first data SYN lies between the launch and its own: every time
+                # the bytes delivered by it + c can take, for each cut-off c.
+                for c in self.cutoffs:
+                    f.add_steps(f"{self.name}.syn+{c}", self.launch + c, self.first_syn[0] + c)
 
     def take(self, seen: Seen) -> None:
         """Its flows' figures of this capture, as arrays (the frames are made in finish)."""
@@ -149,6 +182,8 @@ class Analysis:
                 "exits": f.slow_start(f"{self.name}.exit"),
                 "delivered": f.delivered(f"{self.name}.delivered"),
                 "since_t0": {f"{c // 10**9}s": self._since_t0(f, c) for c in self.since_t0},
+                "steps": {c: f.steps(f"{self.name}.syn+{c}") for c in self.cutoffs if len(f.flows)},
+                "capture_end_ns": seen.end_ns,
                 "capacity": self._capacity(seen) if self.rate else None,
             }
 
@@ -201,10 +236,32 @@ class Analysis:
                 for c in self.cutoffs
                 if covered.get(c, False)
             },
-            # Since T0 rather than since each flow's SYN: what the aggregate is judged by.
+            "first_data_syn_s": None if self.first_syn is None else self._after_t0(self.first_syn),
+            "first_data_syn_seen": None if self.first_syn is None else self.first_syn[1],
+            # From the trial's first data SYN: the startup table's (the family sums them).
+            "delivered_since_first_syn": self._since_first_syn(side),
+            # From T0, the launch: with iperf3's set-up before the data SYN (labelled so).
             "delivered_since_t0": side["since_t0"],
             "payload_capacity_bps": side["capacity"],
         }
+
+    def _after_t0(self, at: tuple[int, bool]) -> float:
+        return (at[0] - self.t0) / 1e9
+
+    def _since_first_syn(self, side: dict[str, Any]) -> dict[str, int]:
+        """Bytes its flows delivered from the trial's first data SYN to it + c, per cut-off c
+        the capture before the bottleneck covers (a generator without data flows: 0)."""
+        if self.origin is None:
+            return {}
+        out = {}
+        for c in self.cutoffs:
+            at = self.origin[0] + c
+            if at > side["capture_end_ns"]:
+                continue
+            got = at_step(side["steps"][c], at) if c in side["steps"] else 0
+            if got is not None:  # None: a SYN before the launch (clocks apart)
+                out[f"{c // 10**9}s"] = got
+        return out
 
     def _flow_table(self) -> pd.DataFrame:
         """A row per flow: its goodput (the capture after the bottleneck) and its sender's
@@ -286,6 +343,17 @@ class Analysis:
                 congestion_epochs=[int((epochs.sport == p).sum()) for p in flows.sport],
             )
         return out, tables
+
+
+def share_first_syn(analyses: Iterable[Any]) -> None:
+    """Give every bulk_tcp analysis the trial's first data SYN: the earliest start of any of
+    their data flows (each seen at the capture before its bottleneck, read one at a time), the
+    origin of the startup table. Call it once every capture is read, before finish."""
+    bulk = [a for a in analyses if isinstance(a, Analysis)]
+    starts = [a.first_syn for a in bulk if a.first_syn is not None]
+    origin = min(starts, key=lambda s: s[0]) if starts else None
+    for a in bulk:
+        a.origin = origin
 
 
 def sender_state(

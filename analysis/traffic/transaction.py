@@ -1,7 +1,9 @@
 """transaction: response time of every transaction (the client's own timing, one row each),
 throughput of file transfers, and a cross-check of the client's times against a capture on
-the path (first request packet to reply packet, one clock), with what the capture says about
-how each file went out (data packets, partial segments, the receiver's ACKs)."""
+the path (first request packet to reply packet, one clock; EFT-SHORT over TCP from its SYN to
+the server's FIN, its set-up and teardown counted as in the paper and as the client times it),
+with what the capture says about how each file went out (data packets, partial segments, the
+receiver's ACKs)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from analysis.captures import Captures, Seen, Want
 from analysis.lazy import pd
 from analysis.pcap import ip_to_int
 
-TCP_SYN, TCP_ACK = 0x02, 0x10
+TCP_FIN, TCP_SYN, TCP_ACK = 0x01, 0x02, 0x10
 UDP_HEADER = 20  # the reliable scheme's header (trials/generators/transaction.py)
 UDP_REPLY_PAYLOAD = UDP_HEADER + 1  # REPLY: header and the 1-byte reply
 CAPTURE_TRANSACTION_COLUMNS = ["local_port", "k", "cap_start_ns", "cap_end_ns"]
@@ -60,7 +62,9 @@ def _ports(gen: dict[str, Any]) -> np.ndarray:
 def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataFrame:
     """Transactions as a capture sees them, per client port in time order: a reply (the
     server's first data, TCP; its REPLY datagram, UDP) ends one; it began with the first
-    client packet after the previous reply (EFT-SHORT over TCP: its SYN).
+    client packet after the previous reply. EFT-SHORT over TCP (a connection per transaction,
+    which the server closes first) begins with its SYN and ends with the server's FIN: the
+    paper counts set-up and teardown in each, and its client stops its clock on that FIN.
     A reply with no client packet since the previous one is a duplicate, not a transaction.
     Columns: local_port, k (its rank on that port), cap_start_ns, cap_end_ns."""
     client = ip_to_int(gen["src"])
@@ -70,9 +74,11 @@ def capture_transactions(packets: pd.DataFrame, gen: dict[str, Any]) -> pd.DataF
     if tcp:
         # EFT-SHORT's transaction begins with its SYN; the long workloads' connection was set
         # up before the first transaction, so theirs begin with request data.
+        short = gen["workload"] == "eft_short"
         syn = (up.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN
-        up = up[(up.payload_len > 0) | (syn & (gen["workload"] == "eft_short"))]
-        down = down[down.payload_len > 0].drop_duplicates(["dport", "seq"])
+        up = up[(up.payload_len > 0) | (syn & short)]
+        ends = (down.tcp_flags & TCP_FIN) > 0 if short else down.payload_len > 0
+        down = down[ends].drop_duplicates(["dport", "seq"])
     else:
         down = down[down.payload_len == UDP_REPLY_PAYLOAD]
     # Every port at once (EFT-SHORT has a port per transaction: a loop over ports cost 20 s

@@ -6,15 +6,21 @@ option, an ISN near 2**32 so that sequence numbers wrap, random losses at the bo
 (the original is in the capture before the router, not in the one after), a duplicate ACK
 for every segment after it and a fast retransmission about an RTT later, delayed ACKs
 (every second in-order segment; immediate ACKs for out-of-order segments and for the one
-that fills the hole), FIN and its ACK. A UDP constant-bit-rate stream shares the
-bottleneck. One-way delay = propagation + a queue that wanders. By default each flow and
+that fills the hole), FIN and its ACK. With ``iperf3``, each flow is an iperf3 data
+connection: its sender opens a control connection to the same server port first (cookie,
+parameters, the server's CREATE_STREAMS: three round trips), the data SYN follows, and the
+control connection stays open through the transfer (TEST_START and TEST_RUNNING two round trips
+after the data SYN, when the data begins; the results exchanged after its FIN), as iperf3's
+client does (the data connection's 37-byte cookie is left out). A UDP constant-bit-rate stream
+shares the bottleneck. One-way delay = propagation + a queue that wanders. By default each flow and
 the UDP stream has a queue of its own (each one FIFO: departures in its arrival order, but
 flows overtake one another, which tests of reordered departures need); ``shared_queue``
 gives them one FIFO queue, as at a real bottleneck router: the capture after it lists every
 crossing packet in the order the capture before it did.
 
 The generator knows the truth for every flow (``Truth``): unique bytes, retransmitted packets
-and bytes, UDP packets lost.
+and bytes, its launch and data SYN, the bytes its ACKs acknowledge in order as they reach the
+sender, UDP packets lost.
 """
 
 from __future__ import annotations
@@ -50,6 +56,19 @@ class Truth:
     # their values, and when it sent its retransmissions.
     acks_at_sender: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     retransmitted_at: list[np.ndarray] = field(default_factory=list)
+    # Per TCP flow: when its ACKs reach the sender and the bytes each acknowledges in order.
+    acked_at_sender: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def acked_by(self, t_ns: int, flows: list[int] | None = None) -> int:
+        """Bytes every TCP flow's receiver (or those of ``flows``, by index) had acknowledged in
+        order, as the capture before the router sees it, by t_ns (ACKs at t_ns count)."""
+        got = 0
+        for f, (at, acked) in enumerate(self.acked_at_sender):
+            if flows is not None and f not in flows:
+                continue
+            seen = acked[at <= t_ns]
+            got += int(seen.max()) if len(seen) else 0
+        return got
 
     def queue(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(entered, left or -1, frame bytes) of every packet through the queue, by entry."""
@@ -98,13 +117,19 @@ def _flow(
     after: _Packets,
     truth: Truth,
     queue_at=None,
+    iperf3: bool = False,
+    launch: int | None = None,
 ) -> None:
     src, dst = _addr(f"198.18.1.{10 + f}"), _addr(f"198.18.2.{10 + f}")
     sport, dport = 40000 + f, 5201
     isn = int(2**32 - rng.integers(1, 60_000_000))  # wraps early in the transfer
     risn = int(rng.integers(0, 2**32))
-    start = T0_NS + f * 7_000_000
+    launch = T0_NS + f * 7_000_000 if launch is None else launch
     rev = delay_ns // 2  # receiver -> router -> sender, no queue on the way back
+    rtt = delay_ns + rev  # the round trip of an empty queue, as the sender side sees it
+    # iperf3's data SYN comes three round trips after its control connection's SYN; its data
+    # begins two round trips after the data SYN (here 3 * delay_ns = 2 * rtt: the same).
+    start = launch + (_CONTROL_RTTS * rtt if iperf3 else 0)
 
     # The third duplicate ACK reaches the sender about an RTT after the segment after the
     # loss: the fast retransmission goes out `window` segments after the lost one.
@@ -197,6 +222,13 @@ def _flow(
         pk |= {"seq": s, "ack": a % 2**32, "flags": fl, "plen": 0, "ip_id": 0, "tsv": 0}
         before.add(ts=np.array([ts]), **pk)
         after.add(ts=np.array([ts + (rev if back else delay_ns) // 2]), **pk)
+    # In-order bytes acknowledged as the ACKs reach the sender (the FIN's ACK adds none).
+    truth.acked_at_sender.append((t_ack + rev, ack_seg[send_ack] * MSS))
+    control = {}
+    if iperf3:
+        control = _iperf3_control(
+            f, src, dst, dport, launch, start, t_fin + 2 * delay_ns, rtt, delay_ns, before, after
+        )
     truth.flows.append(
         {
             "src": src,
@@ -207,8 +239,68 @@ def _flow(
             "retransmitted_packets": int(retx.sum()),
             "retransmitted_bytes": int(retx.sum()) * MSS,
             "data_packets": n,
+            "launch_ns": launch,
+            "syn_ns": start,
+            "first_ack_ns": int(t_ack[0] + rev),
+            "rtt_ns": rtt,
+            **control,
         }
     )
+
+
+_CONTROL_RTTS = 3  # iperf3: cookie, parameters, CREATE_STREAMS before the data SYN
+_COOKIE, _PARAMS, _RESULTS = 37, 160, 400  # bytes of iperf3's control messages (about)
+
+
+def _iperf3_control(
+    f: int, src: int, dst: int, dport: int, launch: int, data_syn: int, data_done: int,
+    rtt: int, delay_ns: int, before: _Packets, after: _Packets,
+) -> dict:  # fmt: skip
+    """iperf3's control connection of flow ``f`` (client src, server dst:dport), as its client
+    drives it: connect at ``launch`` and send the cookie; the server's PARAM_EXCHANGE, the
+    client's parameters; the server's CREATE_STREAMS, just before ``data_syn``; TEST_START
+    and TEST_RUNNING two round trips after it; after ``data_done`` TEST_END, the results both
+    ways, and both FINs. Every message is acknowledged (piggybacked or a pure ACK). Returns
+    the connection's client port and its SYN time."""
+    sport, cisn, sisn = 39000 + f, 1_000_000 + 17 * f, 2_000_000 + 29 * f
+    c = s = 0  # bytes each side has sent after its SYN
+    rows = []  # (ts at the sender side, from the server, seq, ack, flags, payload)
+
+    def send(t: int, back: bool, n: int, flags: int = ACK | PSH) -> None:
+        nonlocal c, s
+        seq, ack = (sisn + 1 + s, cisn + 1 + c) if back else (cisn + 1 + c, sisn + 1 + s)
+        rows.append((t, back, seq, ack, flags, n))
+        if back:
+            s += n
+        else:
+            c += n
+
+    rows.append((launch, False, cisn, 0, SYN, 0))
+    rows.append((launch + rtt, True, sisn, cisn + 1, SYN | ACK, 0))
+    send(launch + rtt, False, 0, ACK)
+    send(launch + rtt, False, _COOKIE)
+    send(launch + 2 * rtt, True, 1)  # PARAM_EXCHANGE
+    send(launch + 2 * rtt, False, _PARAMS)
+    send(data_syn - 50_000, True, 1)  # CREATE_STREAMS
+    send(data_syn - 10_000, False, 0, ACK)
+    send(data_syn + 2 * rtt - 100_000, True, 2)  # TEST_START, TEST_RUNNING
+    send(data_syn + 2 * rtt - 60_000, False, 0, ACK)
+    send(data_done, False, 1)  # TEST_END
+    send(data_done + rtt, True, 1)  # EXCHANGE_RESULTS
+    send(data_done + rtt, False, _RESULTS)
+    send(data_done + 2 * rtt, True, _RESULTS + 1)  # its results, DISPLAY_RESULTS
+    send(data_done + 2 * rtt, False, 1)  # IPERF_DONE
+    send(data_done + 2 * rtt + 1000, False, 0, FIN | ACK)
+    rows.append((data_done + 3 * rtt, True, sisn + 1 + s, cisn + 2 + c, FIN | ACK, 0))
+    rows.append((data_done + 3 * rtt, False, cisn + 2 + c, sisn + 2 + s, ACK, 0))
+    for ts, back, seq, ack, flags, n in rows:
+        ends = (dst, src, dport, sport) if back else (src, dst, sport, dport)
+        pk = dict(zip(("src", "dst", "sport", "dport"), ends, strict=True))
+        pk |= {"seq": seq % 2**32, "ack": ack % 2**32, "flags": flags, "plen": n}
+        pk |= {"ip_id": 0, "tsv": 0}
+        before.add(ts=np.array([ts]), **pk)
+        after.add(ts=np.array([ts + (delay_ns // 2 if back else delay_ns) // 2]), **pk)
+    return {"control_sport": sport, "control_syn_ns": launch}
 
 
 def _udp(
@@ -313,18 +405,25 @@ def generate(
     delay_ns: int = 25_000_000,
     duration_ns: int = 60 * 10**9,
     shared_queue: bool = False,
+    iperf3: bool = False,
+    launches_ns: list[int] | None = None,
 ) -> Truth:
     """Write the two captures; ``packets`` is the approximate count in the one before the
     router (data ~ 2/3, ACKs ~ 1/3, a UDP stream at 1 kpkt/s) over about ``duration_ns``;
-    ``shared_queue``: one FIFO queue for every flow (else one per flow: see above)."""
+    ``shared_queue``: one FIFO queue for every flow (else one per flow: see above);
+    ``iperf3``: each flow an iperf3 data connection behind its control connection;
+    ``launches_ns``: when each flow's sender starts, after T0 (default: 7 ms apart)."""
     rng = np.random.default_rng(seed)
     before, after, truth = _Packets(), _Packets(), Truth()
     per_flow = max(int(packets * 0.66 / flows), 50)
     gap = max(int(duration_ns // per_flow), 2_000)
     ends = T0_NS + flows * 7_000_000 + 4 * delay_ns + 2 * per_flow * gap  # past every send
+    ends += _CONTROL_RTTS * 2 * delay_ns if iperf3 else 0
+    ends += max(launches_ns) if launches_ns else 0
     queue_at = _shared_queue(rng, ends) if shared_queue else None
     for f in range(flows):
-        _flow(rng, f, per_flow, loss, gap, delay_ns, before, after, truth, queue_at)
+        at = None if launches_ns is None else T0_NS + launches_ns[f]
+        _flow(rng, f, per_flow, loss, gap, delay_ns, before, after, truth, queue_at, iperf3, at)
     duration_ms = int(per_flow * gap / 1e6) + 1
     _udp(rng, duration_ms, loss * 5, delay_ns, before, after, truth, queue_at)
     truth.before_packets = _write(before_path, before.frame())

@@ -4,12 +4,15 @@ iperf3 report and tcp_probe recording, the router's `tc -s` samples and snapshot
 
 The captures are tests/analysis/tcpgen.py's (its TCP flows through one shared FIFO queue,
 and its UDP stream); each flow is a bulk_tcp generator of its own (sender A<f>, receiver C<f>,
-as seed 001's pairs), the UDP stream a cbr_udp generator (B to D). trial.json has the shape
-the runner writes (trials/runner.py, trials/network.py's path_summary), with what analysis/
-reads of it. The tcp_probe recordings hold one event per ACK reaching the sender (a sender
-at a high rate records about that many), in the kernel's text format; each flow's ssthresh
-falls at each of its retransmissions (the truth: one congestion epoch each). The tc samples
-hold the true occupancy and drop counter of the queue every 10 ms.
+as seed 001's pairs), the UDP stream a cbr_udp generator (B to D). With ``iperf3``, each flow
+comes after its iperf3 control connection, as a real trial's do; each sender's iperf3 report
+names its data connection unless ``reports`` is False (a killed iperf3 leaves none).
+trial.json has the shape the runner writes (trials/runner.py, trials/network.py's
+path_summary), with what analysis/ reads of it. The tcp_probe recordings hold one event per
+ACK reaching the sender (a sender at a high rate records about that many), in the kernel's
+text format; each flow's ssthresh falls at each of its retransmissions (the truth: one
+congestion epoch each). The tc samples hold the true occupancy and drop counter of the queue
+every 10 ms.
 """
 
 from __future__ import annotations
@@ -44,17 +47,17 @@ def _ip(value: int) -> str:
     return ".".join(str(value >> s & 0xFF) for s in (24, 16, 8, 0))
 
 
-def _path(sender: str, receiver: str) -> dict:
+def _path(sender: str, receiver: str, delay_ns: int, rate_bps: int) -> dict:
     return {
         "hops": [f"{sender}:left", "R:right"],
         "return_hops": [f"{receiver}:right", "R:left"],
-        "rtt_ns": 2 * DELAY_NS,
-        "one_way_delay_ns": DELAY_NS,
+        "rtt_ns": 2 * delay_ns,
+        "one_way_delay_ns": delay_ns,
         "bottleneck": {
             "link": "downstream",
             "host": "R",
             "iface": "right",
-            "rate_bps": RATE_BPS,
+            "rate_bps": rate_bps,
             "buffer": BUFFER,
             "qdisc": "droptail",
         },
@@ -62,7 +65,10 @@ def _path(sender: str, receiver: str) -> dict:
     }
 
 
-def _record(name: str, truth: Truth, duration_ns: int) -> dict:
+def _record(
+    name: str, truth: Truth, duration_ns: int, family: str, delay_ns: int, rate_bps: int,
+    starts_ns: list[int],
+) -> dict:  # fmt: skip
     traffic, addresses, interfaces = (
         {},
         {},
@@ -75,12 +81,14 @@ def _record(name: str, truth: Truth, duration_ns: int) -> dict:
         interfaces |= {sender: {"left": f"{src}/24"}, receiver: {"right": f"{dst}/24"}}
         traffic[f"tcp{f}"] = {
             "type": "bulk_tcp", "from": sender, "to": receiver, "sender": sender,
-            "receiver": receiver, "src": src, "dst": dst, "start_ns": 0,
-            "duration_ns": duration_ns, "metrics": ["goodput", "retransmissions", "startup"],
+            "receiver": receiver, "src": src, "dst": dst, "start_ns": starts_ns[f],
+            "duration_ns": duration_ns - starts_ns[f],
+            "metrics": ["goodput", "retransmissions", "startup"],
             "spec": {"type": "bulk_tcp", "name": f"tcp{f}", "from": sender, "to": receiver,
-                     "flows": 1, "cc": None, "start": "0s", "pacing": False},
+                     "flows": 1, "cc": None, "start": f"{starts_ns[f] / 1e9:g}s",
+                     "pacing": False},
             "proto": 6, "port": flow["dport"], "client_json": f"{sender}/tcp{f}_client.json",
-            "path": _path(sender, receiver),
+            "path": _path(sender, receiver, delay_ns, rate_bps),
         }  # fmt: skip
     src, dst = (_ip(a) for a in truth.udp)
     addresses |= {"B": src, "D": dst}
@@ -91,18 +99,19 @@ def _record(name: str, truth: Truth, duration_ns: int) -> dict:
         "metrics": ["one_way_delay", "loss"],
         "spec": {"type": "cbr_udp", "name": "voip", "from": "B", "to": "D", "start": "0s"},
         "proto": 17, "port": 4001, "dscp": 0, "packet_bytes": 214, "interval_ns": 1_000_000,
-        "stream_file": "B/voip_stream.pcap", "path": _path("B", "D"),
+        "stream_file": "B/voip_stream.pcap", "path": _path("B", "D", delay_ns, rate_bps),
     }  # fmt: skip
     egress = {"link": "downstream", "direction": "forward", "node": "R", "host": "R"}
-    egress |= {"iface": "right", "towards": "C0", "rate": f"{RATE_BPS}bit", "delay": "25ms"}
+    egress |= {"iface": "right", "towards": "C0", "rate": f"{rate_bps}bit"}
+    egress |= {"delay": f"{delay_ns // 10**6}ms"}
     egress |= {"buffer": BUFFER, "qdisc": "droptail", "rio": None}
     site = {"host": "R", "node": "R", "clock": "controller"}
     return {
         "trial": name, "id": "generated", "batch": "generated", "status": "complete",
-        "family": "collateral_damage", "repetition": 1, "overrides": {},
+        "family": family, "repetition": 1, "overrides": {},
         "parameters": {
             "duration": f"{duration_ns // 10**9}s", "warmup": "5s", "drain": "1s",
-            "experiment": "collateral_damage",
+            "experiment": family,
             "capture": {"snaplen": 96, "points": [{"name": BEFORE}, {"name": AFTER}]},
         },
         "network": {
@@ -199,25 +208,32 @@ def _tc_samples(router: Path, truth: Truth) -> int:
 
 def write_trial(
     trial_dir: Path, *, packets: int, seed: int = 1, duration_ns: int = 60 * 10**9,
-    probe_every: int = 1,
+    probe_every: int = 1, family: str = "collateral_damage", flows: int = 8,
+    delay_ns: int = DELAY_NS, rate_bps: int = RATE_BPS, iperf3: bool = False,
+    reports: bool = True, starts_ns: list[int] | None = None,
 ) -> GeneratedTrial:  # fmt: skip
     """A trial directory with about ``packets`` packets in the capture before the router;
-    a tcp_probe event for every ``probe_every`` ACKs reaching a sender."""
+    a tcp_probe event for every ``probe_every`` ACKs reaching a sender; ``flows`` bulk_tcp
+    pairs (``iperf3``: behind their control connections; ``reports``: with iperf3's reports;
+    ``starts_ns``: each one's start after T0, default 0, its sender launched then) through a
+    bottleneck of ``rate_bps`` after a link of ``delay_ns``."""
     router = trial_dir / "R"
     router.mkdir(parents=True)
     before, after = router / f"{BEFORE}.pcap", router / f"{AFTER}.pcap"
     truth = generate(
         before, after, packets=packets, seed=seed, shared_queue=True, duration_ns=duration_ns,
-        delay_ns=DELAY_NS,
+        delay_ns=delay_ns, flows=flows, iperf3=iperf3, launches_ns=starts_ns,
     )  # fmt: skip
-    record = _record(trial_dir.name, truth, duration_ns)
+    starts = starts_ns or [0] * flows
+    record = _record(trial_dir.name, truth, duration_ns, family, delay_ns, rate_bps, starts)
     (trial_dir / "trial.json").write_text(json.dumps(record, indent=1) + "\n")
     epochs = []
     for f, flow in enumerate(truth.flows):
         sender = trial_dir / f"A{f}"
         sender.mkdir()
         report = {"start": {"connected": [{"local_port": flow["sport"]}]}}
-        (sender / f"tcp{f}_client.json").write_text(json.dumps(report))
+        if reports:
+            (sender / f"tcp{f}_client.json").write_text(json.dumps(report))
         epochs.append(
             _tcp_probe(
                 sender / "tcp_probe.txt",

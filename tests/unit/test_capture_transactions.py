@@ -74,3 +74,62 @@ def test_no_packets_give_an_empty_table_with_the_columns():
     empty = udp([(100, "up", 40001)]).iloc[0:0]
     frame = capture_transactions(empty, GEN)
     assert frame.empty and set(frame.columns) == {"local_port", "k", "cap_start_ns", "cap_end_ns"}
+
+
+FIN, SYN, ACK = 0x01, 0x02, 0x10
+
+
+def tcp(packets: list[tuple[int, str, int, int, int, int]]) -> pd.DataFrame:
+    """(time ns, 'up' or 'down', client port, flags, seq, payload bytes) -> TCP packets."""
+    rows = []
+    for ts, way, port, flags, seq, n in packets:
+        up = way == "up"
+        rows.append(
+            {
+                "ts_ns": ts,
+                "src": ip_to_int(CLIENT if up else SERVER),
+                "dst": ip_to_int(SERVER if up else CLIENT),
+                "sport": port if up else PORT,
+                "dport": PORT if up else port,
+                "proto": 6,
+                "payload_len": n,
+                "tcp_flags": flags,
+                "seq": seq,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_a_short_tcp_transaction_runs_from_its_syn_to_the_servers_fin():
+    """EFT-SHORT: set-up and teardown are part of each transaction (the paper; the client
+    stops its clock when the server's FIN reaches it), so the capture's ends at that FIN, not
+    at the reply before it."""
+    packets = tcp(
+        [
+            (100, "up", 40001, SYN, 10, 0),
+            (110, "down", 40001, SYN | ACK, 70, 0),
+            (120, "up", 40001, ACK, 11, 0),
+            (121, "up", 40001, ACK, 11, 100),  # the request
+            (150, "down", 40001, ACK, 71, 1),  # the reply
+            (157, "down", 40001, FIN | ACK, 72, 0),  # the server closes first
+            (158, "down", 40001, FIN | ACK, 72, 0),  # its FIN again
+            (160, "up", 40001, FIN | ACK, 111, 0),
+            (200, "up", 40002, SYN, 20, 0),
+            (210, "down", 40002, SYN | ACK, 80, 0),
+            (221, "up", 40002, ACK, 21, 100),
+            (250, "down", 40002, FIN | ACK, 81, 1),  # reply and FIN in one segment
+            (300, "up", 40003, SYN, 30, 0),  # no FIN seen: no transaction
+            (330, "down", 40003, ACK, 90, 1),
+        ]
+    )
+    short = {**GEN, "proto": 6, "workload": "eft_short"}
+    assert as_rows(capture_transactions(packets, short)) == {
+        (40001, 0, 100, 157),
+        (40002, 0, 200, 250),
+    }
+    # Read as EFT-LONG (a connection set up before): request data to the reply.
+    long_ = {**GEN, "proto": 6, "workload": "eft_long"}
+    assert as_rows(capture_transactions(packets, long_)) == {
+        (40001, 0, 121, 150),
+        (40002, 0, 221, 250),
+    }
