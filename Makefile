@@ -114,8 +114,9 @@ lint: setup  ## ruff, the import contracts of the layers (lint-imports: pyprojec
 	@$(VENV)/bin/lint-imports --no-cache
 	@$(VENV)/bin/ansible-lint -q playbooks roles
 
-bench: setup  ## the transaction generator's own overhead on loopback; then what trials report costs on a generated trial (fresh process, warm, a batch) against tcptrace, tshark and cat (BENCH_ARGS="--packets N --no-tshark"), ending with its one comparable line; writes docs/analysis-performance.md
+bench: setup  ## the transaction generator's own overhead on loopback; a grouped query over the results catalog at 1 000 and 100 000 rows; then what trials report costs on a generated trial (fresh process, warm, a batch) against tcptrace, tshark and cat (BENCH_ARGS="--packets N --no-tshark"), ending with its one comparable line; writes docs/analysis-performance.md
 	@nice -n 10 $(PYTHON) tests/bench/bench_transact.py
+	@nice -n 10 $(PYTHON) tests/bench/bench_catalog.py
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
 
 # BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the

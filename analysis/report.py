@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.batches import batch_trials, ended_attempts
+from analysis.dataset import add_batch
 from analysis.families import FAMILIES
 from analysis.lazy import pd
 from analysis.workers import DATA_ERRORS, analyse_trials
@@ -22,7 +23,8 @@ _NESTED = (dict, list)
 
 def analyse_batch(batch_dir: Path) -> pd.DataFrame:
     """Analyse every trial that has captures (several at a time: analysis.workers; on a
-    terminal, a progress bar on stderr); write summary.parquet; return one row per trial."""
+    terminal, a progress bar on stderr); write summary.parquet and the batch's rows of the
+    results catalog; return one row per trial."""
     rows = []
     trials = batch_trials(batch_dir)
     for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True)):
@@ -46,7 +48,8 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
     if len(table):
         table.attrs["batch"] = str(batch_dir)
         flat = table[[c for c in table if not table[c].map(lambda v: isinstance(v, _NESTED)).any()]]
-        flat.to_parquet(batch_dir / "summary.parquet", index=False)
+        flat.to_parquet(BatchDir(batch_dir).summary_table, index=False)
+    add_batch(batch_dir)  # the batch's trials in its results' catalog, whole
     return table
 
 
