@@ -80,9 +80,14 @@ nightly-remove: setup  ## remove the nightly schedule of $(EXPERIMENT) (every tr
 nightly-status: setup  ## the installed schedules and the last nightly batches
 	@$(PYTHON) -m trials nightly status
 
-nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
+# The regressions' baseline: NIGHTS earlier batches of the experiment in the results catalog, or
+# BASELINE=results/<batch> (make nightly-run, make report).
+NIGHTS ?= 7
+BASELINE ?=
+nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report and the test against the last $(NIGHTS) nights (exit 3: ran, a metric changed), retention
 	@$(PYTHON) -m trials nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
-	  --rack-kind $(RACK) $(foreach r,$(RACKS),--rack $(r)) $(foreach s,$(SET),--set $(call shell_word,$(s)))
+	  --rack-kind $(RACK) $(foreach r,$(RACKS),--rack $(r)) $(foreach s,$(SET),--set $(call shell_word,$(s))) \
+	  --baseline-nights $(NIGHTS) $(if $(BASELINE),--baseline $(BASELINE))
 
 # By hand: VARS=an inventory overlay with the hosts' variables (playbooks/examples/), CHECK=1
 # shows what would change (--check --diff) and changes nothing.
@@ -131,4 +136,5 @@ OUT ?=
 report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, figures, comparison, provenance), PNG and CSV
 	@test -n "$(BATCH)" || { echo "usage: make report BATCH=results/<batch> [PREVIOUS=results/<other>] (several: BATCH=\"results/a results/b\" OUT=dir)"; exit 2; }
 	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS)) \
-	  $(if $(OUT),--out $(OUT)) $(if $(REANALYSE),--reanalyse)
+	  $(if $(OUT),--out $(OUT)) $(if $(REANALYSE),--reanalyse) --nights $(NIGHTS) \
+	  $(if $(BASELINE),--baseline $(BASELINE))

@@ -6,6 +6,7 @@ One module knows where things are, so that a file name is written once:
       batch.json                        the plan (trials/batch.py writes it)
       experiment.yml                    the experiment file as the batch began
       summary.parquet                   one row per trial (the batch's report)
+      report.txt                        a nightly batch's tables and regressions' verdict
       events.jsonl, claims/, workers/   batch bookkeeping
       ansible/                          restore (teardown) logs
       report/                           the HTML report
@@ -160,6 +161,11 @@ class BatchDir:
     @property
     def summary_table(self) -> Path:
         return self.path / BATCH_SUMMARY_TABLE
+
+    @property
+    def report_text(self) -> Path:
+        """The nightly run's text report: the batch's tables and the regressions' verdict."""
+        return self.path / "report.txt"
 
     def is_batch(self) -> bool:
         return self.trials.is_dir()

@@ -29,10 +29,11 @@ from rich.table import Table
 
 from analysis.families import FAMILIES
 from analysis.html_report import write_report
+from analysis.regressions import NIGHTS, judge
 from analysis.report import analyse_batch, print_batch
 from analysis.results import NotABatch
 from analysis.workers import jobs_setting
-from core.layout import new_batch_path
+from core.layout import BatchDir, new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
 from trials import cli_results, nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
@@ -274,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     night.add_argument("--only", action="append", metavar="NAME")
     night.add_argument("--rack", dest="racks", action="append")
     night.add_argument("--retries", type=int, default=2)
+    night.add_argument(
+        "--baseline-nights",
+        type=int,
+        default=NIGHTS,
+        help=f"run: test tonight against this many nights before it (default {NIGHTS})",
+    )
+    night.add_argument("--baseline", help="run: test tonight against this batch instead")
     guard = sub.add_parser(
         "rack-guard",
         help="(the virtual_rack role, before it takes a rack down) refuse to remove a rack in use",
@@ -511,18 +519,26 @@ def run_nightly(args: argparse.Namespace) -> int:
             )
         out.print(table)
         return 0
-    # run: today's batch (resumed if it exists), its report, then the retention rule.
+    # run: today's batch (resumed if it exists), its report and the regressions' verdict
+    # against the last nights (report.txt, the page, the exit status), then retention.
     args.batch = nightly.dated_batch(args.experiment)
     args.results = args.batch.parent
     code = run_batch(args)
-    report = args.batch / "report.txt"
+    report = BatchDir(args.batch).report_text
+    table = analyse_batch(args.batch)  # and the batch into the results catalog
+    verdict = judge(args.batch, nights=args.baseline_nights, baseline=args.baseline)
     with report.open("w") as f:
-        print_batch(analyse_batch(args.batch), Console(file=f, width=200))
+        print_batch(table, Console(file=f, width=200))
+        print("\n".join(verdict.lines()), file=f)
+    out.print(escape("\n".join(verdict.lines())), highlight=False)
     out.print(f"report: {report}")
-    # The page compares tonight with the previous dated batch of the same experiment.
-    out.print(f"report: {write_report(args.batch)}")
+    page = write_report(args.batch, nights=args.baseline_nights, baseline=args.baseline)
+    out.print(f"report: {page}")
     for batch in nightly.prune(args.experiment, args.keep_captures):
         out.print(f"captures removed from {batch} (older than {args.keep_captures} days)")
+    if code == 0 and verdict.found:
+        out.print(f"exit {nightly.CHANGE_FOUND}: the batch ran; the test found a change")
+        return nightly.CHANGE_FOUND
     return code
 
 

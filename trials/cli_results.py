@@ -5,6 +5,9 @@ results query "SQL" [--catalog DIR] [--csv]       the answer to a query over the
                                                   trials (a row per trial) and flows
 results backfill [PATH]...                        write the batches under PATH (default
                                                   results/) into their catalog
+results regressions BATCH [--nights N | --baseline BATCH] [--alpha A] [--correction bh|holm]
+                                                  the batch against its baseline, tested;
+                                                  exit 3 when a metric changed
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from core.layout import CATALOG_ENV, RESULTS_DIR
+from analysis.regressions import ALPHA, NIGHTS
+from analysis.stats import CORRECTIONS
+from core.layout import CATALOG_ENV, RESULTS_DIR, CatalogDir
+from trials.nightly import CHANGE_FOUND
 
 __all__ = ["add_parser", "run"]
 
@@ -53,6 +59,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=[RESULTS_DIR],
         help="batches, or directories of batches at any depth (default: results/)",
     )
+    judge = actions.add_parser(
+        "regressions",
+        parents=[where],
+        help="test a batch against the nights before it (exit 3: a metric changed)",
+    )
+    judge.add_argument("batch", type=Path, help="the batch directory (it is catalogued first)")
+    judge.add_argument("--nights", type=int, default=NIGHTS, help=f"default {NIGHTS}")
+    judge.add_argument("--baseline", help="a batch (directory or catalog name) instead")
+    judge.add_argument("--alpha", type=float, default=ALPHA, help=f"default {ALPHA}")
+    judge.add_argument("--correction", choices=CORRECTIONS, default=CORRECTIONS[0])
     return results
 
 
@@ -84,6 +100,8 @@ def run(args: argparse.Namespace, err: Console) -> int:
                 out.print(f"{batch} -> {cat.path}", highlight=False)
             out.print(f"{len(done)} batch(es) written into the catalog")
             return 0
+        if args.action == "regressions":
+            return _regressions(args, out, err)
         if args.action == "list":
             frame = listing(args.catalog)
             if frame.empty:
@@ -106,3 +124,26 @@ def run(args: argparse.Namespace, err: Console) -> int:
     except CatalogMissing as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
+
+
+def _regressions(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from analysis.dataset import add_batch
+    from analysis.regressions import judge
+    from analysis.results import NotABatch
+
+    catalog = CatalogDir(args.catalog) if args.catalog else None
+    try:
+        add_batch(args.batch, catalog)
+    except NotABatch as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        return 2
+    verdict = judge(
+        args.batch,
+        nights=args.nights,
+        baseline=args.baseline,
+        alpha=args.alpha,
+        correction=args.correction,
+        catalog=catalog,
+    )
+    out.print(escape("\n".join(verdict.lines())), highlight=False)
+    return CHANGE_FOUND if verdict.found else 0

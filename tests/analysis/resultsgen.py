@@ -28,6 +28,7 @@ def record(
     started: str = "2026-12-01T02:00:00+00:00",
     experiment_file: str = "experiments/smoke.yml",
     buffer: str = "60000B",
+    family: str = "collateral_damage",
 ) -> dict:
     """A trial.json of the collateral-damage dumbbell (cubic on A and C, the router R)."""
     return {
@@ -36,7 +37,7 @@ def record(
         "id": hashlib.sha256(name.encode()).hexdigest()[:12],
         "status": status,
         "experiment_file": experiment_file,
-        "family": "collateral_damage",
+        "family": family,
         "overrides": overrides,
         "repetition": repetition,
         "parameters": {"duration": "8s", "network": {"links": [{"name": "downstream",
