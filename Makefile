@@ -124,6 +124,10 @@ bench: setup  ## the transaction generator's own overhead on loopback; a grouped
 	@nice -n 10 $(PYTHON) tests/bench/bench_catalog.py
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
 
+.PHONY: trends
+trends: setup  ## write the nightly trends of $(EXPERIMENT) from the results catalog: each key metric per cell over the nights, the commit of each, the nights the test flagged, the night a shift holds from (results/catalog/trends/<name>/index.html)
+	@$(PYTHON) -m trials results trends $(EXPERIMENT) --nights $(NIGHTS)
+
 # BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the
 # previous batch of the same experiment in the same directory; PREVIOUS=none: no comparison);
 # REANALYSE=1 analyses every trial again from its captures first (else only unanalysed ones).

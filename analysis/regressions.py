@@ -30,6 +30,7 @@ __all__ = [
     "Verdict",
     "baseline_batches",
     "compare",
+    "distinct_metrics",
     "judge",
     "metric_columns",
 ]
@@ -53,7 +54,7 @@ def metric_columns(trials: pd.DataFrame) -> list[str]:
     ]
 
 
-def _distinct(frame: pd.DataFrame, metrics: list[str]) -> list[str]:
+def distinct_metrics(frame: pd.DataFrame, metrics: list[str]) -> list[str]:
     """The metrics left once a column equal to another (the same values, NaN where it is NaN)
     is dropped: the one with a generator's or queue's name (a dot or bracket) is kept."""
     kept: dict[bytes, str] = {}
@@ -79,7 +80,7 @@ def compare(
     both = pd.concat([tonight, baseline], ignore_index=True)
     candidates = metrics if metrics is not None else metric_columns(both)
     candidates = [m for m in candidates if m in both and both[m].notna().any()]
-    candidates = _distinct(both, candidates)
+    candidates = distinct_metrics(both, candidates)
     rows = []
     for cell, here in tonight.groupby("cell", sort=True):
         there = baseline[baseline.cell == cell]

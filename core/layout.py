@@ -26,6 +26,7 @@ it, analysis/query.py reads it with DuckDB), a hive-partitioned parquet dataset:
     results/catalog/                    CatalogDir ($TRIALBED_CATALOG: elsewhere)
       trials.parquet/experiment=<stem>/date=<YYYY-MM-DD>/<batch key>.parquet   a row per trial
       flows.parquet/experiment=<stem>/date=<YYYY-MM-DD>/<batch key>.parquet    a row per flow
+      trends/<experiment>/index.html    the experiment's nights as series (make trends)
       .lock                             held while a batch's file is rewritten
 """
 
@@ -239,6 +240,10 @@ class CatalogDir:
     @property
     def lock(self) -> Path:
         return self.path / ".lock"
+
+    def trends(self, experiment: str) -> Path:
+        """Where `trialbed results trends` (make trends) writes an experiment's page."""
+        return self.path / "trends" / partition_value(experiment)
 
 
 def partition_value(text: str) -> str:

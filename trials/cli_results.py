@@ -8,6 +8,8 @@ results backfill [PATH]...                        write the batches under PATH (
 results regressions BATCH [--nights N | --baseline BATCH] [--alpha A] [--correction bh|holm]
                                                   the batch against its baseline, tested;
                                                   exit 3 when a metric changed
+results trends EXPERIMENT [--out DIR] [--nights N]  its nights as series: flagged nights,
+                                                  the night a shift holds from, its commit
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rich.table import Table
 
 from analysis.regressions import ALPHA, NIGHTS
 from analysis.stats import CORRECTIONS
-from core.layout import CATALOG_ENV, RESULTS_DIR, CatalogDir
+from core.layout import CATALOG_ENV, RESULTS_DIR, CatalogDir, catalog_dir
 from trials.nightly import CHANGE_FOUND
 
 __all__ = ["add_parser", "run"]
@@ -69,6 +71,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     judge.add_argument("--baseline", help="a batch (directory or catalog name) instead")
     judge.add_argument("--alpha", type=float, default=ALPHA, help=f"default {ALPHA}")
     judge.add_argument("--correction", choices=CORRECTIONS, default=CORRECTIONS[0])
+    trend = actions.add_parser(
+        "trends",
+        parents=[where],
+        help="an experiment's nights as series, with flagged nights and shifts (a page)",
+    )
+    trend.add_argument("experiment", help="its name or file (experiments/smoke.yml: smoke)")
+    trend.add_argument("--out", type=Path, help="default: <catalog>/trends/<experiment>/")
+    trend.add_argument("--nights", type=int, default=NIGHTS, help="each night's baseline")
     return results
 
 
@@ -102,6 +112,14 @@ def run(args: argparse.Namespace, err: Console) -> int:
             return 0
         if args.action == "regressions":
             return _regressions(args, out, err)
+        if args.action == "trends":
+            from analysis.html_report.trends import write_trends
+
+            cat = CatalogDir(args.catalog) if args.catalog else catalog_dir()
+            name = Path(args.experiment).stem
+            page = write_trends(name, args.out or cat.trends(name), cat, nights=args.nights)
+            out.print(f"trends: {page}", highlight=False)
+            return 0
         if args.action == "list":
             frame = listing(args.catalog)
             if frame.empty:

@@ -32,9 +32,11 @@ from analysis.html_report import (
     startup,
 )
 from analysis.html_report.page import Page
+from analysis.html_report.trends import sections as trend_sections
 from analysis.regressions import NIGHTS, judge
 from analysis.results import load
-from core.layout import RECORD, BatchDir
+from analysis.trends import trends
+from core.layout import RECORD, BatchDir, catalog_dir
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
@@ -156,13 +158,32 @@ def _write_report(
             )
         else:
             compare.sections(page, batch_dir, trials, before_dir, before, FAMILIES)
-            add_batch(batch_dir)  # the catalog has the batch as analysed now
-            regressions.sections(page, judge(batch_dir, **judged))
+            over_nights(page, batch_dir, trials, judged)
         trial_list(page, batches, trials)
     provenance.sections(page, batches, trials)
     index = page.write(subtitle)
     listed.write_text("\n".join([*page.files, index.name]) + "\n")
     return index
+
+
+def over_nights(page: Page, batch_dir: Path, trials: pd.DataFrame, judged: dict) -> None:
+    """The batch in the results catalog, tested against its baseline (regressions), and its
+    experiment's nights up to it as series (trends; the families' key metrics first)."""
+    add_batch(batch_dir)  # the catalog has the batch as analysed now
+    verdict = judge(batch_dir, **judged)
+    regressions.sections(page, verdict)
+    if not verdict.experiment:
+        return
+    families = trials.family.dropna().unique()
+    key = [m for f in families for m in getattr(FAMILIES.get(f), "METRICS", {})]
+    series = trends(
+        verdict.experiment,
+        catalog_dir(batch_dir),
+        until=verdict.batch,
+        key=key,
+        nights=judged["nights"],
+    )
+    trend_sections(page, series)
 
 
 def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:
