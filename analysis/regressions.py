@@ -33,6 +33,7 @@ __all__ = [
     "distinct_metrics",
     "judge",
     "metric_columns",
+    "same_values",
 ]
 
 ALPHA = 0.05  # the false discovery rate (bh) or family-wise error rate (holm) allowed
@@ -54,14 +55,22 @@ def metric_columns(trials: pd.DataFrame) -> list[str]:
     ]
 
 
-def distinct_metrics(frame: pd.DataFrame, metrics: list[str]) -> list[str]:
-    """The metrics left once a column equal to another (the same values, NaN where it is NaN)
-    is dropped: the one with a generator's or queue's name (a dot or bracket) is kept."""
+def same_values(frame: pd.DataFrame, metrics: list[str]) -> dict[str, list[str]]:
+    """Each metric kept -> the other names of its values: of columns equal in every row (the
+    same values, NaN where it is NaN) the one with a generator's or queue's name (a dot or
+    bracket) is kept, then the first by name."""
     kept: dict[bytes, str] = {}
+    others: dict[str, list[str]] = {}
     for m in sorted(metrics, key=lambda c: (not ("." in c or "[" in c), c)):
         key = frame[m].to_numpy(dtype=float, na_value=np.nan).tobytes()
-        kept.setdefault(key, m)
-    return sorted(kept.values())
+        first = kept.setdefault(key, m)
+        others.setdefault(first, []).extend([m] if first != m else [])
+    return dict(sorted(others.items()))
+
+
+def distinct_metrics(frame: pd.DataFrame, metrics: list[str]) -> list[str]:
+    """The metrics left once a column equal to another is dropped (same_values)."""
+    return list(same_values(frame, metrics))
 
 
 def compare(
@@ -76,19 +85,21 @@ def compare(
     shift (tonight − baseline, Hodges–Lehmann) and its (1 − alpha) interval, the relative
     shift, Cliff's delta, p, the adjusted p (``q``) and ``changed`` (q <= alpha); rows that
     were not tested say why in ``untested`` (their p is NaN and they do not count in the
-    adjustment)."""
+    adjustment); ``same_values``: the other metrics with these values in every run (tested
+    once, under this name)."""
     both = pd.concat([tonight, baseline], ignore_index=True)
     candidates = metrics if metrics is not None else metric_columns(both)
     candidates = [m for m in candidates if m in both and both[m].notna().any()]
-    candidates = distinct_metrics(both, candidates)
+    aliases = same_values(both, candidates)
     rows = []
     for cell, here in tonight.groupby("cell", sort=True):
         there = baseline[baseline.cell == cell]
-        for m in candidates:
+        for m, also in aliases.items():
             x = here[m].to_numpy(dtype=float, na_value=np.nan)
             y = there[m].to_numpy(dtype=float, na_value=np.nan) if len(there) else np.array([])
             x, y = x[~np.isnan(x)], y[~np.isnan(y)]
             row = {"cell": cell, "metric": m, "runs": len(x), "runs_baseline": len(y)}
+            row["same_values"] = ", ".join(also) or None
             row["median"] = float(np.median(x)) if len(x) else np.nan
             row["median_baseline"] = float(np.median(y)) if len(y) else np.nan
             if len(x) < MIN_RUNS or len(y) < MIN_RUNS:
@@ -110,7 +121,7 @@ def compare(
             rows.append(row)
     cols = ["cell", "metric", "runs", "runs_baseline", "median", "median_baseline", "shift",
             "shift_low", "shift_high", "relative", "delta", "p", "p_min", "q", "changed",
-            "untested"]  # fmt: skip
+            "untested", "same_values"]  # fmt: skip
     table = pd.DataFrame(rows).reindex(columns=cols)
     table["q"] = adjust(table.p.to_numpy(dtype=float, na_value=np.nan), correction)
     table["changed"] = table.q <= alpha
@@ -196,6 +207,7 @@ class Verdict:
                 f"  {r.metric} ({r.cell}): {r.median_baseline:.4g} -> {r.median:.4g}, shift "
                 f"{r.shift:+.4g} {interval} ({r.relative:+.1%}), delta {r.delta:+.2f}, "
                 f"p={r.p:.2g}, q={r.q:.2g}"
+                + (f" (the same values: {r.same_values})" if isinstance(r.same_values, str) else "")
             )
         return out
 

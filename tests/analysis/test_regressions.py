@@ -137,6 +137,7 @@ def test_a_planted_shift_is_found_and_nothing_else():
     (row,) = changed.itertuples()
     assert row.shift_low <= 4.0 <= row.shift_high and row.delta == 1.0
     assert "goodput_kBps" not in set(table.metric) and "tcp.m0" in set(table.metric)
+    assert set(table[table.metric == "tcp.m0"].same_values) == {"goodput_kBps"}
     constant = table[table.metric == "tcp.flows_seen"]
     assert constant.untested.eq("one value in every run").all() and constant.p.isna().all()
 
