@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.batches import batch_trials, ended_attempts
-from analysis.dataset import add_batch
 from analysis.families import FAMILIES
 from analysis.lazy import pd
 from analysis.workers import DATA_ERRORS, analyse_trials
@@ -49,6 +48,8 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
         table.attrs["batch"] = str(batch_dir)
         flat = table[[c for c in table if not table[c].map(lambda v: isinstance(v, _NESTED)).any()]]
         flat.to_parquet(BatchDir(batch_dir).summary_table, index=False)
+    from analysis.dataset import add_batch  # pandas: not held while the captures are read
+
     add_batch(batch_dir)  # the batch's trials in its results' catalog, whole
     return table
 
