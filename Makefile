@@ -3,8 +3,9 @@ SHELL := /bin/bash
 VENV := .venv
 ANSIBLE_PLAYBOOK := $(VENV)/bin/ansible-playbook
 PYTHON := $(VENV)/bin/python
-# The command line (trials/__main__.py), installed into the venv by make setup.
-TRIALBED := $(VENV)/bin/trialbed
+# The command line (trials/__main__.py), installed into the venv by make setup; run with this
+# checkout first on the path, so that a .venv linked from another checkout runs this one's code.
+TRIALBED := PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(VENV)/bin/trialbed
 EXPERIMENT ?= experiments/smoke.yml
 TOPOLOGY ?= dumbbell
 # Where the rack's hosts live: namespaces (on this machine), vm (the same namespaces inside a
