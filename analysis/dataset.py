@@ -231,6 +231,21 @@ def _locked(catalog: CatalogDir) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _uniform(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each column of one type: a column whose trials gave text in some rows and numbers in
+    others (a summary key that changed type) is text in all."""
+    out = rows
+    for c in rows.columns:
+        if rows[c].dtype != object:
+            continue
+        values = rows[c].dropna()
+        texts = values.map(lambda v: isinstance(v, str))
+        if texts.any() and not texts.all():
+            out = out if out is not rows else rows.copy()
+            out[c] = rows[c].map(lambda v: v if v is None or isinstance(v, str) else _text(v))
+    return out
+
+
 def write_rows(catalog: CatalogDir, table: str, experiment: str, date: str, key: str, rows):
     """A batch's rows of ``table`` as its one file in its partition, whole or not at all (a
     file of its own renamed into place); its files in other partitions go (a batch whose date
@@ -246,7 +261,7 @@ def write_rows(catalog: CatalogDir, table: str, experiment: str, date: str, key:
     fd, tmp = tempfile.mkstemp(prefix=".new-", suffix=".parquet", dir=target.parent)
     os.close(fd)
     try:
-        rows.to_parquet(tmp, index=False)
+        _uniform(rows).to_parquet(tmp, index=False)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

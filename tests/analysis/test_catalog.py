@@ -197,3 +197,21 @@ def test_the_command_line_backfills_lists_and_queries(tmp_path: Path, capsys, mo
     assert "no results catalog" in capsys.readouterr().err
     assert main(["results", "backfill", str(tmp_path / "missing")]) == 2
     assert "no such batch directory" in capsys.readouterr().err
+
+
+def test_a_metric_that_is_text_in_one_trial_and_a_number_in_another(tmp_path: Path):
+    """A summary key whose type changed between two trials of a batch (a newer analysis) is
+    text in the batch's file; the other trials' rows stay."""
+    results = tmp_path / "results"
+    (night,) = nights(results, ["2026-12-01"])
+    add_batch(night)
+    for name, value in (("cc-reno_r1", "unknown"), ("cc-reno_r2", 3.5)):
+        path = night / "trials" / name / "analysis" / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["generators"]["tcp"]["epochs"] = value
+        path.write_text(json.dumps(summary))
+        add_trial(path.parent.parent)
+    trials = analysis.catalog(root=results / "catalog").set_index("trial")
+    assert len(trials) == 6
+    assert trials.loc["cc-reno_r1", "tcp.epochs"] == "unknown"
+    assert trials.loc["cc-reno_r2", "tcp.epochs"] == "3.5"
