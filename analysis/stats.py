@@ -77,9 +77,10 @@ def _normal_p(z: float) -> float:
     return float(erfc(abs(z) / sqrt(2)))
 
 
-def mann_whitney(x, y, level: float = 0.95) -> Shift:
+def mann_whitney(x, y, level: float = 0.95, exact_limit: int = EXACT_LIMIT) -> Shift:
     """Two-sided Mann–Whitney U test of x against y (NaNs dropped), with the shift's
-    estimate and interval; ValueError for fewer than one value in either."""
+    estimate and interval; exact up to ``exact_limit`` values pooled; ValueError for fewer
+    than one value in either."""
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     x, y = x[~np.isnan(x)], y[~np.isnan(y)]
@@ -94,7 +95,7 @@ def mann_whitney(x, y, level: float = 0.95) -> Shift:
     greater = np.count_nonzero(diffs > 0)
     less = np.count_nonzero(diffs < 0)
     delta = (greater - less) / diffs.size
-    exact = nx + ny <= EXACT_LIMIT
+    exact = nx + ny <= exact_limit
     if exact:
         sums, probs = rank_sum_null(tuple(sorted(doubled.tolist())), nx)
         far = np.abs(sums - centre)
@@ -107,17 +108,19 @@ def mann_whitney(x, y, level: float = 0.95) -> Shift:
         z = (observed / 2 - centre / 2) / np.sqrt(var) if var > 0 else 0.0
         p = _normal_p(z) if var > 0 else 1.0
         p_min = 0.0
-    low, high = _moses(diffs, nx, ny, 1 - level)
+    low, high = _moses(diffs, nx, ny, 1 - level, exact_limit)
     return Shift(nx, ny, min(p, 1.0), min(p_min, 1.0), exact, float(np.median(diffs)), low, high,
                  float(delta))  # fmt: skip
 
 
-def _moses(diffs: np.ndarray, nx: int, ny: int, alpha: float) -> tuple[float, float]:
+def _moses(
+    diffs: np.ndarray, nx: int, ny: int, alpha: float, exact_limit: int
+) -> tuple[float, float]:
     """The distribution-free interval of the shift: the k-th smallest and largest pairwise
     difference, k from U's null distribution without ties (exact up to EXACT_LIMIT, else
     normal): P(U < k) <= alpha / 2."""
     m = nx * ny
-    if nx + ny <= EXACT_LIMIT:
+    if nx + ny <= exact_limit:
         sums, probs = rank_sum_null(tuple(range(2, 2 * (nx + ny) + 1, 2)), nx)
         u = (sums - nx * (nx + 1)) // 2  # U from the (doubled) rank sum
         cdf = np.cumsum(probs)

@@ -32,6 +32,10 @@ from core.layout import CatalogDir
 
 __all__ = ["Trends", "change_points", "flagged_nights", "nights_of", "trends"]
 
+# A series' splits are many (one per night): exact p-values up to this many runs, the normal
+# approximation beyond (a split's p is multiplied by the splits tried anyway).
+SPLIT_EXACT_LIMIT = 40
+
 
 def nights_of(
     experiment: str, catalog: CatalogDir | None = None, until: str | None = None, last: int = 60
@@ -85,7 +89,7 @@ def _split(values: pd.DataFrame, metric: str) -> dict | None:
         y = values[values.night < k][metric].to_numpy(float)
         if len(x) < MIN_RUNS or len(y) < MIN_RUNS or np.ptp(np.concatenate([x, y])) == 0:
             continue
-        s = mann_whitney(x, y)
+        s = mann_whitney(x, y, exact_limit=SPLIT_EXACT_LIMIT)
         if best is None or s.p < best["p_split"]:
             best = {"from_night": k, "p_split": s.p, "shift": s.shift, "before": np.median(y)}
     if best is None:
