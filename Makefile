@@ -3,6 +3,9 @@ SHELL := /bin/bash
 VENV := .venv
 ANSIBLE_PLAYBOOK := $(VENV)/bin/ansible-playbook
 PYTHON := $(VENV)/bin/python
+# The command line (trials/__main__.py), installed into the venv by make setup; run with this
+# checkout first on the path, so that a .venv linked from another checkout runs this one's code.
+TRIALBED := PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(VENV)/bin/trialbed
 EXPERIMENT ?= experiments/smoke.yml
 TOPOLOGY ?= dumbbell
 # Where the rack's hosts live: namespaces (on this machine), vm (the same namespaces inside a
@@ -20,13 +23,17 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help docs setup rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test test-long lint bench
+.PHONY: help docs setup lock rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test test-long lint bench
 
 help:  ## every target, with what it does (the default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup:  ## install Debian packages, the pinned Python environment and Ansible collections
 	@scripts/setup.sh
+
+lock: setup  ## requirements.txt again from pyproject.toml's dependencies: every package pinned with its hashes (uv pip compile)
+	@$(VENV)/bin/uv pip compile pyproject.toml --extra dev --generate-hashes --python $(PYTHON) \
+	  --custom-compile-command "make lock" --quiet -o requirements.txt
 
 rack-up: setup  ## build the virtual rack of inventory/virtual/topologies/$(TOPOLOGY).yml (RACK=vm: inside the VM; a rack of another topology or kind goes first) and write inventory/virtual/hosts.yml
 	@$(ANSIBLE_PLAYBOOK) playbooks/rack.yml -e virtual_rack_topology_name=$(TOPOLOGY) \
@@ -43,10 +50,10 @@ RACK_INVENTORY = $(or $(INVENTORY),inventory/virtual/hosts.yml)
 need_file = test -e "$(1)" || { echo "$(2) $(1): no such file$(if $(3),; $(3))" >&2; exit 2; }
 INVENTORY_HINT = $(if $(INVENTORY),check INVENTORY=,no virtual rack is up: make rack-up)
 trial: setup  ## bring up the rack $(EXPERIMENT) names (topology:; RACK=auto|namespaces|vm), run it, print its results; INVENTORY=: on that rack
-	@$(PYTHON) -m trials run $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
+	@$(TRIALBED) run $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY))
 
 preflight: setup  ## can the rack run $(EXPERIMENT)? SSH, tools, CC, qdiscs, interfaces and link speed, disk for the captures on the hosts and under results/ (BATCH=: its directory), clock offsets, Ansible versions (reads only; the virtual rack is brought up if needed); INVENTORY=: that rack
-	@$(PYTHON) -m trials preflight $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY)) \
+	@$(TRIALBED) preflight $(EXPERIMENT) --rack-kind $(RACK) $(if $(INVENTORY),-i $(INVENTORY)) \
 	  $(if $(BATCH),--results $(dir $(BATCH)))
 
 # BATCH=results/NAME resumes that batch (or starts it there); RACKS="inv/a inv/b" shares the
@@ -61,7 +68,7 @@ make_arg = $(call shell_word,$(subst $$,$$$$,$(1)))
 
 RETRIES ?= 2
 batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable (BATCH=), several racks (RACKS=)
-	@$(PYTHON) -m trials batch $(EXPERIMENT) --rack-kind $(RACK) $(if $(BATCH),--batch $(BATCH)) \
+	@$(TRIALBED) batch $(EXPERIMENT) --rack-kind $(RACK) $(if $(BATCH),--batch $(BATCH)) \
 	  $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES) $(foreach s,$(SET),--set $(call shell_word,$(s))) \
 	  $(if $(ONLY),$(foreach o,$(ONLY),--only '$(o)'))
 
@@ -71,18 +78,23 @@ AT ?= 02:00
 KEEP_CAPTURES ?= 14
 NIGHTLY_VARS ?= $(if $(SET),SET=$(call make_arg,$(SET))) $(if $(RACKS),RACKS=$(call make_arg,$(RACKS))) $(if $(filter command line environment,$(origin RACK)),RACK=$(call make_arg,$(RACK)))
 nightly-install: setup  ## run $(EXPERIMENT) every day at $(AT) into results/nightly/<name>/<date> (systemd timer, else cron)
-	@$(PYTHON) -m trials nightly install $(EXPERIMENT) --at $(AT) --keep-captures $(KEEP_CAPTURES) \
+	@$(TRIALBED) nightly install $(EXPERIMENT) --at $(AT) --keep-captures $(KEEP_CAPTURES) \
 	  --make-vars $(call shell_word,$(NIGHTLY_VARS))
 
 nightly-remove: setup  ## remove the nightly schedule of $(EXPERIMENT) (every trialbed schedule when EXPERIMENT is not given)
-	@$(PYTHON) -m trials nightly remove $(if $(filter command line environment,$(origin EXPERIMENT)),$(EXPERIMENT))
+	@$(TRIALBED) nightly remove $(if $(filter command line environment,$(origin EXPERIMENT)),$(EXPERIMENT))
 
 nightly-status: setup  ## the installed schedules and the last nightly batches
-	@$(PYTHON) -m trials nightly status
+	@$(TRIALBED) nightly status
 
-nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report, retention
-	@$(PYTHON) -m trials nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
-	  --rack-kind $(RACK) $(foreach r,$(RACKS),--rack $(r)) $(foreach s,$(SET),--set $(call shell_word,$(s)))
+# The regressions' baseline: NIGHTS earlier batches of the experiment in the results catalog, or
+# BASELINE=results/<batch> (make nightly-run, make report).
+NIGHTS ?= 7
+BASELINE ?=
+nightly-run: setup  ## what the schedule runs: today's batch of $(EXPERIMENT) (resumed if begun), its report and the test against the last $(NIGHTS) nights (exit 3: ran, a metric changed), retention
+	@$(TRIALBED) nightly run $(EXPERIMENT) --keep-captures $(KEEP_CAPTURES) --retries $(RETRIES) \
+	  --rack-kind $(RACK) $(foreach r,$(RACKS),--rack $(r)) $(foreach s,$(SET),--set $(call shell_word,$(s))) \
+	  --baseline-nights $(NIGHTS) $(if $(BASELINE),--baseline $(BASELINE))
 
 # By hand: VARS=an inventory overlay with the hosts' variables (playbooks/examples/), CHECK=1
 # shows what would change (--check --diff) and changes nothing.
@@ -103,7 +115,7 @@ docs: setup  ## write each role's README.md from its meta/argument_specs.yml and
 	@$(PYTHON) scripts/schema_docs.py
 
 status: setup  ## what every host of the rack is doing now: shaping, delay, counters, CC, offloads, running daemons, leftovers (reads only)
-	@$(PYTHON) -m trials status $(if $(INVENTORY),-i $(INVENTORY))
+	@$(TRIALBED) status $(if $(INVENTORY),-i $(INVENTORY))
 
 test: setup lint  ## lint, unit tests, then end-to-end tests on a virtual rack the tests build and remove (under 45 minutes; the long ones are test-long's)
 	@$(PYTHON) -m pytest -m "not long"
@@ -117,9 +129,14 @@ lint: setup  ## ruff, the import contracts of the layers (lint-imports: pyprojec
 	@$(VENV)/bin/lint-imports --no-cache
 	@$(VENV)/bin/ansible-lint -q playbooks roles
 
-bench: setup  ## the transaction generator's own overhead on loopback; then what trials report costs on a generated trial (fresh process, warm, a batch) against tcptrace, tshark and cat (BENCH_ARGS="--packets N --no-tshark"), ending with its one comparable line; writes docs/analysis-performance.md
+bench: setup  ## the transaction generator's own overhead on loopback; a grouped query over the results catalog at 1 000 and 100 000 rows; then what trials report costs on a generated trial (fresh process, warm, a batch) against tcptrace, tshark and cat (BENCH_ARGS="--packets N --no-tshark"), ending with its one comparable line; writes docs/analysis-performance.md
 	@nice -n 10 $(PYTHON) tests/bench/bench_transact.py
+	@nice -n 10 $(PYTHON) tests/bench/bench_catalog.py
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
+
+.PHONY: trends
+trends: setup  ## write the nightly trends of $(EXPERIMENT) from the results catalog: each key metric per cell over the nights, the commit of each, the nights the test flagged, the night a shift holds from (results/catalog/trends/<name>/index.html)
+	@$(TRIALBED) results trends $(EXPERIMENT) --nights $(NIGHTS)
 
 # BATCH=results/<batch>; PREVIOUS=results/<other> to compare with that batch (default: the
 # previous batch of the same experiment in the same directory; PREVIOUS=none: no comparison);
@@ -133,4 +150,5 @@ OUT ?=
 report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, figures, comparison, provenance), PNG and CSV
 	@test -n "$(BATCH)" || { echo "usage: make report BATCH=results/<batch> [PREVIOUS=results/<other>] (several: BATCH=\"results/a results/b\" OUT=dir)"; exit 2; }
 	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS)) \
-	  $(if $(OUT),--out $(OUT)) $(if $(REANALYSE),--reanalyse)
+	  $(if $(OUT),--out $(OUT)) $(if $(REANALYSE),--reanalyse) --nights $(NIGHTS) \
+	  $(if $(BASELINE),--baseline $(BASELINE))

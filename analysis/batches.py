@@ -8,13 +8,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from core.layout import BatchDir, TrialDir, attempt_number, ended_attempts
+from core.layout import CATALOG, BatchDir, TrialDir, attempt_number, ended_attempts
 
 __all__ = [
     "NotABatch",
     "attempt_number",
     "batch_trials",
     "ended_attempts",
+    "find_batches",
     "summary_file",
     "trial_dir",
     "trial_dirs",
@@ -28,8 +29,18 @@ class NotABatch(FileNotFoundError):
 
 
 def _batches_in(p: Path) -> list[Path]:
-    """The batch directories (each with a trials/ folder) directly under ``p``, by name."""
-    return sorted(c for c in p.iterdir() if BatchDir(c).is_batch())
+    """The batch directories (each with a trials/ folder) under ``p`` at any depth (a batch's
+    own folders are not looked into, nor hidden ones), by path: results/<batch> and
+    results/nightly/<name>/<date> alike."""
+    found = []
+    for c in sorted(p.iterdir()):
+        if not c.is_dir() or c.name.startswith("."):
+            continue
+        if BatchDir(c).is_batch():
+            found.append(c)
+        elif c.name != CATALOG:  # the results catalog holds no batch
+            found.extend(_batches_in(c))
+    return found
 
 
 def _refuse(p: Path) -> NotABatch:
@@ -37,7 +48,7 @@ def _refuse(p: Path) -> NotABatch:
         return NotABatch(f"{p}: no such batch directory")
     if not p.is_dir():
         return NotABatch(f"{p}: not a batch directory (a file)")
-    under = [b.name for b in _batches_in(p)]
+    under = [b.relative_to(p).as_posix() for b in _batches_in(p)]
     if under:
         shown = ", ".join(under[:5]) + (f" and {len(under) - 5} more" if len(under) > 5 else "")
         return NotABatch(f"{p}: not a batch directory (no trials/ in it); batches in it: {shown}")
@@ -59,9 +70,9 @@ def summary_file(trial_dir: Path) -> Path:
     return TrialDir(trial_dir).summary
 
 
-def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
+def find_batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
     """Batch directories (those with a trials/ folder), in the order given; a directory that
-    is not a batch stands for the batches directly under it (e.g. results/)."""
+    is not a batch stands for the batches under it at any depth (e.g. results/)."""
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     out: list[Path] = []
     for item in items:
@@ -77,7 +88,7 @@ def _batches(paths: _PathLike | Iterable[_PathLike]) -> list[Path]:
 
 def trial_dirs(paths: _PathLike | Iterable[_PathLike]) -> list[tuple[Path, Path]]:
     """(batch dir, trial dir) of every trial with a trial.json."""
-    return [(batch, t) for batch in _batches(paths) for t in batch_trials(batch)]
+    return [(batch, t) for batch in find_batches(paths) for t in batch_trials(batch)]
 
 
 def trial_dir(batch_dir: Path, row: Any) -> Path:

@@ -22,7 +22,8 @@ _NESTED = (dict, list)
 
 def analyse_batch(batch_dir: Path) -> pd.DataFrame:
     """Analyse every trial that has captures (several at a time: analysis.workers; on a
-    terminal, a progress bar on stderr); write summary.parquet; return one row per trial."""
+    terminal, a progress bar on stderr); write summary.parquet and the batch's rows of the
+    results catalog; return one row per trial."""
     rows = []
     trials = batch_trials(batch_dir)
     for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True)):
@@ -46,7 +47,10 @@ def analyse_batch(batch_dir: Path) -> pd.DataFrame:
     if len(table):
         table.attrs["batch"] = str(batch_dir)
         flat = table[[c for c in table if not table[c].map(lambda v: isinstance(v, _NESTED)).any()]]
-        flat.to_parquet(batch_dir / "summary.parquet", index=False)
+        flat.to_parquet(BatchDir(batch_dir).summary_table, index=False)
+    from analysis.dataset import add_batch  # pandas: not held while the captures are read
+
+    add_batch(batch_dir)  # the batch's trials in its results' catalog, whole
     return table
 
 

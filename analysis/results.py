@@ -3,7 +3,7 @@
     import analysis
     trials = analysis.load("results/20261122T061959Z-startup_lswan")     # one row per trial
     trials = analysis.load(["results/night-1", "results/night-2"])       # several batches
-    trials = analysis.load("results")          # every batch under a results directory
+    trials = analysis.load("results")     # every batch under a results directory, at any depth
     flows = analysis.load_table("results", "flows")   # per-flow rows of every trial
 
 One row per trial: ``batch``, ``trial``, ``dir`` (where its files are), ``id``, ``status``
@@ -36,7 +36,8 @@ from analysis.batches import (
     trial_dir,
     trial_dirs,
 )
-from core.layout import RECORD
+from analysis.columns import flatten, summary_metrics
+from core.layout import RECORD, TrialDir
 
 __all__ = [
     "NotABatch",
@@ -49,22 +50,6 @@ __all__ = [
     "trial_dir",
     "trial_dirs",
 ]
-
-
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    """Scalars under dotted paths; lists of named dicts as [name]; other lists left out."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
-    elif isinstance(value, list):
-        if value and all(isinstance(v, dict) and v.get("name") for v in value):
-            for v in value:
-                rest = {k: x for k, x in v.items() if k != "name"}
-                _flatten(rest, f"{prefix}[{v['name']}]", out)
-        elif not value or all(not isinstance(v, dict | list) for v in value):
-            out[prefix] = json.dumps(value) if value else None
-    else:
-        out[prefix] = value
 
 
 def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
@@ -84,23 +69,12 @@ def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
         "errors": "; ".join(record.get("errors") or []) or None,
     }
     params: dict[str, Any] = {}
-    _flatten(record.get("parameters") or {}, "", params)
+    flatten(record.get("parameters") or {}, "", params)
     row.update({f"param:{k}": v for k, v in params.items()})
     row.update({f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()})
     summary_path = summary_file(trial_dir)
     if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
-        metrics: dict[str, Any] = {}
-        for name, gen in (summary.pop("generators", None) or {}).items():
-            _flatten(gen, name, metrics)
-        for link, queue in (summary.pop("queues", None) or {}).items():
-            _flatten(
-                {k.removeprefix("queue_"): v for k, v in queue.items()}, f"queue[{link}]", metrics
-            )
-        for key in ("trial", "id", "status", "family", "repetition"):
-            summary.pop(key, None)
-        _flatten({k: v for k, v in summary.items() if not k.startswith("factor:")}, "", metrics)
-        row.update(metrics)
+        row.update(summary_metrics(json.loads(summary_path.read_text())))
         row["analysed"] = True
     else:
         row["analysed"] = False
@@ -131,7 +105,7 @@ def load_table(paths: _PathLike | Iterable[_PathLike], kind: str) -> pd.DataFram
     concatenated, with ``batch`` and ``trial`` columns first."""
     parts = []
     for batch, trial in trial_dirs(paths):
-        f = trial / "analysis" / f"{kind}.parquet"
+        f = TrialDir(trial).table(kind)
         if f.exists():
             part = pd.read_parquet(f)
             part.insert(0, "trial", trial.name)

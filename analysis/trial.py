@@ -127,6 +127,9 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         final.rename(old)
     out_dir.rename(final)
     shutil.rmtree(old, ignore_errors=True)
+    from analysis.dataset import add_trial  # pandas: only once the captures are read
+
+    add_trial(trial_dir)  # the trial's rows in its results' catalog (none outside a batch)
     return summary
 
 

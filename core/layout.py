@@ -6,6 +6,7 @@ One module knows where things are, so that a file name is written once:
       batch.json                        the plan (trials/batch.py writes it)
       experiment.yml                    the experiment file as the batch began
       summary.parquet                   one row per trial (the batch's report)
+      report.txt                        a nightly batch's tables and regressions' verdict
       events.jsonl, claims/, workers/   batch bookkeeping
       ansible/                          restore (teardown) logs
       report/                           the HTML report
@@ -18,10 +19,22 @@ One module knows where things are, so that a file name is written once:
       attempts/<trial>/<n>-<status>/    earlier attempts, kept (ATTEMPT.json labels them)
 
 The same trial on a rack host lives in ``<workdir>/trials/<batch>/<trial>``.
+
+Every batch under one results directory also lands in its catalog (analysis/dataset.py writes
+it, analysis/query.py reads it with DuckDB), a hive-partitioned parquet dataset:
+
+    results/catalog/                    CatalogDir ($TRIALBED_CATALOG: elsewhere)
+      trials.parquet/experiment=<stem>/date=<YYYY-MM-DD>/<batch key>.parquet   a row per trial
+      flows.parquet/experiment=<stem>/date=<YYYY-MM-DD>/<batch key>.parquet    a row per flow
+      trends/<experiment>/index.html    the experiment's nights as series (make trends)
+      .lock                             held while a batch's file is rewritten
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +50,14 @@ EXPERIMENT_COPY = "experiment.yml"
 ATTEMPT_LABEL = "ATTEMPT.json"
 SUMMARY = "summary.json"
 BATCH_SUMMARY_TABLE = "summary.parquet"
+# The results directory of this checkout (make trial, batch and nightly write under it).
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+RESULTS_NAME = RESULTS_DIR.name
+TRIALS = "trials"  # <batch>/trials/<trial>
+CATALOG = "catalog"
+CATALOG_ENV = "TRIALBED_CATALOG"  # a catalog elsewhere than <results>/catalog
+# The catalog's tables (DuckDB views of the same names): one row per trial, one per flow.
+CATALOG_TABLES = ("trials", "flows")
 
 
 @dataclass(frozen=True)
@@ -99,7 +120,7 @@ class BatchDir:
 
     @property
     def trials(self) -> Path:
-        return self.path / "trials"
+        return self.path / TRIALS
 
     def trial(self, name: str) -> TrialDir:
         return TrialDir(self.trials / name)
@@ -142,6 +163,11 @@ class BatchDir:
     def summary_table(self) -> Path:
         return self.path / BATCH_SUMMARY_TABLE
 
+    @property
+    def report_text(self) -> Path:
+        """The nightly run's text report: the batch's tables and the regressions' verdict."""
+        return self.path / "report.txt"
+
     def is_batch(self) -> bool:
         return self.trials.is_dir()
 
@@ -160,12 +186,103 @@ def ended_attempts(batch_dir: Path, trial: str) -> list[Path]:
     return sorted(ended, key=attempt_number)
 
 
+STAMP = "%Y%m%dT%H%M%SZ"  # a batch's name begins with the UTC time it began
+NIGHT = "%Y-%m-%d"  # a nightly batch's name: its day (results/nightly/<name>/<day>)
+
+
 def new_batch_path(results: Path, experiment_file: Path) -> Path:
     """results/<UTC time>-<experiment file's stem>: a batch begun now."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime(STAMP)
     return results / f"{stamp}-{experiment_file.stem}"
+
+
+def date_in_name(name: str) -> str | None:
+    """The day (YYYY-MM-DD) a batch's name gives: a nightly batch's, or the stamp a batch
+    name begins with; None when it gives none."""
+    for fmt, head in ((NIGHT, name), (STAMP, name.split("-", 1)[0])):
+        try:
+            return datetime.strptime(head, fmt).strftime(NIGHT)
+        except ValueError:
+            continue
+    return None
 
 
 def remote_trial_dir(workdir: str, batch: str, trial: str) -> str:
     """Where a trial's files live on a rack host until they are collected."""
     return f"{workdir}/trials/{batch}/{trial}"
+
+
+@dataclass(frozen=True)
+class CatalogDir:
+    """The results catalog: each table a hive-partitioned parquet dataset, one file per batch
+    in its experiment's and date's partition (see the module docstring)."""
+
+    path: Path
+
+    def table(self, table: str) -> Path:
+        if table not in CATALOG_TABLES:
+            raise ValueError(f"catalog table {table!r}: the tables are {', '.join(CATALOG_TABLES)}")
+        return self.path / f"{table}.parquet"
+
+    def part(self, table: str, experiment: str, date: str, batch_key: str) -> Path:
+        """The file of one batch's rows of ``table``."""
+        where = self.table(table) / f"experiment={partition_value(experiment)}" / f"date={date}"
+        return where / f"{batch_key}.parquet"
+
+    def files(self, table: str, batch_key: str = "*") -> list[Path]:
+        """Every file of ``table`` (of one batch: ``batch_key``), by path."""
+        return sorted(self.table(table).glob(f"experiment=*/date=*/{batch_key}.parquet"))
+
+    def pattern(self, table: str) -> str:
+        """The glob DuckDB reads ``table`` from."""
+        return str(self.table(table) / "experiment=*" / "date=*" / "*.parquet")
+
+    @property
+    def lock(self) -> Path:
+        return self.path / ".lock"
+
+    def trends(self, experiment: str) -> Path:
+        """Where `trialbed results trends` (make trends) writes an experiment's page."""
+        return self.path / "trends" / partition_value(experiment)
+
+
+def partition_value(text: str) -> str:
+    """A value as a hive partition's directory name holds it: letters, digits, '.', '_', '-'
+    kept, anything else (a '/', '=', a space) as '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
+
+
+def results_root(batch_dir: Path) -> Path:
+    """The results directory a batch belongs to: its nearest ancestor named like this
+    checkout's (results/<batch>, results/nightly/<name>/<date>), else its parent."""
+    batch_dir = Path(batch_dir).resolve()
+    for parent in batch_dir.parents:
+        if parent.name == RESULTS_NAME:
+            return parent
+    return batch_dir.parent
+
+
+def batch_key(batch_dir: Path) -> tuple[str, str]:
+    """(the batch's name in the catalog: its path below its results directory, the key its
+    catalog files are named by: that path made a file name, with a digest that keeps two
+    such names apart)."""
+    batch_dir = Path(batch_dir).resolve()
+    name = batch_dir.relative_to(results_root(batch_dir)).as_posix()
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return name, f"{partition_value(name.replace('/', '~'))}-{digest}"
+
+
+def catalog_dir(batch_dir: Path | None = None) -> CatalogDir:
+    """The catalog a batch's rows go to ($TRIALBED_CATALOG, else <its results directory>/
+    catalog); without a batch, this checkout's (results/catalog)."""
+    if os.environ.get(CATALOG_ENV):
+        return CatalogDir(Path(os.environ[CATALOG_ENV]))
+    root = results_root(batch_dir) if batch_dir is not None else RESULTS_DIR
+    return CatalogDir(root / CATALOG)
+
+
+def batch_of_trial(trial_dir: Path) -> Path | None:
+    """The batch a trial directory (<batch>/trials/<trial>) is the current attempt of; None
+    for anything else (a kept attempt, a directory outside a batch)."""
+    trial_dir = Path(trial_dir)
+    return trial_dir.parent.parent if trial_dir.parent.name == TRIALS else None

@@ -30,14 +30,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# Controller virtualenv with the pinned stack. Rebuilt only when requirements.txt changes.
+# Controller virtualenv: the lock (requirements.txt, every package pinned with its hashes,
+# generated from pyproject.toml by `make lock`), then this project itself, which puts the
+# `trialbed` command in .venv/bin. Rebuilt only when the lock or pyproject.toml changes.
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if [ ! -x .venv/bin/python ] || [ ! -x .venv/bin/trialbed ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the Python environment (.venv)"
   [ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install -q --require-hashes -r requirements.txt
   .venv/bin/pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi

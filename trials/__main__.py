@@ -1,4 +1,5 @@
-"""trialbed command line: `python -m trials run EXPERIMENT.yml` (what `make trial` calls).
+"""trialbed command line: `trialbed run EXPERIMENT.yml` (what `make trial` calls; also
+`python -m trials ...`).
 
 run EXPERIMENT [--set KEY=VALUE]... [--only NAME|GLOB]... [-i INVENTORY]...
 batch EXPERIMENT [--set ...] [--only ...] [--batch DIR] [--rack INV[,INV]]... [--retries N]
@@ -8,6 +9,8 @@ preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]... [--results DIR]
                                               can the rack (and the results disk) run it?
                                               (reads only; one line per problem with its fix)
 report results/<batch>                        analyse again and print
+results list|query SQL|backfill               the results catalog (trials/cli_results.py)
+nightly install|remove|status|run EXPERIMENT  nightly batches (exit 3: ran, a change found)
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
 """
 
@@ -26,14 +29,16 @@ from rich.table import Table
 
 from analysis.families import FAMILIES
 from analysis.html_report import write_report
+from analysis.regressions import NIGHTS, judge
 from analysis.report import analyse_batch, print_batch
 from analysis.results import NotABatch
 from analysis.workers import jobs_setting
-from core.layout import new_batch_path
+from core.layout import BatchDir, new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
-from trials import nightly, rack_kind
+from trials import cli_results, nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
 from trials.batch import Batch, batch_name_problem
+from trials.batch_watch import watch
 from trials.batch_worker import progress, rack_labels, run_worker, spawn_workers
 from trials.collections import controller_problems
 from trials.interrupts import Interrupted
@@ -181,7 +186,7 @@ def plan_table(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m trials",
+        prog="trialbed",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -270,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     night.add_argument("--only", action="append", metavar="NAME")
     night.add_argument("--rack", dest="racks", action="append")
     night.add_argument("--retries", type=int, default=2)
+    night.add_argument(
+        "--baseline-nights",
+        type=int,
+        default=NIGHTS,
+        help=f"run: test tonight against this many nights before it (default {NIGHTS})",
+    )
+    night.add_argument("--baseline", help="run: test tonight against this batch instead")
     guard = sub.add_parser(
         "rack-guard",
         help="(the virtual_rack role, before it takes a rack down) refuse to remove a rack in use",
@@ -281,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("--json", action="store_true", help="print it as JSON")
     report = sub.add_parser("report", help="analyse a results/<batch> directory again and print it")
     report.add_argument("batch", type=Path)
+    cli_results.add_parser(sub)
     args = parser.parse_args(argv)
     try:  # the analysis at the end runs on this setting: refused before any host is touched
         jobs_setting()
@@ -294,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
 
             width = None if sys.stdout.isatty() else 200
             return show(args.inventory, Console(width=width), as_json=args.json)
+        if args.command == "results":
+            return cli_results.run(args, console)
         if args.command == "report":
             try:
                 table = analyse_batch(args.batch)
@@ -445,7 +460,7 @@ def run_batch(args: argparse.Namespace) -> int:
         finally:
             rack.close()
     workers = spawn_workers(batch, racks, labels, args.retries)
-    code = watch(batch, workers, len(trials), args.retries, out, overhead_s(racks))
+    code = watch(batch, workers, len(trials), args.retries, out, overhead_s(racks), console)
     table = analyse_batch(batch.path)
     print_batch(table)
     final = progress(batch, args.retries)
@@ -504,88 +519,27 @@ def run_nightly(args: argparse.Namespace) -> int:
             )
         out.print(table)
         return 0
-    # run: today's batch (resumed if it exists), its report, then the retention rule.
+    # run: today's batch (resumed if it exists), its report and the regressions' verdict
+    # against the last nights (report.txt, the page, the exit status), then retention.
     args.batch = nightly.dated_batch(args.experiment)
     args.results = args.batch.parent
     code = run_batch(args)
-    report = args.batch / "report.txt"
+    report = BatchDir(args.batch).report_text
+    table = analyse_batch(args.batch)  # and the batch into the results catalog
+    verdict = judge(args.batch, nights=args.baseline_nights, baseline=args.baseline)
     with report.open("w") as f:
-        print_batch(analyse_batch(args.batch), Console(file=f, width=200))
+        print_batch(table, Console(file=f, width=200))
+        print("\n".join(verdict.lines()), file=f)
+    out.print(escape("\n".join(verdict.lines())), highlight=False)
     out.print(f"report: {report}")
-    # The page compares tonight with the previous dated batch of the same experiment.
-    out.print(f"report: {write_report(args.batch)}")
+    page = write_report(args.batch, nights=args.baseline_nights, baseline=args.baseline)
+    out.print(f"report: {page}")
     for batch in nightly.prune(args.experiment, args.keep_captures):
         out.print(f"captures removed from {batch} (older than {args.keep_captures} days)")
+    if code == 0 and verdict.found:
+        out.print(f"exit {nightly.CHANGE_FOUND}: the batch ran; the test found a change")
+        return nightly.CHANGE_FOUND
     return code
-
-
-def watch(
-    batch: Batch,
-    workers: list,
-    total: int,
-    retries: int,
-    out: Console,
-    overhead: int = OVERHEAD_S,
-) -> int:
-    """Follow events.jsonl until every worker has ended; Ctrl-C or SIGTERM stops the workers
-    cleanly (they restore the network). Returns 0, or the first worker's error code."""
-    import signal as sig
-    import time
-
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
-    from rich.progress import Progress as Bar
-
-    seen = sum(1 for _ in batch.events())
-    durations: list[float] = []
-    estimate = {t["name"]: t["duration_s"] + overhead for t in batch.meta["trials"]}
-
-    def stop_workers(signum, _frame):
-        for _, proc in workers:
-            if proc.poll() is None:
-                proc.send_signal(sig.SIGTERM)
-
-    previous = {s: sig.signal(s, stop_workers) for s in (sig.SIGINT, sig.SIGTERM)}
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    bar = Bar(*columns, TextColumn("{task.fields[eta]}"), console=out, disable=not out.is_terminal)
-    try:
-        with bar:
-            task = bar.add_task("batch", total=total, eta="")
-            while True:
-                events = list(batch.events())
-                for e in events[seen:]:
-                    if e.get("event") == "done" and e.get("seconds"):
-                        durations.append(e["seconds"])
-                    line = f"{e['time']} {e.get('rack', '')}: {e['event']} {e.get('trial', '')}"
-                    if e.get("error"):
-                        line += f" ({e['error'][:300]})"
-                    bar.console.print(escape(line), highlight=False)
-                seen = len(events)
-                p = progress(batch, retries)
-                left = [n for n in estimate if not batch.done(n)]
-                per = (sum(durations) / len(durations)) if durations else None
-                eta_s = sum(per or estimate[n] for n in left) / max(1, len(workers))
-                running = ", ".join(f"{r}: {n}" for r, n in p.running.items()) or "-"
-                bar.update(
-                    task,
-                    completed=p.done + p.failed,
-                    description=f"running {running}",
-                    eta=f"ETA ~{eta_s / 60:.0f} min" if left else "",
-                )
-                if all(proc.poll() is not None for _, proc in workers):
-                    break
-                time.sleep(1.0)
-    finally:
-        for s, h in previous.items():
-            sig.signal(s, h)
-    codes = [proc.returncode for _, proc in workers]
-    for (label, _), c in zip(workers, codes, strict=True):
-        if c:
-            log = batch.layout.worker_log(label)
-            tail = log.read_text().strip().splitlines()[-5:] if log.exists() else []
-            console.print(f"[red]worker {label} exited {c}[/]; {log}:")
-            for line in tail:
-                console.print(escape(line), highlight=False)
-    return next((c for c in codes if c), 0)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from core.layout import BatchDir, TrialDir
+from core.layout import NIGHT, RESULTS_DIR, BatchDir, TrialDir
 from core.rack import PROJECT_DIR
 from trials.spec import SpecError
 
@@ -25,7 +25,11 @@ CRON_DIR = Path("/etc/cron.d")
 # $ and backslashes in ExecStart=, and a SET of the nightly run may hold any of them
 # (traffic[web1].load=20%). The schedule runs `/bin/sh <script>`, a path with none of them.
 SCRIPT_DIR = Path("/etc/trialbed/nightly")
-NIGHTLY_DIR = PROJECT_DIR / "results" / "nightly"
+NIGHTLY_DIR = RESULTS_DIR / "nightly"
+# The nightly run's exit status (and `results regressions`'s) when the batch ran and the test
+# found a metric changed against the baseline (0: ran, nothing changed; 1: trials failed or
+# did not run; 2: bad input). A timer's or CI's alert keys on it.
+CHANGE_FOUND = 3
 # Files a batch keeps after retention: its record, tables and report; never the packets.
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".stream")
 
@@ -171,7 +175,7 @@ def remove(experiment: Path | None) -> list[Path]:
 
 def dated_batch(experiment: Path, day: datetime | None = None) -> Path:
     day = day or datetime.now(UTC)
-    return NIGHTLY_DIR / experiment.stem / day.strftime("%Y-%m-%d")
+    return NIGHTLY_DIR / experiment.stem / day.strftime(NIGHT)
 
 
 PRUNED_FILE = "PRUNED.json"
@@ -195,7 +199,7 @@ def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> li
     pruned = []
     batches = sorted((NIGHTLY_DIR / experiment.stem).glob("????-??-??"))
     for batch in batches[:-1]:
-        day = datetime.strptime(batch.name, "%Y-%m-%d").replace(tzinfo=UTC)
+        day = datetime.strptime(batch.name, NIGHT).replace(tzinfo=UTC)
         if today - day <= timedelta(days=keep_days):
             continue
         files, kept = [], 0

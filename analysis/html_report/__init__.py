@@ -21,10 +21,22 @@ from types import ModuleType
 import pandas as pd
 
 from analysis.batches import batch_trials, ended_attempts, summary_file
-from analysis.html_report import collateral_damage, compare, diffserv, eft, provenance, startup
+from analysis.dataset import add_batch
+from analysis.html_report import (
+    collateral_damage,
+    compare,
+    diffserv,
+    eft,
+    provenance,
+    regressions,
+    startup,
+)
 from analysis.html_report.page import Page
+from analysis.html_report.trends import sections as trend_sections
+from analysis.regressions import NIGHTS, judge
 from analysis.results import load
-from core.layout import RECORD, BatchDir
+from analysis.trends import trends
+from core.layout import RECORD, BatchDir, catalog_dir
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
@@ -46,6 +58,8 @@ def write_report(
     *,
     reanalyse: bool = False,
     more: Sequence[str | Path] = (),
+    nights: int = NIGHTS,
+    baseline: str | Path | None = None,
 ) -> Path:
     """Write the report of ``batch_dir`` into ``out_dir`` (default: <batch>/report) and return
     the page's path. ``previous``: a batch to compare with, AUTO for the previous batch of the
@@ -54,7 +68,8 @@ def write_report(
     further batches whose trials join this one's in every table and figure (e.g. a family's
     experiment files run as batches of their own: one frontier per marker in one figure);
     then ``out_dir`` is required, trials are named <batch>/<trial>, and no previous batch is
-    compared."""
+    compared. The regressions section tests the batch against the last ``nights`` batches of
+    its experiment in the results catalog, or against ``baseline`` (analysis.regressions)."""
     batches = [Path(batch_dir), *(Path(b) for b in more)]
     for b in batches:
         batch_trials(b)  # refuses a path that is not a batch before anything is written
@@ -69,7 +84,8 @@ def write_report(
     # Drawn beside it, moved in once whole: a report that fails leaves the last one as it was.
     staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out.parent))
     try:
-        index = _write_report(batches, batch_dir, staging, previous, reanalyse, several)
+        judged = {"nights": nights, "baseline": baseline}
+        index = _write_report(batches, batch_dir, staging, previous, reanalyse, several, judged)
         _move_in(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -89,7 +105,13 @@ def _move_in(staging: Path, out: Path) -> None:
 
 
 def _write_report(
-    batches: list[Path], batch_dir: Path, out: Path, previous, reanalyse: bool, several: bool
+    batches: list[Path],
+    batch_dir: Path,
+    out: Path,
+    previous,
+    reanalyse: bool,
+    several: bool,
+    judged: dict,
 ) -> Path:
     listed = out / FILE_LIST
     failures = {}
@@ -136,11 +158,32 @@ def _write_report(
             )
         else:
             compare.sections(page, batch_dir, trials, before_dir, before, FAMILIES)
+            over_nights(page, batch_dir, trials, judged)
         trial_list(page, batches, trials)
     provenance.sections(page, batches, trials)
     index = page.write(subtitle)
     listed.write_text("\n".join([*page.files, index.name]) + "\n")
     return index
+
+
+def over_nights(page: Page, batch_dir: Path, trials: pd.DataFrame, judged: dict) -> None:
+    """The batch in the results catalog, tested against its baseline (regressions), and its
+    experiment's nights up to it as series (trends; the families' key metrics first)."""
+    add_batch(batch_dir)  # the catalog has the batch as analysed now
+    verdict = judge(batch_dir, **judged)
+    regressions.sections(page, verdict)
+    if not verdict.experiment:
+        return
+    families = trials.family.dropna().unique()
+    key = [m for f in families for m in getattr(FAMILIES.get(f), "METRICS", {})]
+    series = trends(
+        verdict.experiment,
+        catalog_dir(batch_dir),
+        until=verdict.batch,
+        key=key,
+        nights=judged["nights"],
+    )
+    trend_sections(page, series)
 
 
 def analyse(batch_dir: Path, *, every: bool = False) -> dict[str, str]:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from analysis.html_report import AUTO, write_report
+from analysis.regressions import NIGHTS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,11 +39,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reanalyse", action="store_true", help="analyse every trial again from its captures"
     )
+    parser.add_argument(
+        "--nights",
+        type=int,
+        default=NIGHTS,
+        help=f"regressions: test against this many earlier batches of the experiment in the "
+        f"results catalog (default {NIGHTS})",
+    )
+    parser.add_argument(
+        "--baseline", help="regressions: test against this batch instead (directory or name)"
+    )
     args = parser.parse_args(argv)
     previous = None if args.previous == "none" else args.previous
     try:
         page = write_report(
-            args.batch[0], args.out, previous, reanalyse=args.reanalyse, more=args.batch[1:]
+            args.batch[0],
+            args.out,
+            previous,
+            reanalyse=args.reanalyse,
+            more=args.batch[1:],
+            nights=args.nights,
+            baseline=args.baseline,
         )
     except (FileNotFoundError, ValueError) as exc:
         print(f"report: {exc}", file=sys.stderr)

@@ -37,7 +37,7 @@ def make_dry(*args: str) -> str:
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    (line,) = [x for x in done.stdout.replace("\\\n", " ").splitlines() if "-m trials" in x]
+    (line,) = [x for x in done.stdout.replace("\\\n", " ").splitlines() if "bin/trialbed " in x]
     return line
 
 
@@ -95,7 +95,7 @@ def test_the_schedule_runs_the_nightly_batch_with_every_set_item_intact(
     assert argv[:3] == ["-C", str(PROJECT), "nightly-run"], argv
     # The real make, given those arguments, runs the nightly batch with the same items.
     line = make_dry(*argv[2:])
-    assert "trials nightly run" in line and option_values(line, "--set") == EXPECTED
+    assert "trialbed nightly run" in line and option_values(line, "--set") == EXPECTED
     assert schedule.log_file().parent.is_dir()
     assert nightly.scheduled_command(files[-1]).startswith("make -C ")
     # nightly-status shows it as written: brackets are no markup, the line is not wrapped.
