@@ -120,7 +120,7 @@ status: setup  ## what every host of the rack is doing now: shaping, delay, coun
 test: setup lint  ## lint, unit tests, then end-to-end tests on a virtual rack the tests build and remove (under 45 minutes; the long ones are test-long's)
 	@$(PYTHON) -m pytest -m "not long"
 
-test-long: setup  ## the end-to-end tests too long for make test: the VM rack (RACK=vm: its kernel's netem, GRED/RIO, fq), about 12 minutes
+test-long: setup  ## the end-to-end tests too long for make test: the VM rack (RACK=vm: its kernel's netem, GRED/RIO, fq) and three nights of the results catalog, about 20 minutes
 	@$(PYTHON) -m pytest -m long
 
 lint: setup  ## ruff, the import contracts of the layers (lint-imports: pyproject.toml), ansible-lint (production profile, yamllint included; .ansible-lint), and a syntax check of every playbook

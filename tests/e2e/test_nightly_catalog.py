@@ -16,7 +16,8 @@ import pytest
 from tests.e2e.conftest import PROJECT
 from trials.nightly import CHANGE_FOUND
 
-pytestmark = pytest.mark.rack
+# long: `make test-long` (15 trials: about 6 minutes on the namespace rack).
+pytestmark = [pytest.mark.rack, pytest.mark.long]
 
 TRIALBED = Path(sys.executable).parent / "trialbed"  # make setup's console entry point
 SHORT = ["--set", "duration=8s", "--set", "warmup=2s", "--set", "repetitions=5"]
