@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.command import Command
 from core.daemons import Daemons
 from core.dscp import af_code_points
 from core.hostside import EDGE_MARKER, program_command, remote_dir
@@ -43,7 +44,7 @@ class MarkerSite:
     def stats_file(self) -> str:
         return f"{self.name}_stats.json"
 
-    def command(self, python: str, hostside_dir: str) -> str:
+    def command(self, python: str, hostside_dir: str) -> Command:
         """The marker run by `python` from the host's shipped programs (`hostside_dir`)."""
         s = self.spec
         code_points = ",".join(map(str, af_code_points(s.af_class)))
