@@ -127,7 +127,8 @@ def redirected(
 ) -> Command:
     """`cmd` with its output into the file `stdout` (appended with `append`) and its errors
     into the file `stderr` (STDOUT: where its output goes; DEV_NULL: nowhere)."""
-    text = str(built(cmd) if cmd.level == _SIMPLE else group(cmd))
+    cmd = built(cmd)
+    text = str(cmd if cmd.level == _SIMPLE else group(cmd))
     if stdout is not None:
         text += f" {'>>' if append else '>'} {shlex.quote(_word(stdout))}"
     if stderr == STDOUT:

@@ -207,18 +207,18 @@ def recorders(
             # qdisc rio: its packets wait in the IN and OUT queues, sampled instead of
             # the pipe's own (empty) queue.
             rio = {i: q for i, q in dummynet_rio_queues(net, host).items() if i in pipes}
-            command = ipfw_sampler_command(programs, pipes, interval_ms=interval, rio_queues=rio)
-            yield host, "ipfw_sampler", command, None
+            sampler = ipfw_sampler_command(programs, pipes, interval_ms=interval, rio_queues=rio)
+            yield host, "ipfw_sampler", sampler, None
         else:
-            command = tc_sampler_command(programs, ifaces, interval_ms=interval)
-            yield host, "tc_sampler", command, None
+            sampler = tc_sampler_command(programs, ifaces, interval_ms=interval)
+            yield host, "tc_sampler", sampler, None
     for host, addrs in tcp_senders(generators).items():
         programs = remote_dir(net.hosts[host].workdir)
         if net.runs_freebsd(host):  # SIFTR logs every flow of the host; analysis picks
             yield host, "siftr", siftr_command(programs), "recording siftr"
         else:
-            command = tcp_probe_command(programs, addrs, tag=tag)
-            yield host, "tcp_probe", command, "recording tcp_probe"
+            probe = tcp_probe_command(programs, addrs, tag=tag)
+            yield host, "tcp_probe", probe, "recording tcp_probe"
 
 
 def recorder_names(

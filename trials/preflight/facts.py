@@ -43,8 +43,8 @@ def host_facts(
             words.append(f"--route-from={next(iter(host.interfaces.values())).ip}")
         if static is not None and name in static:
             words.append("--changing")
-        facts = command("python3", "-c", _FACTS_SOURCE, *words)
-        commands[name] = and_then(before(name), facts) if before else facts
+        probe = command("python3", "-c", _FACTS_SOURCE, *words)
+        commands[name] = and_then(before(name), probe) if before else probe
     facts = {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
     if static is not None:
         for name, f in facts.items():
