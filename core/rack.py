@@ -23,6 +23,7 @@ import paramiko
 from fabric import Connection
 
 from core.command import Command, command
+from core.inventory import host_problems
 from core.remote_shell import (
     DEFAULT_PYTHON,
     DEFAULT_SHELL,
@@ -159,9 +160,19 @@ class Rack:
         all_vars = data.get("all", {}).get("vars", {})
         hosts = {}
         checking = ansible_host_key_checking(PROJECT_DIR / "ansible.cfg")
+        files = ", ".join(map(str, inventory))
+        merged_vars = {}
         for name, hv in hostvars.items():
             chain = group_chain(data, groups_of.get(name, []))
-            merged = {**group_vars(data, chain), **hv}
+            merged_vars[name] = chain, {**group_vars(data, chain), **hv}
+        problems = [
+            f"{files}: host {name}: {problem}"
+            for name, (chain, merged) in merged_vars.items()
+            for problem in host_problems(name, merged, chain)
+        ]
+        if problems:  # before any host is asked anything
+            raise RackError("\n".join(problems))
+        for name, (chain, merged) in merged_vars.items():
             # of two, the one Ansible reads last
             address = merged.get("ansible_ssh_host") or merged.get("ansible_host") or name
             where = f"host {name} ({', '.join(map(str, inventory))})"
