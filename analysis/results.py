@@ -37,6 +37,7 @@ from analysis.batches import (
     trial_dirs,
 )
 from core.layout import RECORD
+from core.trial_record import load_record
 
 __all__ = [
     "NotABatch",
@@ -68,7 +69,7 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
 
 
 def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
-    record = json.loads((trial_dir / RECORD).read_text())
+    record = load_record(trial_dir / RECORD)
     row: dict[str, Any] = {
         "batch": batch.name,
         "trial": record.get("trial", trial_dir.name),

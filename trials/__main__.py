@@ -27,7 +27,6 @@ from rich.table import Table
 from analysis.families import FAMILIES
 from analysis.html_report import write_report
 from analysis.report import analyse_batch, print_batch
-from analysis.results import NotABatch
 from analysis.workers import jobs_setting
 from core.layout import new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
@@ -42,6 +41,7 @@ from trials.loop import run_plan
 from trials.network import virtual_topology_problems
 from trials.plan import Plan, Trial, load_plan
 from trials.preflight import available, preflight
+from trials.results_check import report as report_batch
 from trials.spec import SpecError
 
 # Not a terminal (a log, a pipe): lines are not wrapped; tables keep 200 columns.
@@ -295,13 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             width = None if sys.stdout.isatty() else 200
             return show(args.inventory, Console(width=width), as_json=args.json)
         if args.command == "report":
-            try:
-                table = analyse_batch(args.batch)
-            except NotABatch as exc:  # before any trial is read
-                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-                return 2
-            print_batch(table)
-            return 0
+            return report_batch(args.batch, console)
         if args.command == "worker":
             run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)
             return 0
