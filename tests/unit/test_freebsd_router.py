@@ -85,7 +85,8 @@ def run_role(
         "step": step,
         "linux_router_links": links,
         "linux_router_forwarding": True,
-        "trialbed_interfaces": {f"em{i}": {} for i in range(6)},
+        "trialbed_interfaces": {f"em{i}": {} for i in range(1, 6)},
+        "freebsd_router_management_iface": "em0",  # the lab's (a test without: "")
         "freebsd_router_dir": str(out),
         "ansible_python_interpreter": sys.executable,
         # There is no ipfw here to run `ipfw -n` (what a FreeBSD host checks the file with),
@@ -206,7 +207,7 @@ def aqm(tmp_path_factory):
         link("em4", qdisc="fq_codel"),
         {"iface": "em5", "delay_ms": 40},  # delay alone, no rate limit
     ]
-    result = run_role(out, links, ansible_host="198.19.10.2")
+    result = run_role(out, links, ansible_host="198.19.10.2", freebsd_router_management_iface="")
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 
@@ -444,9 +445,10 @@ def test_rio_beside_other_links_and_a_buffer_in_bytes(tmp_path):
 @pytest.mark.parametrize(
     ("settings", "said"),
     [
-        ({}, "the management address 'localhost' (freebsd_router_management_address, else "
-         "ansible_host) is not an IP address"),
-        ({"ansible_host": "router.lab"}, "the management address 'router.lab'"),
+        ({"freebsd_router_management_iface": ""}, "the management address 'localhost' "
+         "(freebsd_router_management_address, else ansible_host) is not an IP address"),
+        ({"ansible_host": "router.lab", "freebsd_router_management_iface": ""},
+         "the management address 'router.lab'"),
         ({"freebsd_router_management_iface": "em1"}, "freebsd_router_management_iface is em1, "
          "an experiment interface (trialbed_interfaces)"),
         ({"freebsd_router_management_iface": "em0 any"}, "freebsd_router_management_iface is "
