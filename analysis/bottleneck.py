@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
+from analysis.damaged import text_of
 from analysis.ipfw_samples import pipe_drops, read_ipfw_samples, rio_queue_deltas, with_rio_queues
 from analysis.lazy import pd
 from analysis.match import match_rows, undecided
@@ -92,7 +93,7 @@ def queue_drops_counted(host_dir: Path, iface: str) -> int | None:
     for kind, drops in (("tc", tc_drops), ("ipfw", pipe_drops)):
         before, after = host_dir / f"{kind}_before.txt", host_dir / f"{kind}_after.txt"
         if before.exists() and after.exists():
-            return drops(after.read_text(), iface) - drops(before.read_text(), iface)
+            return drops(text_of(after), iface) - drops(text_of(before), iface)
     return None
 
 

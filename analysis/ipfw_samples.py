@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.damaged import text_of
 from analysis.lazy import pd
 from analysis.tc_samples import SAMPLE_COUNTERS, sample_records, whole_lines
 from core.ipfw_text import FLOW, FLOW_LINE, FLOWSET, FLOWSET_HEAD, LINK, LINK_LINE
@@ -137,7 +138,7 @@ def rio_queue_deltas(host_dir: str | Path, iface: str) -> dict[str, dict[str, in
     bytes, drops: the runner's ipfw_queues_<iface>_after.txt minus _before.txt); None when
     either snapshot is missing or lacks a queue."""
     files = [Path(host_dir) / f"ipfw_queues_{iface}_{t}.txt" for t in ("before", "after")]
-    before, after = (rio_queue_counters(f.read_text()) if f.exists() else None for f in files)
+    before, after = (rio_queue_counters(text_of(f)) if f.exists() else None for f in files)
     if before is None or after is None:
         return None
     return {

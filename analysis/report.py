@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -15,33 +16,43 @@ from analysis.families import FAMILIES
 from analysis.lazy import pd
 from analysis.workers import DATA_ERRORS, analyse_trials
 from core.layout import RECORD, BatchDir
+from core.trial_record import RecordError, load_record
 
 # Columns holding lists or dicts: kept in summary.json, left out of summary.parquet.
 _NESTED = (dict, list)
+UNREADABLE = "unreadable"  # the status of a trial whose record cannot be read
 
 
-def analyse_batch(batch_dir: Path) -> pd.DataFrame:
+def analyse_batch(batch_dir: Path, files: Mapping[str, list[str]] | None = None) -> pd.DataFrame:
     """Analyse every trial that has captures (several at a time: analysis.workers; on a
     terminal, a progress bar on stderr); write summary.parquet and the batch's rows of the
-    results catalog; return one row per trial."""
+    results catalog; return one row per trial.
+    A trial whose record or files cannot be read is a row that says why, naming the file;
+    ``files``: per trial (its directory's name), what is wrong with its files (what
+    `trials report` found against each trial's manifest), said in its row."""
     rows = []
     trials = batch_trials(batch_dir)
     for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True)):
-        record = json.loads((trial_dir / RECORD).read_text())
-        if isinstance(result, DATA_ERRORS):
-            rows.append(
-                {
-                    "trial": record["trial"],
-                    "status": record["status"],
-                    "family": record.get("family"),
-                    "error": f"analysis: {type(result).__name__}: {result}",
-                    **{f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()},
-                }
-            )
+        try:
+            record, unreadable = load_record(trial_dir / RECORD), None
+        except RecordError as exc:
+            record, unreadable = {"trial": trial_dir.name, "status": UNREADABLE}, exc
+        if unreadable is not None or isinstance(result, DATA_ERRORS):
+            error = unreadable or f"analysis: {type(result).__name__}: {result}"
+            row = {
+                "trial": record["trial"],
+                "status": record.get("status", "failed"),
+                "family": record.get("family"),
+                "error": str(error),
+                **{f"factor:{k}": v for k, v in (record.get("overrides") or {}).items()},
+            }
         elif isinstance(result, Exception):  # a bug, not the trial's data: stop, with its trace
             raise result
         else:
-            rows.append(result)
+            row = result
+        if (files or {}).get(trial_dir.name):
+            row = {**row, "files": "; ".join(files[trial_dir.name])}  # type: ignore[index]
+        rows.append(row)
     rows += given_up_rows(batch_dir, {t.name for t in trials})
     table = pd.DataFrame(rows)
     if len(table):
@@ -59,14 +70,25 @@ def given_up_rows(batch_dir: Path, present: set[str]) -> list[dict]:
     attempts failed or died mid-trial: the batch gave it up (or has yet to run it again).
     Named from its last attempt's record, with that attempt's factors."""
     meta = BatchDir(batch_dir).meta
-    planned = json.loads(meta.read_text()).get("trials", []) if meta.exists() else []
-    rows = []
-    for name in (t["name"] for t in planned):
+    rows: list[dict] = []
+    try:
+        planned = json.loads(meta.read_bytes()).get("trials", []) if meta.exists() else []
+        names = [t["name"] for t in planned]
+    except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
+        error = (
+            f"{meta}: not the batch's plan ({type(exc).__name__}: {exc}); the trials it gave "
+            "up on are not listed"
+        )
+        return [{"trial": meta.name, "status": UNREADABLE, "error": error}]
+    for name in names:
         ended = ended_attempts(batch_dir, name)
         if name in present or not ended:
             continue
         record_file = ended[-1] / RECORD
-        record = json.loads(record_file.read_text()) if record_file.exists() else {}
+        try:
+            record = load_record(record_file)
+        except RecordError:  # named by the attempt's own files; its factors stay unknown
+            record = {}
         rows.append(
             {
                 "trial": name,
@@ -90,6 +112,8 @@ def print_batch(table: pd.DataFrame, console: Console | None = None) -> None:
     for family, rows in table.groupby("family", dropna=False):
         module = FAMILIES.get(family)
         good = rows[rows["error"].isna()] if "error" in rows else rows
+        if "files" in good:  # files not as collected: its own figures only, named there
+            good = good[good["files"].isna()]
         if module is not None and not good.empty:
             module.print_tables(batch_dir, good, console)
     for _, r in table.iterrows():
@@ -101,6 +125,8 @@ def trial_table(r: pd.Series) -> Table:
     t = Table(title=f"Trial {r.trial}: {r.status}", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
+    if isinstance(r.get("files"), str):
+        t.add_row("files", r.files)
     if isinstance(r.get("error"), str):
         t.add_row("error", r.error)
         return t

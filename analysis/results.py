@@ -38,6 +38,7 @@ from analysis.batches import (
 )
 from analysis.columns import flatten, summary_metrics
 from core.layout import RECORD, TrialDir
+from core.trial_record import load_record
 
 __all__ = [
     "NotABatch",
@@ -53,7 +54,7 @@ __all__ = [
 
 
 def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
-    record = json.loads((trial_dir / RECORD).read_text())
+    record = load_record(trial_dir / RECORD)
     row: dict[str, Any] = {
         "batch": batch.name,
         "trial": record.get("trial", trial_dir.name),

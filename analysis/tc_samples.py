@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.damaged import not_text
 from analysis.lazy import pd
 from analysis.queue import occupancy_at
 from analysis.tcp_probe import open_recording
@@ -35,13 +36,16 @@ def sample_records(path: str | Path) -> Iterator[dict[str, Any]]:
     """The sampler's records (one per sample and device) of a file, gzipped or not, without
     its closing line and a last line cut short (sampler killed mid-write)."""
     with open_recording(Path(path)) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if not rec.get("end"):
-                yield rec
+        try:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if not rec.get("end"):
+                    yield rec
+        except UnicodeDecodeError as exc:
+            raise not_text(path, exc) from None
 
 
 def read_tc_samples(path: str | Path) -> pd.DataFrame:

@@ -479,7 +479,7 @@ def congestion_events(events: pd.DataFrame) -> pd.DataFrame:
             else col.to_numpy()
         )
         same[1:] &= col[1:] == col[:-1]
-    same[0] = False
+    same[:1] = False  # (no event at all: a recording of none of its flows)
     ss = events["ssthresh"].to_numpy(np.int64)
     cwnd = events["snd_cwnd"].to_numpy(np.int64)
     prev_ss = np.r_[INFINITE_SSTHRESH, ss[:-1]]

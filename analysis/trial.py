@@ -37,6 +37,7 @@ from analysis.traffic.bulk_tcp import share_first_syn
 from analysis.traffic.cbr_udp import judge_lost_service
 from core.layout import RECORD
 from core.link_rules import DEFAULT_QDISC, qdisc_of
+from core.trial_record import load_record
 from core.units import parse_duration_ns
 
 __all__ = ["analyse_trial", "queue_drops_counted", "tc_drops"]
@@ -111,7 +112,7 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
     written into a directory beside it that replaces it only once the summary is written: a
     run that fails keeps the earlier analysis whole (tables and summary of one run), and
     tables the current code no longer writes do not stay beside new ones."""
-    record = json.loads((trial_dir / RECORD).read_text())
+    record = load_record(trial_dir / RECORD)
     final = trial_dir / "analysis"
     out_dir = trial_dir / ".analysis.new"
     shutil.rmtree(out_dir, ignore_errors=True)  # a run that died half-way

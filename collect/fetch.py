@@ -11,10 +11,10 @@ import contextlib
 import errno
 import hashlib
 import os
-import shlex
 import shutil
 from pathlib import Path
 
+from core.command import command, script
 from core.layout import MANIFEST
 from core.rack import Rack, RackError
 
@@ -31,15 +31,16 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+# sha256sum's lines for the regular files in $1 (nothing when it does not exist).
+_SUMS_IN = (
+    'test -d "$1" && cd "$1" && find . -maxdepth 1 -type f -printf \'%P\\0\' '
+    "| sort -z | xargs -0 -r sha256sum"
+)
+
+
 def remote_sums(rack: Rack, host: str, remote_dir: str) -> dict[str, str]:
     """sha256 of every regular file in remote_dir, computed on the host."""
-    q = shlex.quote(remote_dir)
-    out = rack.run(
-        host,
-        f"test -d {q} && cd {q} && find . -maxdepth 1 -type f -printf '%P\\0' "
-        f"| sort -z | xargs -0 -r sha256sum",
-        check=False,
-    )
+    out = rack.run(host, script(_SUMS_IN, remote_dir), check=False)
     sums = {}
     for line in out.splitlines():
         digest, name = line.split(maxsplit=1)
@@ -81,7 +82,7 @@ def pull_host(
     if remove_remote and sums:
         # The local copies are verified; a leftover remote copy loses nothing.
         with contextlib.suppress(RackError):
-            rack.run(host, f"rm -rf {shlex.quote(remote_dir)}")
+            rack.run(host, command("rm", "-rf", remote_dir))
     return sums
 
 

@@ -6,9 +6,9 @@ has NAME.pid and NAME.log in its host's trial directory, unless a call names ano
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 
+from core.command import Command, built, command
 from core.rack import Rack, RackError
 
 # How long a daemon may take to say it is ready (the wait ends as soon as it does): a Python
@@ -22,22 +22,33 @@ class Daemons:
     rack: Rack
     remote: dict[str, str]  # host -> remote trial directory
 
-    def _helper(self, host: str, action: str, name: str, *args: str, directory: str | None = None):
+    def _helper(
+        self,
+        host: str,
+        action: str,
+        name: str,
+        *args: str,
+        directory: str | None = None,
+        program: Command | None = None,
+    ) -> Command:
+        """The helper's `action` on daemon `name`; with `program`, the command it runs."""
         helper = f"{self.rack.host(host).workdir}/bin/trialbed-daemon"
         where = directory or self.remote[host]
         words = [helper, action, name, *args, "--dir", where]
-        return shlex.join(words)
+        if program is not None:
+            words += ["--", "sh", "-c", built(program).exec_text()]
+        return command(*words)
 
     def spawn(
         self,
         host: str,
         name: str,
-        command: str,
+        program: Command,
         start_at: float | None = None,
         ready: str | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
-        """Start the shell command `command` detached in the host's trial directory; with
+        """Start the command `program` detached in the host's trial directory; with
         `start_at`, it first sleeps until that absolute time (one clock on the virtual rack;
         NTP/PTP-disciplined clocks on a physical one); with `ready`, return only once its log
         shows that text (one round trip instead of a start and a wait_for_log)."""
@@ -45,11 +56,7 @@ class Daemons:
         wait = ("--ready", ready) if ready else ()
         if ready:
             wait += ("--timeout", f"{ready_timeout_s:g}")
-        self.rack.run(
-            host,
-            self._helper(host, "start", name, *at, *wait)
-            + f" -- sh -c {shlex.quote('exec ' + command)}",
-        )
+        self.rack.run(host, self._helper(host, "start", name, *at, *wait, program=program))
 
     def running(self, host: str, name: str) -> bool:
         try:
@@ -66,7 +73,7 @@ class Daemons:
         /proc)."""
         check = f"{self.rack.host(host).workdir}/bin/trialbed-check"
         words = [check, *([] if logs else ["--states"]), self.remote[host], *names]
-        return self.rack.run(host, shlex.join(words), timeout=timeout_s)
+        return self.rack.run(host, command(*words), timeout=timeout_s)
 
     def wait_for_log(self, host: str, name: str, text: str, timeout_s: float = 5.0) -> None:
         """Wait until the daemon's log contains `text` (e.g. tcpdump's 'listening on')."""

@@ -32,14 +32,15 @@ host>/tc_samples.jsonl (analysis.trial.TC_SAMPLES) and <trial>/<sender host>/tcp
 
 from __future__ import annotations
 
-# Standard library only: the roles' filter (playbooks/filter_plugins/trialbed_hostside.py)
-# loads this file by its path.
+# Standard library and core.command only: the roles' filter
+# (playbooks/filter_plugins/trialbed_hostside.py) loads this file by its path.
 import hashlib
 import importlib.util
-import shlex
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from core.command import Command, command
 
 # The folder on the controller, beside core/ (not core.rack's PROJECT_DIR: the roles' filter
 # reads this module, and core.rack needs the SSH libraries).
@@ -127,14 +128,16 @@ def load_program(path: str, root: Path = SOURCE) -> ModuleType:
     return module
 
 
-def program_command(hostside_dir: str, program: str, *args: str, python: str = "python3") -> str:
-    """`python3 <hostside_dir>/<program> ARGS...`, quoted for sh."""
-    return shlex.join([python, f"{hostside_dir}/{program}", *args])
+def program_command(
+    hostside_dir: str, program: str, *args: str, python: str = "python3"
+) -> Command:
+    """`python3 <hostside_dir>/<program> ARGS...`, each word quoted for sh."""
+    return command(python, f"{hostside_dir}/{program}", *args)
 
 
 def tc_sampler_command(
     hostside_dir: str, devices: list[str], out: str = "tc_samples.jsonl", interval_ms: float = 10.0
-) -> str:
+) -> Command:
     """Samples `tc -s -j qdisc show` of `devices` every `interval_ms` into `out` (JSON lines)
     until SIGTERM/SIGINT."""
     args = ("--interval-ms", f"{interval_ms:g}", "--out", out, *devices)
@@ -147,7 +150,7 @@ def ipfw_sampler_command(
     out: str = "ipfw_samples.jsonl",
     interval_ms: float = 10.0,
     rio_queues: dict[str, dict[str, int]] | None = None,
-) -> str:
+) -> Command:
     """Samples `ipfw pipe show` of a FreeBSD router's pipes ({egress interface: pipe number},
     as freebsd_router numbers them) every `interval_ms` into `out` until SIGTERM/SIGINT. An
     interface in `rio_queues` ({interface: {"in": N, "out": M}}, qdisc rio: its packets wait
@@ -166,14 +169,14 @@ def ipfw_sampler_command(
 
 def tcp_probe_command(
     hostside_dir: str, addresses: list[str], out: str = "tcp_probe.txt", tag: str = ""
-) -> str:
+) -> Command:
     """Records the tcp:tcp_probe tracepoint for sockets with an address in `addresses` (its
     own tracefs instance, mounting tracefs if needed) into `out` until SIGTERM/SIGINT."""
     extra = ["--tag", tag] if tag else []
     return program_command(hostside_dir, RECORDERS["tcp_probe"], "--out", out, *extra, *addresses)
 
 
-def siftr_command(hostside_dir: str, out: str = "siftr.log", port: int | None = None) -> str:
+def siftr_command(hostside_dir: str, out: str = "siftr.log", port: int | None = None) -> Command:
     """Records SIFTR on a FreeBSD sender into `out` (every packet; only `port`'s flows if
     given) until SIGTERM/SIGINT; prints "recording siftr" once enabled."""
     extra = ["--port", str(port)] if port is not None else []

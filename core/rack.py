@@ -22,6 +22,8 @@ from typing import Any
 import paramiko
 from fabric import Connection
 
+from core.command import Command, command
+from core.inventory import host_problems
 from core.remote_shell import (
     DEFAULT_PYTHON,
     DEFAULT_SHELL,
@@ -60,8 +62,9 @@ class Host:
     python: str = DEFAULT_PYTHON
     shell_problem: str | None = None  # why the two cannot be used (said on the first command)
 
-    def command(self, command: str) -> str:
-        """``command`` as this host's login shell must receive it (core.remote_shell)."""
+    def login_command(self, command: Command) -> str:
+        """``command`` (built by core.command) as this host's login shell must receive it
+        (core.remote_shell)."""
         if self.shell_problem:
             raise RackError(self.shell_problem)
         return for_login_shell(command, self.shell, self.python)
@@ -157,9 +160,19 @@ class Rack:
         all_vars = data.get("all", {}).get("vars", {})
         hosts = {}
         checking = ansible_host_key_checking(PROJECT_DIR / "ansible.cfg")
+        files = ", ".join(map(str, inventory))
+        merged_vars = {}
         for name, hv in hostvars.items():
             chain = group_chain(data, groups_of.get(name, []))
-            merged = {**group_vars(data, chain), **hv}
+            merged_vars[name] = chain, {**group_vars(data, chain), **hv}
+        problems = [
+            f"{files}: host {name}: {problem}"
+            for name, (chain, merged) in merged_vars.items()
+            for problem in host_problems(name, merged, chain)
+        ]
+        if problems:  # before any host is asked anything
+            raise RackError("\n".join(problems))
+        for name, (chain, merged) in merged_vars.items():
             # of two, the one Ansible reads last
             address = merged.get("ansible_ssh_host") or merged.get("ansible_host") or name
             where = f"host {name} ({', '.join(map(str, inventory))})"
@@ -277,13 +290,14 @@ class Rack:
         return conn
 
     def run(
-        self, name: str, command: str, *, check: bool = True, timeout: float | None = 120
+        self, name: str, command: Command, *, check: bool = True, timeout: float | None = 120
     ) -> str:
-        """Run a shell command on a host; return stdout. A failure names the host and command."""
+        """Run a command (built by core.command) on a host; return stdout. A failure names the
+        host and command."""
         shown = command if len(command) < 160 else command[:150] + " ..."
         try:
             result = self.connection(name).run(
-                self.host(name).command(command), hide=True, warn=True, timeout=timeout,
+                self.host(name).login_command(command), hide=True, warn=True, timeout=timeout,
                 in_stream=False,
             )  # fmt: skip
         except Exception as exc:  # paramiko/socket errors: name the host
@@ -295,7 +309,9 @@ class Rack:
             )
         return result.stdout
 
-    def run_parallel(self, commands: Mapping[str, str], *, check: bool = True) -> dict[str, str]:
+    def run_parallel(
+        self, commands: Mapping[str, Command], *, check: bool = True
+    ) -> dict[str, str]:
         """Run one command per host concurrently (one SSH session each)."""
         with ThreadPoolExecutor(max_workers=max(1, len(commands))) as pool:
             futures = {
@@ -309,7 +325,7 @@ class Rack:
         self.connection(name).get(remote, str(local))
 
     def put(self, name: str, local: Path, remote: str) -> None:
-        self.run(name, f"mkdir -p {shlex.quote(str(Path(remote).parent))}")
+        self.run(name, command("mkdir", "-p", str(Path(remote).parent)))
         self.connection(name).put(str(local), remote)
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
 """The trial record (trial.json) as a typed model: what a trial was, how it ran, what came back.
 
 The runner fills it in as the trial goes; everything that reads a trial record reads it through
-``read_record``, which also takes records written before they carried a ``format_version``
-(version 1: the same keys, none required beyond the trial's name).
+``read_record`` (the model) or ``load_record`` (its keys as written), which also take records
+written before they carried a ``format_version`` (version 1: the same keys, none required
+beyond the trial's name), and refuse a file that is not a record, naming it and why.
 """
 
 from __future__ import annotations
@@ -11,11 +12,19 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.layout import FORMAT_VERSION
 
 Status = Literal["running", "complete", "failed", "interrupted"]
+# A record holds a trial's settings, facts and errors: tens of kB. A larger file is not one
+# (and is not read whole to find that out).
+MAX_RECORD_BYTES = 64 << 20
+
+
+class RecordError(ValueError):
+    """A trial.json that is not a trial record (missing, cut short, another file): the
+    message names the file and what is wrong with it."""
 
 
 class TrialRecord(BaseModel):
@@ -74,6 +83,36 @@ def dump_record(record: dict[str, Any]) -> str:
 
 
 def read_record(path: Path) -> TrialRecord:
-    """A trial.json of any format version; OSError or ValueError (pydantic's ValidationError
-    is one) when it is missing or is not a trial record."""
-    return TrialRecord.model_validate_json(path.read_bytes())
+    """A trial.json of any format version; RecordError when it is not a trial record."""
+    return TrialRecord.model_validate(load_record(path))
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """trial.json's keys as written, once they are known to make a trial record (of any
+    format version); RecordError naming the file and what is wrong otherwise."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    what = "a trial record is the JSON object trialbed writes (trial, status, times, ...)"
+    if len(data) > MAX_RECORD_BYTES:
+        raise RecordError(f"{path}: larger than {MAX_RECORD_BYTES >> 20} MB; {what}")
+    try:
+        value = json.loads(data.decode())
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not UTF-8 text (byte {exc.start}); {what}") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(
+            f"{path}: not JSON ({exc.msg}: line {exc.lineno}, column {exc.colno}; cut short "
+            f"or another file); {what}"
+        ) from None
+    if not isinstance(value, dict):
+        raise RecordError(f"{path}: holds a JSON {type(value).__name__}; {what}")
+    try:
+        TrialRecord.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise RecordError(f"{path}: key {key!r}: {first['msg']}; {what}") from None
+    return value

@@ -31,7 +31,6 @@ from analysis.families import FAMILIES
 from analysis.html_report import write_report
 from analysis.regressions import NIGHTS, judge
 from analysis.report import analyse_batch, print_batch
-from analysis.results import NotABatch
 from analysis.workers import jobs_setting
 from core.layout import BatchDir, new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
@@ -47,6 +46,7 @@ from trials.loop import run_plan
 from trials.network import virtual_topology_problems
 from trials.plan import Plan, Trial, load_plan
 from trials.preflight import available, preflight
+from trials.results_check import report as report_batch
 from trials.spec import SpecError
 
 # Not a terminal (a log, a pipe): lines are not wrapped; tables keep 200 columns.
@@ -310,13 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "results":
             return cli_results.run(args, console)
         if args.command == "report":
-            try:
-                table = analyse_batch(args.batch)
-            except NotABatch as exc:  # before any trial is read
-                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-                return 2
-            print_batch(table)
-            return 0
+            return report_batch(args.batch, console)
         if args.command == "worker":
             run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)
             return 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.command import Command
 from core.daemons import Daemons
 from core.dscp import af_code_points
 from core.hostside import EDGE_MARKER, program_command, remote_dir
@@ -43,7 +44,7 @@ class MarkerSite:
     def stats_file(self) -> str:
         return f"{self.name}_stats.json"
 
-    def command(self, python: str, hostside_dir: str) -> str:
+    def marker_command(self, python: str, hostside_dir: str) -> Command:
         """The marker run by `python` from the host's shipped programs (`hostside_dir`)."""
         s = self.spec
         code_points = ",".join(map(str, af_code_points(s.af_class)))
@@ -98,8 +99,8 @@ def router_python(rack: Rack, host: str) -> str:
 def start(rack: Rack, daemons: Daemons, site: MarkerSite) -> None:
     """Start the marker on its host; returns once its rules are in place."""
     shipped = remote_dir(rack.host(site.host).workdir)
-    command = site.command(router_python(rack, site.host), shipped)
-    daemons.spawn(site.host, site.daemon, command, ready="ready")
+    marker = site.marker_command(router_python(rack, site.host), shipped)
+    daemons.spawn(site.host, site.daemon, marker, ready="ready")
 
 
 def collect(trial_dir: Path, record: dict[str, Any]) -> None:

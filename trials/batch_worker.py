@@ -5,7 +5,6 @@ label failures, retry."""
 from __future__ import annotations
 
 import contextlib
-import shlex
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collect.fetch import CollectError, pull_host
+from core.command import command, script
 from core.layout import BatchDir, remote_trial_dir
 from core.rack import Rack, RackError
 from trials.batch import Batch, Claims, claim_holders
@@ -24,6 +24,12 @@ from trials.plan import Trial
 from trials.record import failed_record, record_failure
 from trials.runner import TrialRunner
 
+# Stops every daemon whose pid file is in $1, through the helper $2, as a trial's stop would.
+_STOP_ALL_IN = (
+    'for p in "$1"/*.pid; do [ -e "$p" ] || continue; '
+    'n=$(basename "$p" .pid); "$2" stop "$n" --dir "$1" --signal INT; done; true'
+)
+
 
 def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = None) -> list[str]:
     """Stop daemons an earlier, killed attempt of this trial left on the rack's hosts; with
@@ -33,14 +39,10 @@ def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = 
     remotes = {
         name: remote_trial_dir(host.workdir, batch, trial) for name, host in rack.hosts.items()
     }
-    commands = {}
-    for name, remote in remotes.items():
-        d = shlex.quote(remote)
-        helper = shlex.quote(f"{rack.hosts[name].workdir}/bin/trialbed-daemon")
-        commands[name] = (
-            f'for p in {d}/*.pid; do [ -e "$p" ] || continue; '
-            f'n=$(basename "$p" .pid); {helper} stop "$n" --dir {d} --signal INT; done; true'
-        )
+    commands = {
+        name: script(_STOP_ALL_IN, remote, f"{rack.hosts[name].workdir}/bin/trialbed-daemon")
+        for name, remote in remotes.items()
+    }
     with contextlib.suppress(RackError):
         rack.run_parallel(commands, check=False)
     problems = []
@@ -51,7 +53,7 @@ def stop_leftovers(rack: Rack, batch: str, trial: str, keep_into: Path | None = 
                 local.mkdir(parents=True, exist_ok=True)
                 if not pull_host(rack, name, remote, local) and not any(local.iterdir()):
                     local.rmdir()  # the attempt left nothing there
-            rack.run(name, f"rm -rf {shlex.quote(remote)}", check=False)
+            rack.run(name, command("rm", "-rf", remote), check=False)
         except (RackError, CollectError, OSError) as exc:
             problems.append(f"{name}: {exc}")
     return problems

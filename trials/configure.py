@@ -3,12 +3,12 @@ back afterwards: the runner's memory of what configure.yml applied where."""
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.command import Command, and_then, command
 from core.layout import TrialDir
 from core.link_rules import CONFIGURE_INPUT_CHECKS_TAG
 from core.rack import Rack
@@ -67,18 +67,12 @@ class RackConfiguration:
             for h in changed
             if shaping_switchable(self.applied.get(h), variables[h])
         }
-        commands: dict[str, list[str]] = {}
-        for h, cc in switch.items():
-            script = shlex.quote(f"{self.rack.host(h).workdir}/trialbed-select-cc")
-            commands.setdefault(h, []).append(f"{script} {shlex.quote(cc)}")
-        for h, index in shaping.items():
-            script = shlex.quote(f"{self.rack.host(h).workdir}/router/trialbed-select-shaping")
-            commands.setdefault(h, []).append(f"{script} {index}")
+        commands = switch_commands(self.rack, switch, shaping)
         if commands:
             said = [f"{h} to {cc}" for h, cc in switch.items()]
             said += [f"{h}'s shaping to choice {i}" for h, i in shaping.items()]
             self.log(f"[{trial}] configure: switch {', '.join(said)}")
-            self.rack.run_parallel({h: " && ".join(c) for h, c in commands.items()})
+            self.rack.run_parallel(commands)
             for h, cc in switch.items():
                 self.applied[h] = {
                     **self.applied[h],
@@ -163,3 +157,16 @@ class RackConfiguration:
                 f"restore: {host} did not answer; it stays as the trial left it (shaping, "
                 f"settings, processes): run teardown.yml (make teardown) once it answers"
             )
+
+
+def switch_commands(rack: Rack, cc: dict[str, str], shaping: dict[str, int]) -> dict[str, Command]:
+    """Per host, the switch scripts that select its congestion control (`cc`: host -> name)
+    and its router's link settings (`shaping`: host -> choice), in one round trip."""
+    commands: dict[str, list[Command]] = {}
+    for h, name in cc.items():
+        select_cc = f"{rack.host(h).workdir}/trialbed-select-cc"
+        commands.setdefault(h, []).append(command(select_cc, name))
+    for h, index in shaping.items():
+        select = f"{rack.host(h).workdir}/router/trialbed-select-shaping"
+        commands.setdefault(h, []).append(command(select, index))
+    return {h: and_then(*c) for h, c in commands.items()}

@@ -10,7 +10,6 @@ when it could reach a shell or a file name as anything but itself.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from collections.abc import Callable
@@ -20,6 +19,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, PlainValidator
 
 from core.dscp import DSCP_NAMES, parse_dscp
+from core.names import (
+    ADDRESS_PATTERN,
+    ADDRESS_RULE,
+    INTERFACE_PATTERN,
+    INTERFACE_RULE,
+    is_address_or_dns_name,
+)
 from core.rio import MEAN_PACKET_RANGE
 from core.units import (
     Buffer,
@@ -324,34 +330,12 @@ HostKey = identifier(
     "a node or group name", r"[A-Za-z_][A-Za-z0-9_]{0,63}", "a letter or _, then up to 63 "
     "letters, digits or _ (all, senders, receivers, an inventory group or a node)",
 )  # fmt: skip
-_DNS_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_DNS_NAME = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?")
-
-
-def _address_or_dns(text: str) -> bool:
-    # with a ':', or of digits and dots only, it is read as an address: it must be one
-    if ":" in text or re.fullmatch(r"[0-9.]+", text):
-        try:
-            ipaddress.ip_address(text)
-        except ValueError:
-            return False
-        return True
-    return len(text) <= 253 and bool(_DNS_NAME.fullmatch(text))
-
-
 InventoryHost = identifier(
-    "an IP address or a DNS name", r"[0-9A-Za-z_.:-]+",
-    "give the inventory host as an IPv4/IPv6 address or a DNS name (labels of letters, "
-    "digits, - and _, at most 253 characters)",
-    _address_or_dns,
+    "an IP address or a DNS name", ADDRESS_PATTERN, f"give the inventory host as {ADDRESS_RULE}",
+    is_address_or_dns_name,
 )  # fmt: skip
-# Linux: at most 15 bytes (IFNAMSIZ 16 with its NUL), no '/', ':' or whitespace; FreeBSD: the
-# same IFNAMSIZ, and ipfw reads a `via` argument starting with a digit as an address and '*'
-# as a pattern. What both take and no shell reads: a letter, then letters, digits, _ . -
-InterfaceName = identifier(
-    "an interface name", r"[A-Za-z][A-Za-z0-9_.-]{0,14}",
-    "a letter, then up to 14 letters, digits, _, . or - (Linux and FreeBSD: 15 characters)",
-)  # fmt: skip
+# The rule (core/names.py) that the inventory's interface names follow too.
+InterfaceName = identifier("an interface name", INTERFACE_PATTERN, INTERFACE_RULE)
 CcParamName = identifier(
     "a module parameter name", r"[A-Za-z_][A-Za-z0-9_]{0,63}",
     "a C identifier of up to 64 letters, digits or _, as in /sys/module/tcp_<cc>/parameters/",

@@ -3,11 +3,11 @@ step runs on every host at once."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from core.command import DEV_NULL, STDOUT, Command, command, redirected, sequence
 from core.daemons import Daemons
 from core.hostside import (
     ipfw_sampler_command,
@@ -21,8 +21,6 @@ from trials.generators import TrafficGenerator
 from trials.network import CaptureSite, ResolvedNetwork
 from trials.watch import ENDS_EARLY_SLACK_S, UNTIL_STOPPED
 
-# The nftables table of role dscp_marker (its default dscp_marker_table): per-rule counters.
-DSCP_TABLE = f"{DSCP_TABLE_FAMILY} {DSCP_TABLE_NAME}"
 # How often a bottleneck's queue is sampled, unless the inventory says (trialbed_tc_sample_ms).
 TC_SAMPLE_MS = 10.0
 
@@ -59,50 +57,77 @@ def must(failures: list[str]) -> None:
         raise RuntimeError("; ".join(failures))
 
 
-def capture_command(c: CaptureSite, snaplen: int) -> str:
+def capture_command(c: CaptureSite, snaplen: int) -> Command:
     """tcpdump for one capture point, writing <name>.pcap in the trial's remote directory."""
     # Immediate mode: without it libpcap hands packets over a ring block at a time (up to 1 s
     # late), and SIGINT discards the block still being filled.
-    return (
-        f"tcpdump -i {shlex.quote(c.iface)} -n -s {int(snaplen)} -B 16384 --immediate-mode "
-        f"--time-stamp-precision=nano -Z root -w {shlex.quote(c.name + '.pcap')} ip"
-    )
+    return command(
+        "tcpdump", "-i", c.iface, "-n", "-s", int(snaplen), "-B", 16384, "--immediate-mode",
+        "--time-stamp-precision=nano", "-Z", "root", "-w", f"{c.name}.pcap", "ip",
+    )  # fmt: skip
 
 
-def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
+def _tc_show(*words: str) -> Command:
+    return command("tc", *words)
+
+
+def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, Command]:
     """Per shaping host: the command that writes its snapshot into the trial directory."""
     commands = {}
     for host in sorted({e.host for e in net.egress}):
         ifaces = [e.iface for e in net.egress if e.host == host]
+        d = daemons.remote[host]
         if net.runs_freebsd(host):  # dummynet: the pipes' counters, after their numbers
             pipes = " ".join(f"{i}={n}" for i, n in net.dummynet_pipes(host).items())
-            d = shlex.quote(daemons.remote[host])
             # qdisc rio: its IN and OUT queues' counters (analysis.ipfw_samples
             # .rio_queue_deltas), as GRED's per VQ on Linux.
-            queues = "".join(
-                f"{{ echo '## queues in={q['in']} out={q['out']}'; "
-                f"ipfw queue show {q['in']} {q['out']}; }} "
-                f"> {d}/ipfw_queues_{i}_{tag}.txt 2>&1; "
+            queues = [
+                redirected(
+                    sequence(
+                        command("echo", f"## queues in={q['in']} out={q['out']}"),
+                        command("ipfw", "queue", "show", q["in"], q["out"]),
+                    ),
+                    f"{d}/ipfw_queues_{i}_{tag}.txt",
+                    stderr=STDOUT,
+                )
                 for i, q in dummynet_rio_queues(net, host).items()
+            ]
+            pipe_show = sequence(
+                command("echo", f"## pipes {pipes}"), command("ipfw", "pipe", "show")
             )
-            commands[host] = (
-                f"{{ echo '## pipes {pipes}'; ipfw pipe show; }} > {d}/ipfw_{tag}.txt 2>&1; "
-                f"{queues}true"
+            commands[host] = sequence(
+                redirected(pipe_show, f"{d}/ipfw_{tag}.txt", stderr=STDOUT),
+                *queues,
+                command("true"),
             )
             continue
-        show = "; ".join(
-            f"echo '## {i}'; tc -s qdisc show dev {i}; tc -s class show dev {i}" for i in ifaces
+        show = sequence(
+            *(
+                c
+                for i in ifaces
+                for c in (
+                    command("echo", f"## {i}"),
+                    _tc_show("-s", "qdisc", "show", "dev", i),
+                    _tc_show("-s", "class", "show", "dev", i),
+                )
+            )
         )
-        d = shlex.quote(daemons.remote[host])
         # RIO's GRED counters per VQ, exact (the text form rounds sizes).
-        gred = "".join(
-            f"tc -s -j qdisc show dev {e.iface} > {d}/gred_{e.iface}_{tag}.json; "
+        gred = [
+            redirected(
+                _tc_show("-s", "-j", "qdisc", "show", "dev", e.iface),
+                f"{d}/gred_{e.iface}_{tag}.json",
+            )
             for e in net.egress
             if e.host == host and e.shaping.qdisc == "rio"
+        ]
+        nfqueue = redirected(
+            command("cat", "/proc/net/netfilter/nfnetlink_queue"),
+            f"{d}/nfqueue_{tag}.txt",
+            stderr=DEV_NULL,
         )
-        commands[host] = (
-            f"{{ {show}; }} > {d}/tc_{tag}.txt; {gred}"
-            f"cat /proc/net/netfilter/nfnetlink_queue > {d}/nfqueue_{tag}.txt 2>/dev/null; true"
+        commands[host] = sequence(
+            redirected(show, f"{d}/tc_{tag}.txt"), *gred, nfqueue, command("true")
         )
     return commands
 
@@ -113,26 +138,33 @@ def dummynet_rio_queues(net: ResolvedNetwork, host: str) -> dict[str, dict[str, 
     return {i: n["rio"] for i, n in net.dummynet_numbers(host).items() if n["rio"]}
 
 
-def marking_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, str]:
+def marking_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[str, Command]:
     """Per marking host: the command that writes its rules' counters (nft -j) into the
     trial directory."""
     return {
-        host: f"nft -j list table {DSCP_TABLE} > "
-        f"{shlex.quote(daemons.remote[host])}/dscp_counters_{tag}.json"
+        host: redirected(
+            command("nft", "-j", "list", "table", DSCP_TABLE_FAMILY, DSCP_TABLE_NAME),
+            f"{daemons.remote[host]}/dscp_counters_{tag}.json",
+        )
         for host in sorted(net.marking)
     }
 
 
-def pacing_commands(pacing: dict[str, list[str]], daemons: Daemons, tag: str) -> dict[str, str]:
+def pacing_commands(pacing: dict[str, list[str]], daemons: Daemons, tag: str) -> dict[str, Command]:
     """Per pacing host: the command that writes the root qdisc of each of its interfaces
     (`tc -s -j`: fq and its counters) into the trial directory."""
     return {
-        host: "; ".join(
-            f"tc -s -j qdisc show dev {i} root > "
-            f"{shlex.quote(daemons.remote[host])}/pacing_{i}_{tag}.json"
-            for i in ifaces
+        host: sequence(
+            *(
+                redirected(
+                    _tc_show("-s", "-j", "qdisc", "show", "dev", i, "root"),
+                    f"{daemons.remote[host]}/pacing_{i}_{tag}.json",
+                )
+                for i in ifaces
+            )
         )
         for host, ifaces in pacing.items()
+        if ifaces
     }
 
 
@@ -161,7 +193,7 @@ def recorders(
     generators: list[TrafficGenerator],
     interval_ms: float = TC_SAMPLE_MS,
     tag: str = "",
-) -> Iterator[tuple[str, str, str, str | None]]:
+) -> Iterator[tuple[str, str, Command, str | None]]:
     """(host, daemon, command, log line that says it records) of the measurements taken
     during the trial: every bottleneck's queue every 10 ms (`tc -s` on Linux, `ipfw pipe
     show` on a FreeBSD router, `ipfw queue show` of the two queues of a rio link there),
@@ -175,18 +207,18 @@ def recorders(
             # qdisc rio: its packets wait in the IN and OUT queues, sampled instead of
             # the pipe's own (empty) queue.
             rio = {i: q for i, q in dummynet_rio_queues(net, host).items() if i in pipes}
-            command = ipfw_sampler_command(programs, pipes, interval_ms=interval, rio_queues=rio)
-            yield host, "ipfw_sampler", command, None
+            sampler = ipfw_sampler_command(programs, pipes, interval_ms=interval, rio_queues=rio)
+            yield host, "ipfw_sampler", sampler, None
         else:
-            command = tc_sampler_command(programs, ifaces, interval_ms=interval)
-            yield host, "tc_sampler", command, None
+            sampler = tc_sampler_command(programs, ifaces, interval_ms=interval)
+            yield host, "tc_sampler", sampler, None
     for host, addrs in tcp_senders(generators).items():
         programs = remote_dir(net.hosts[host].workdir)
         if net.runs_freebsd(host):  # SIFTR logs every flow of the host; analysis picks
             yield host, "siftr", siftr_command(programs), "recording siftr"
         else:
-            command = tcp_probe_command(programs, addrs, tag=tag)
-            yield host, "tcp_probe", command, "recording tcp_probe"
+            probe = tcp_probe_command(programs, addrs, tag=tag)
+            yield host, "tcp_probe", probe, "recording tcp_probe"
 
 
 def recorder_names(

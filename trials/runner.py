@@ -10,13 +10,13 @@ The host variables, host commands and record building it uses live in modules of
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
 from collect.fetch import CollectError, pull_host
+from core.command import Command, command
 from core.daemons import Daemons
 from core.layout import BatchDir, TrialDir, remote_trial_dir
 from core.rack import Rack
@@ -65,13 +65,13 @@ class TrialRunner:
 
     # -- steps on the rack ----------------------------------------------------------------------
 
-    def run_on(self, commands: dict[str, str], skip: Container[str] = ()) -> None:
+    def run_on(self, commands: dict[str, Command], skip: Container[str] = ()) -> None:
         """One command per host, the hosts at once, but those in `skip` (not answering)."""
         todo = {h: c for h, c in commands.items() if h not in skip}
         if todo:
             self.rack.run_parallel(todo)
 
-    def command_steps(self, what: str, commands: dict[str, str]) -> list[Step]:
+    def command_steps(self, what: str, commands: dict[str, Command]) -> list[Step]:
         """One step per host that runs its command there."""
         return [
             (h, f"{what} on {h}", lambda h=h, c=c: self.rack.run(h, c)) for h, c in commands.items()
@@ -87,9 +87,8 @@ class TrialRunner:
     def delay_backends(self, net: ResolvedNetwork) -> dict[str, Any]:
         out = {}
         for host in sorted({e.host for e in net.egress if e.shaping.delay}):
-            text = self.rack.run(
-                host, f"cat {self.rack.host(host).workdir}/router/delay_backend.json"
-            )
+            record = f"{self.rack.host(host).workdir}/router/delay_backend.json"
+            text = self.rack.run(host, command("cat", record))
             out[host] = json.loads(text)
         return out
 
@@ -100,7 +99,7 @@ class TrialRunner:
         stats = f"{router}/delayline.stats.json"
         daemons.signal(host, "delayline", "USR1", directory=router, wait_file=stats)
         if out:
-            self.rack.run(host, f"cp {shlex.quote(stats)} {shlex.quote(out)}")
+            self.rack.run(host, command("cp", stats, out))
 
     # -- one trial --------------------------------------------------------------------------------
 
@@ -249,7 +248,7 @@ class TrialRunner:
         record["hosts"] = host_facts(
             self.rack,
             hosts,
-            before=lambda h: f"mkdir -p {shlex.quote(remote[h])}",
+            before=lambda h: command("mkdir", "-p", remote[h]),
             static=self.static_facts,
         )
         record["delay"] = self.delay_backends(net) if delayed else {}

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from core.command import command
 from core.hostside import PROBES, SOURCE
 from core.program_source import program_source
 from core.rack import Rack
@@ -47,8 +47,7 @@ def gather(rack: Rack) -> dict[str, dict[str, Any]]:
     commands = {}
     for name in names:
         host = rack.host(name)
-        args = " ".join(shlex.quote(a) for a in [host.workdir, *host.interfaces])
-        commands[name] = f"python3 -c {shlex.quote(_PROBE)} {args}"
+        commands[name] = command("python3", "-c", _PROBE, host.workdir, *host.interfaces)
     probes = {n: json.loads(out) for n, out in rack.run_parallel(commands).items()}
     facts = host_facts(rack, names)
     return {n: {**probes[n], "facts": facts[n]} for n in names}

@@ -20,6 +20,7 @@ from analysis.html_report.page import Page, plt
 from analysis.tcp_probe import congestion_events
 from core.layout import RECORD
 from core.link_rules import FULL_FRAME_BYTES
+from core.trial_record import load_record
 from core.units import parse_bytes, parse_duration_ns
 
 TITLE = "Collateral damage: TCP variants vs. VoIP latency (Stewart, Armitage, Huebner 2009)"
@@ -255,7 +256,7 @@ def fig2_window(epochs: np.ndarray, start_ns: int, end_ns: int) -> tuple[int, in
 def figure_2(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
     for _, r in _fig2_trials(batch_dir, ok).iterrows():
         where = trial_dir(batch_dir, r)
-        record = json.loads((where / RECORD).read_text())
+        record = load_record(where / RECORD)
         tcp_name, tcp = next(
             (n, g) for n, g in record["traffic"].items() if g["type"] == "bulk_tcp"
         )

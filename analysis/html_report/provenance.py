@@ -4,7 +4,6 @@ router and its measured error, and the captures' own losses."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pandas as pd
 from analysis.batches import batch_trials
 from analysis.html_report.page import Page
 from core.layout import RECORD
+from core.trial_record import load_record
 
 __all__ = ["fingerprint", "named", "records", "sections"]
 
@@ -34,7 +34,7 @@ def records(batches: Path | list[Path]) -> dict[str, dict[str, Any]]:
     out = {}
     for batch_dir in batches:
         for t in batch_trials(batch_dir):
-            record = json.loads((t / RECORD).read_text())
+            record = load_record(t / RECORD)
             out[named(batch_dir, record.get("trial", t.name), len(batches) > 1)] = record
     return out
 

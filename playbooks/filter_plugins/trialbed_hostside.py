@@ -5,12 +5,15 @@ them."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-# core/hostside.py of this checkout, by path: it imports nothing of the project, and another
-# `core` on the import path (an editable install of another checkout) must not stand in for it.
+# core/hostside.py of this checkout, by path, and the core it imports (core.command) from this
+# checkout too, ahead of any other on the path: another `core` (an editable install of another
+# checkout) must not stand in for it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 _spec = importlib.util.spec_from_file_location(
     "trialbed_hostside_core", Path(__file__).resolve().parents[2] / "core/hostside.py"
 )

@@ -47,7 +47,9 @@ class PageLoad:
     console_errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
     title: str = ""
-    text: str = ""
+    text: str = ""  # what the reader sees (innerText)
+    all_text: str = ""  # with what is folded away (textContent)
+    active: list[str] = field(default_factory=list)  # elements that run or load something
     images: int = 0
     broken_images: int = 0
     screenshot: bytes = b""
@@ -94,8 +96,12 @@ class _Pipe:
 _PROBE = """JSON.stringify({
   title: document.title,
   text: document.body ? document.body.innerText : "",
+  all_text: document.body ? document.body.textContent : "",
   images: document.images.length,
   broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length,
+  active: Array.from(document.querySelectorAll("*")).filter(e =>
+    ["SCRIPT", "IFRAME", "OBJECT", "EMBED", "FRAME", "BASE", "svg", "math"].includes(e.tagName)
+    || Array.from(e.attributes).some(a => a.name.startsWith("on"))).map(e => e.outerHTML),
 })"""
 
 
@@ -140,7 +146,8 @@ def load_page(path: Path, timeout: float = 60.0, width: int = 1280) -> PageLoad:
             "Runtime.evaluate", {"expression": _PROBE, "returnByValue": True}, session=session
         )
         seen = json.loads(probe["result"]["value"])
-        out.title, out.text = seen["title"], seen["text"]
+        out.title, out.text, out.all_text = seen["title"], seen["text"], seen["all_text"]
+        out.active = seen["active"]
         out.images, out.broken_images = seen["images"], seen["broken"]
         size = pipe.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
         shot = pipe.send(

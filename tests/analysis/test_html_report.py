@@ -390,3 +390,49 @@ def test_a_trial_given_up_is_named_in_the_report_and_its_summary(tmp_path: Path)
     )
     assert table.loc["r2", "family"] == "collateral_damage"
     assert table.loc[["r1", "r3"], "status"].tolist() == ["complete", "complete"]
+
+
+# Strings a results directory can hold, each of which a page would run, load or break out of
+# if it were written as markup: a description, a commit, an error, a kernel, a factor.
+HOSTILE = {
+    "description": "<script>document.title='pwned'</script>",
+    "commit": '<img src="x" onerror="document.title=\'pwned\'">',
+    "error": '</td></tr></table><iframe src="x"></iframe><b>',
+    "kernel": "<svg onload=\"document.title='pwned'\"></svg>",
+    "factor": '" onmouseover="document.title=\'pwned\'" x="',
+}
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium (scripts/setup.sh installs it)")
+def test_strings_from_the_results_are_text_in_the_browser(tmp_path: Path) -> None:
+    """A batch whose experiment file and trial records hold markup: the report's page, loaded
+    in headless Chromium, shows each string as the text it is; nothing of them runs (the
+    title is the page's), loads (no request but the page and its figures) or becomes an
+    element (no script, frame, svg or on* attribute in the page)."""
+    batch = copy(SMOKE, tmp_path / "smoke")
+    experiment = batch / "experiment.yml"
+    text = experiment.read_text().replace(
+        "description: smoke test of the collateral-damage setup",
+        f"description: {json.dumps(HOSTILE['description'])}",
+    )
+    assert HOSTILE["description"] in text
+    experiment.write_text(text)
+    record_file = batch / "trials/r1/trial.json"
+    record = json.loads(record_file.read_text())
+    record["git"]["commit"] = HOSTILE["commit"]
+    record["errors"] = [HOSTILE["error"]]
+    record["hosts"]["A"]["kernel"] = HOSTILE["kernel"]
+    record["overrides"] = {"traffic[tcp].cc": HOSTILE["factor"]}
+    record_file.write_text(json.dumps(record))
+    write_report(batch, previous=None)
+    page = batch / "report" / "index.html"
+    loaded = load_page(page)
+    assert loaded.console_errors == []
+    assert loaded.active == [], loaded.active
+    assert "pwned" not in loaded.title and loaded.title
+    assert loaded.requests[0] == page.resolve().as_uri()
+    assert all(u.startswith("data:image/png;base64,") for u in loaded.requests[1:])
+    for where, value in HOSTILE.items():
+        assert value in loaded.all_text, f"{where}: {value!r} is not shown as text"
+    for where in ("commit", "error", "kernel", "factor"):  # in tables, on the page itself
+        assert HOSTILE[where] in loaded.text, where

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis.workers import DATA_ERRORS, JOBS_ENV, analyse_trials, analysis_jobs
+from core.trial_record import RecordError
 
 
 def test_jobs_are_the_cpus_at_most_and_never_more_than_the_trials(monkeypatch) -> None:
@@ -41,8 +42,10 @@ def test_each_trial_gets_its_own_failure_back_from_the_workers(tmp_path: Path) -
     got = list(analyse_trials([missing, garbled, empty], jobs=2))
     assert [d for d, _ in got] == [missing, garbled, empty]
     (_, no_file), (_, bad_json), (_, no_key) = got
-    assert isinstance(no_file, FileNotFoundError) and "missing/trial.json" in str(no_file)
-    assert isinstance(bad_json, ValueError) and isinstance(no_key, KeyError)
+    assert all(isinstance(e, RecordError) for _, e in got)  # each naming its trial.json
+    assert f"{missing}/trial.json: cannot be read (No such file or directory)" in str(no_file)
+    assert f"{garbled}/trial.json: not JSON (Expecting property name" in str(bad_json)
+    assert f"{empty}/trial.json: key 'trial': Field required" in str(no_key)
     assert all(isinstance(e, DATA_ERRORS) for _, e in got)
     assert all("Traceback" in str(e.__cause__) for _, e in got)  # they came from a worker
 
@@ -85,7 +88,7 @@ def test_an_analysis_replaces_the_earlier_one_only_whole(tmp_path, monkeypatch) 
     earlier.mkdir(parents=True)
     (earlier / "summary.json").write_text('{"run": 1}\n')
     (earlier / "old_kind.parquet").write_bytes(b"PAR1 1")
-    (trial / "trial.json").write_text("{}")
+    (trial / "trial.json").write_text('{"trial": "t1"}')
 
     def half_way(trial_dir, record, out_dir):
         (out_dir / "flows.parquet").write_bytes(b"PAR1 2")

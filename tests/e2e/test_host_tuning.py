@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from analysis.pcap import ip_to_int, read_pcap
+from core.command import command, sequence
 from core.daemons import Daemons
 from core.rack import Rack
 from tests.e2e.conftest import PROJECT, recap
@@ -192,20 +193,24 @@ def first_flight(rack: Rack, tag: str, local: Path) -> dict:
     try:
         rack.run(SENDER, "sysctl -qw net.ipv4.tcp_early_retrans=0")
         rack.run(RECEIVER, f"nft -f - <<'EOF'\n{HOLD_RULES}EOF")
-        daemons.spawn(RECEIVER, "sink", f"python3 -c {shlex.quote(SINK)} {dst} {PORT}")
+        daemons.spawn(RECEIVER, "sink", command("python3", "-c", SINK, str(dst), PORT))
         daemons.wait_for_log(RECEIVER, "sink", "listening")
         iface = sender.interface_towards(src)
         # Immediate mode: otherwise the last second's packets may still sit in the kernel's
         # ring when the capture is stopped, and are lost (the flight's ACKs went so once).
-        capture = f"tcpdump -i {iface} -n --immediate-mode -s 96 -w {pcap} tcp port {PORT}"
+        capture = command(
+            "tcpdump", "-i", iface, "-n", "--immediate-mode", "-s", 96, "-w", pcap,
+            "tcp", "port", PORT,
+        )  # fmt: skip
         daemons.spawn(SENDER, "capture", capture)
         daemons.wait_for_log(SENDER, "capture", "listening on")
-        daemons.spawn(
-            SENDER, "send", f"python3 -c {shlex.quote(SEND)} {dst} {PORT} {TRANSFER_BYTES}"
-        )
+        send = command("python3", "-c", SEND, str(dst), PORT, TRANSFER_BYTES)
+        daemons.spawn(SENDER, "send", send)
         # Started after the sender, so the hold outlasts its first flight whatever SSH takes.
-        release = f"sleep {HOLD_S}; nft delete table inet {HOLD_TABLE}"
-        daemons.spawn(RECEIVER, "release", f"sh -c {shlex.quote(release)}")
+        release = sequence(
+            command("sleep", f"{HOLD_S:g}"), command("nft", "delete", "table", "inet", HOLD_TABLE)
+        )
+        daemons.spawn(RECEIVER, "release", release)
         deadline = time.monotonic() + 20
         while daemons.running(SENDER, "send") and time.monotonic() < deadline:
             time.sleep(0.1)

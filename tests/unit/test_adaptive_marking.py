@@ -66,7 +66,7 @@ def test_marker_sites_on_the_chain(tmp_path: Path) -> None:
     (site,) = marker_sites(exp, resolve_network(exp, rack, "x"), "x")
     assert (site.host, site.ifaces, site.queue) == ("R1", ("a1", "a2", "a3", "a4"), 100)
     shipped = remote_dir(rack.host("R1").workdir)
-    command = site.command(router_python(rack, "R1"), shipped)
+    command = site.marker_command(router_python(rack, "R1"), shipped)
     assert command.startswith(
         f"/opt/tb/.venv/bin/python {shipped}/markers/edge_marker.py --queue 100 --marker APM"
     )

@@ -85,7 +85,8 @@ def run_role(
         "step": step,
         "linux_router_links": links,
         "linux_router_forwarding": True,
-        "trialbed_interfaces": {f"em{i}": {} for i in range(6)},
+        "trialbed_interfaces": {f"em{i}": {} for i in range(1, 6)},
+        "freebsd_router_management_iface": "em0",  # the lab's (a test without: "")
         "freebsd_router_dir": str(out),
         "ansible_python_interpreter": sys.executable,
         # There is no ipfw here to run `ipfw -n` (what a FreeBSD host checks the file with),
@@ -206,7 +207,7 @@ def aqm(tmp_path_factory):
         link("em4", qdisc="fq_codel"),
         {"iface": "em5", "delay_ms": 40},  # delay alone, no rate limit
     ]
-    result = run_role(out, links)
+    result = run_role(out, links, ansible_host="198.19.10.2", freebsd_router_management_iface="")
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 
@@ -215,8 +216,8 @@ def test_aqm_rendered_where_the_experiment_asks(aqm):
     rules = commands((aqm / "ipfw.rules").read_text())
     # No management interface given: management traffic passes by the address Ansible uses.
     assert rules[:2] == [
-        "add 10000 allow ip from any to localhost",
-        "add 10000 allow ip from localhost to any",
+        "add 10000 allow ip from any to 198.19.10.2",
+        "add 10000 allow ip from 198.19.10.2 to any",
     ]
     assert rules[2:] == [
         # red: thresholds in bytes for a queue in bytes (max_th a third of it).
@@ -439,6 +440,32 @@ def test_rio_beside_other_links_and_a_buffer_in_bytes(tmp_path):
     assert record["owned"]["queues"] == [10002, 10003, 10005]  # rio IN, fq_codel, rio OUT
     assert record["owned"]["scheds"] == [10003]
     assert list(record["rio"]) == ["em2"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"freebsd_router_management_iface": ""}, "the management address 'localhost' "
+         "(freebsd_router_management_address, else ansible_host) is not an IP address"),
+        ({"ansible_host": "router.lab", "freebsd_router_management_iface": ""},
+         "the management address 'router.lab'"),
+        ({"freebsd_router_management_iface": "em1"}, "freebsd_router_management_iface is em1, "
+         "an experiment interface (trialbed_interfaces)"),
+        ({"freebsd_router_management_iface": "em0 any"}, "freebsd_router_management_iface is "
+         "'em0 any'; allowed: a letter, then up to 14 letters"),
+    ],
+)  # fmt: skip
+def test_a_management_rule_ipfw_would_refuse_is_refused_before_rendering(tmp_path, settings, said):
+    """Without a management interface the rule names the address Ansible uses (ansible_host,
+    else the inventory name): ipfw resolves a name on the router when the ruleset loads and
+    refuses the ruleset when it cannot, cutting no session but applying nothing. Refused
+    before any file is written, naming the variables."""
+    out = tmp_path / "router"
+    result = run_role(out, [link("em1"), link("em2")], **settings)
+    assert result.returncode != 0
+    message = " ".join(result.stdout.split())
+    assert f"freebsd_router on localhost: {said}" in message, message[-2000:]
+    assert not (out / "ipfw.rules").exists()
 
 
 def test_playbooks_using_the_role_pass_the_syntax_check(tmp_path):

@@ -3,9 +3,13 @@ mutated (keys dropped, values retyped, elements duplicated, numbers scaled, stri
 with hostile ones, values nested deep, keys renamed, text cut or spliced, --set given hostile
 keys and values), are either accepted or refused with SpecError. Never a traceback, never a
 hang (a deadline per example); a refusal names the file and, on every line, the key (or the
-line and column, or the --set) at fault; what is accepted round-trips through its own record
-and holds no identifier a shell would read. The examples run and their outcomes are printed
-at the end of the module."""
+line and column, or the --set) at fault; what is accepted round-trips through its own record,
+holds no identifier a shell would read, and renders to host commands (every command of its
+first trial, on the virtual rack, no SSH: tests/unit/render_trial.py) built by core.command in
+which each of its strings is quoted. Independently of the schema, trials whose names, congestion
+controls, interfaces, directories and trial names are hostile strings (put past the schema)
+render to commands in which each such string is text to sh, never syntax. The examples run and
+their outcomes are printed at the end of the module."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,6 +29,8 @@ import yaml
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from core.rack import RackError
+from tests.unit.render_trial import appears, dumps, topology_rack, trial_commands, unquoted
 from trials.plan import load_plan
 from trials.spec import Experiment, SpecError, validate
 from trials.spec.errors import key_text
@@ -177,7 +184,29 @@ def outcome(path: Path, sets: list[str]) -> str:
         assert validate(record, "record") == exp  # what trial.json records reads back the same
         for word in identifiers(exp):
             assert shlex.quote(word) == word or word == "", word  # nothing for a shell to read
+    if plan.trials:
+        rendered(plan.trials[0], path)
     return "accepted"
+
+
+def rendered(trial: Any, path: Path) -> None:
+    """The trial's host commands on the virtual rack of its topology quote every string of
+    it (a trial the virtual rack cannot hold is refused by the runner, naming the key)."""
+    topology = PROJECT / "inventory/virtual/topologies" / f"{trial.experiment.topology}.yml"
+    if not topology.exists():
+        STATS["render: no such virtual topology"] += 1
+        return
+    try:
+        commands = trial_commands(trial, topology_rack(trial.experiment.topology), str(path))
+    except (RackError, SpecError) as exc:
+        assert str(exc).startswith(f"{path}: ") or "inventory" in str(exc), str(exc)
+        STATS["render: refused by the rack"] += 1
+        return
+    words = [w for w in {*identifiers(trial.experiment), trial.name} if w]
+    for cmd in commands:
+        for word in words:
+            assert not unquoted(cmd, word), (word, cmd)
+    STATS["render: commands quoted"] += 1
 
 
 def identifiers(exp: Experiment) -> list[str]:
@@ -286,3 +315,83 @@ def hostile_sets(draw: Any) -> tuple[str, list[str]]:
 def test_hostile_set_options_are_accepted_or_refused_by_key(case):
     name, sets = case
     STATS[f"--set {outcome(PROJECT / 'experiments' / name, sets)}"] += 1
+
+
+# What an experiment names that reaches a host's command line, put past the schema: the
+# runner's quoting must hold whatever the schema lets through.
+# NUL cannot be a command word: core.command refuses it (tests/unit/test_command.py).
+hostile_text = st.sampled_from([h for h in HOSTILE if "\x00" not in h]) | st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12
+)
+
+
+@st.composite
+def hostile_trial(draw: Any) -> tuple[str, Any, dict[str, str]]:
+    """(file, trial with hostile names, each hostile string -> where it was put)."""
+    name = draw(st.sampled_from(sorted(RAW)))
+    trial = load_plan(PROJECT / "experiments" / name).trials[0]
+    exp = trial.experiment
+    marks: dict[str, str] = {}
+
+    def hostile(where: str) -> str:
+        # '#' and a number: each string is unique, and sh would act on it unquoted
+        text = f"{draw(hostile_text)}#{len(marks)}"
+        marks[text] = where
+        return text
+
+    traffic, renamed = [], {}
+    for i, (g, label) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True)):
+        update = {"name": hostile(f"traffic[{i}].name")}
+        renamed[label] = update["name"]
+        if getattr(g, "cc", None):
+            update["cc"] = hostile(f"traffic[{i}].cc")
+        traffic.append(g.model_copy(update=update))
+    iface = hostile("interface names")  # the rack's, and so a capture point's by name
+    points = [
+        p.model_copy(
+            update={
+                "name": hostile(f"capture.points[{i}].name"),
+                **({"interface": iface + p.interface} if p.interface else {}),
+            }
+        )
+        for i, p in enumerate(exp.capture.points)
+    ]
+    markers = [
+        m.model_copy(update={"name": hostile(f"markers[{i}].name")})
+        for i, m in enumerate(exp.markers)
+    ]
+    marking = [  # a rule names its flow by the generator's name
+        r.model_copy(update={"flow": renamed[r.flow]}) if r.flow else r for r in exp.network.marking
+    ]
+    exp = exp.model_copy(
+        update={
+            "network": exp.network.model_copy(update={"marking": marking}),
+            "traffic": traffic,
+            "capture": exp.capture.model_copy(update={"points": points}),
+            "markers": markers,
+        }
+    )
+    rack = {"workdir": hostile("trialbed_dir"), "iface": iface, "cc": hostile("a switch's cc")}
+    trial = SimpleNamespace(experiment=exp, name=hostile("trial name"))
+    marks["batch"] = ""
+    return name, (trial, rack), marks
+
+
+@settings(SETTINGS, max_examples=40)
+@given(hostile_trial(), hostile_text)
+def test_hostile_strings_reach_the_hosts_as_text(case, batch):
+    name, (trial, rack_strings), marks = case
+    note(f"{name}: {marks}")
+    marks.pop("batch")
+    batch = f"{batch}#batch"
+    rack = topology_rack(
+        trial.experiment.topology, f"/srv/{rack_strings['workdir']}", rack_strings["iface"]
+    )
+    commands = trial_commands(
+        trial, rack, name, batch=batch, name=trial.name, switch_cc=rack_strings["cc"]
+    )
+    for text, where in {**marks, batch: "batch name"}.items():
+        found = [u for cmd in commands for u in unquoted(cmd, text)]
+        assert not found, f"{where} {text!r} unquoted in: {found[:3]}"
+        assert any(appears(cmd, text) for cmd in commands), f"{where} {text!r}: {dumps(commands)}"
+    STATS["hostile strings quoted"] += 1

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.command import command, script
 from core.daemons import READY_TIMEOUT_S, Daemons
 from core.hostside import SOURCE
 
@@ -196,11 +197,11 @@ def test_a_daemon_slow_to_get_ready_is_waited_for_past_the_helpers_own_5_s(tmp_p
     trials.mkdir()
     daemons = Daemons(LocalRack(tmp_path / "work"), {"A": str(trials)})  # type: ignore[arg-type]
     started = time.monotonic()
-    daemons.spawn("A", "slow", "sh -c 'sleep 6; echo ready; sleep 60'", ready="ready")
+    daemons.spawn("A", "slow", script("sleep 6; echo ready; sleep 60"), ready="ready")
     assert 6 <= time.monotonic() - started < READY_TIMEOUT_S
     helper(trials, "stop", "slow")
     with pytest.raises(AssertionError, match=r"'ready' not in .* after 1 s"):
-        daemons.spawn("A", "mute", "sleep 60", ready="ready", ready_timeout_s=1)
+        daemons.spawn("A", "mute", command("sleep", 60), ready="ready", ready_timeout_s=1)
     helper(trials, "stop", "mute")
 
 
@@ -216,7 +217,7 @@ def test_the_shell_check_answers_as_the_helper_does_and_alone_while_nothing_ende
     trials.mkdir()
     rack = LocalRack(tmp_path / "work")
     daemons = Daemons(rack, {"A": str(trials)})  # type: ignore[arg-type]
-    daemons.spawn("A", "server", "sleep 60")
+    daemons.spawn("A", "server", command("sleep", 60))
     (trials / "recycled.pid").write_text(f"{os.getpid()} 1\n")  # our pid, another start time
     zombie = subprocess.Popen(["true"])  # not reaped until wait(): a zombie meanwhile
     deadline = time.monotonic() + 10

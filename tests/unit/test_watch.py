@@ -216,7 +216,7 @@ def test_ctrl_c_during_a_check_interrupts_and_is_no_unreachable_host(monkeypatch
 
     rack = Rack([], {}, {})
     monkeypatch.setattr(rack, "connection", lambda name: CtrlC())
-    monkeypatch.setattr(rack, "host", lambda name: SimpleNamespace(workdir="/w", command=str))
+    monkeypatch.setattr(rack, "host", lambda name: SimpleNamespace(workdir="/w", login_command=str))
     w = watch(rack)
     w.expect("A", "tcp_client", "tcp (bulk_tcp)", time.time() + 60)
     with pytest.raises(Interrupted):

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, model_validator
 
+from core.command import command
 from core.dscp import parse_dscp
 from trials.fields import CongestionControl, Dscp, Flows, Port, TrafficDuration, TransferBytes
 from trials.generators.base import GeneratorSpec, TrafficGenerator
@@ -57,25 +58,23 @@ class BulkTcp(TrafficGenerator):
         return self.spec.port or BASE_PORT + self.index
 
     def arm(self) -> None:
-        self.ctx.daemons.spawn(
-            self.receiver,
-            f"{self.name}_server",
-            f"iperf3 -s -1 -B {self.dst} -p {self.port} -J --logfile {self.name}_server.json",
-        )
+        server = command(
+            "iperf3", "-s", "-1", "-B", str(self.dst), "-p", self.port, "-J",
+            "--logfile", f"{self.name}_server.json",
+        )  # fmt: skip
+        self.ctx.daemons.spawn(self.receiver, f"{self.name}_server", server)
 
     def launch(self, t0: float) -> None:
         s = self.spec
-        length = f"-n {s.bytes}" if s.bytes else f"-t {self.duration_ns / 1e9:g}"
-        cc = f" -C {s.cc}" if s.cc else ""
-        pacing = f" --fq-rate {PACING_CAP}" if s.pacing else ""
+        words = ["iperf3", "-c", str(self.dst), "-B", str(self.src), "-p", str(self.port)]
+        words += ["-n", str(s.bytes)] if s.bytes else ["-t", f"{self.duration_ns / 1e9:g}"]
+        words += ["-P", str(s.flows), *(["-C", s.cc] if s.cc else [])]
+        words += ["--fq-rate", PACING_CAP] if s.pacing else []
         # iperf3 -S takes the whole ToS byte: the DSCP is its upper six bits.
-        tos = f" -S {parse_dscp(s.dscp) << 2}" if s.dscp is not None else ""
+        words += ["-S", str(parse_dscp(s.dscp) << 2)] if s.dscp is not None else []
+        words += ["-J", "--logfile", f"{self.name}_client.json"]
         self.ctx.daemons.spawn(
-            self.sender,
-            f"{self.name}_client",
-            f"iperf3 -c {self.dst} -B {self.src} -p {self.port} {length} -P {s.flows}{cc}"
-            f"{pacing}{tos} -J --logfile {self.name}_client.json",
-            start_at=t0 + s.start / 1e9,
+            self.sender, f"{self.name}_client", command(*words), start_at=t0 + s.start / 1e9
         )
 
     @property

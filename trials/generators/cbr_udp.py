@@ -4,7 +4,6 @@ generated as a pcap and replayed in real time by tcpreplay; a socket sink receiv
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from core.command import and_then, command
 from core.dscp import parse_dscp
 from core.link_rules import ETHERNET_HEADER
 from trials.fields import Dscp, PacketInterval, Port, TrafficDuration, UdpPacketBytes
@@ -19,6 +19,13 @@ from trials.generators.base import GeneratorSpec, TrafficGenerator
 from trials.udp_stream import rewrite_for_rack, write_stream_template
 
 BASE_PORT = 40000
+# The receiver's sink: a UDP socket bound to address $1, port $2 (python3 -c SINK ADDR PORT).
+_SINK = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "s.bind((sys.argv[1], int(sys.argv[2])))\n"
+    "while True: s.recv(65535)\n"
+)
 
 
 class CbrUdpSpec(GeneratorSpec):
@@ -55,9 +62,10 @@ class CbrUdp(TrafficGenerator):
         """Build the stream's pcap for the rack and put it on the sender."""
         rack, s = self.ctx.rack, self.spec
         # The route and the interfaces' addresses in one round trip (two JSON lines).
-        route_json, links_json = rack.run(
-            self.sender, f"ip -j route get {self.dst} && ip -j link show"
-        ).splitlines()[:2]
+        route_and_links = and_then(
+            command("ip", "-j", "route", "get", str(self.dst)), command("ip", "-j", "link", "show")
+        )
+        route_json, links_json = rack.run(self.sender, route_and_links).splitlines()[:2]
         route = json.loads(route_json)[0]
         gateway, self.iface = route.get("gateway", str(self.dst)), route["dev"]
         src_mac = {link["ifname"]: link.get("address") for link in json.loads(links_json)}[
@@ -67,7 +75,8 @@ class CbrUdp(TrafficGenerator):
         if found is None:
             raise RuntimeError(f"no inventory host owns {self.sender}'s next hop {gateway}")
         owner, owner_if = found
-        hop_mac = rack.run(owner.name, f"cat /sys/class/net/{owner_if}/address").strip()
+        hop_mac = rack.run(owner.name, command("cat", f"/sys/class/net/{owner_if}/address"))
+        hop_mac = hop_mac.strip()
         scratch = Path(tempfile.mkdtemp(prefix="trialbed-udp-"))
         template, stream = scratch / "template.pcap", scratch / self.stream_file
         try:
@@ -93,20 +102,15 @@ class CbrUdp(TrafficGenerator):
             shutil.rmtree(scratch)
 
     def arm(self) -> None:
-        sink = (
-            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-            f"s.bind(('{self.dst}', {self.port}));\nwhile True: s.recv(65535)"
-        )
-        self.ctx.daemons.spawn(
-            self.receiver, f"{self.name}_sink", "python3 -c " + shlex.quote(sink)
-        )
+        sink = command("python3", "-c", _SINK, str(self.dst), self.port)
+        self.ctx.daemons.spawn(self.receiver, f"{self.name}_sink", sink)
 
     def launch(self, t0: float) -> None:
+        replay = command(
+            "tcpreplay", "-i", self.iface, "--preload-pcap", "--timer=nano", self.stream_file
+        )
         self.ctx.daemons.spawn(
-            self.sender,
-            f"{self.name}_replay",
-            f"tcpreplay -i {self.iface} --preload-pcap --timer=nano {self.stream_file}",
-            start_at=t0 + self.spec.start / 1e9,
+            self.sender, f"{self.name}_replay", replay, start_at=t0 + self.spec.start / 1e9
         )
 
     def daemon_names(self) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from core.command import command
 from trials.fields import (
     SOCKET_BUFFER,
     MessageBytes,
@@ -152,11 +153,12 @@ class Transaction(TrafficGenerator):
     def program(self, host: str) -> str:
         return f"{self.ctx.rack.host(host).workdir}/bin/{PROGRAM}"
 
-    def common(self) -> str:
+    def common(self) -> list[str]:
+        """The words both ends are given."""
         s = self.spec
-        words = f"--proto {s.protocol} --port {self.port} --pairs {s.pairs}"
-        words += f" --request {s.request_bytes}"
-        return words + (f" --sockbuf {s.tcp_window}" if self.sockbuf else "")
+        words = ["--proto", s.protocol, "--port", str(self.port), "--pairs", str(s.pairs)]
+        words += ["--request", str(s.request_bytes)]
+        return words + (["--sockbuf", str(s.tcp_window)] if self.sockbuf else [])
 
     @property
     def sockbuf(self) -> int | None:
@@ -166,28 +168,25 @@ class Transaction(TrafficGenerator):
     def arm(self) -> None:
         # EFT-SHORT over TCP: the server closes first, so TIME-WAIT stays on the server and
         # the client's ports never run out however many connections a trial makes.
-        first = " --close-first" if self.spec.workload == "eft_short" else ""
-        self.ctx.daemons.spawn(
-            self.receiver,
-            f"{self.name}_server",
-            f"{self.program(self.receiver)} server --bind {self.dst} {self.common()}{first}",
-            ready="listening on",
+        first = ["--close-first"] if self.spec.workload == "eft_short" else []
+        server = command(
+            self.program(self.receiver), "server", "--bind", str(self.dst), *self.common(), *first
         )
+        self.ctx.daemons.spawn(self.receiver, f"{self.name}_server", server, ready="listening on")
 
     def launch(self, t0: float) -> None:
         s = self.spec
-        words = f" --workload {WORKLOADS[s.workload]} --send-size {s.send_bytes}"
+        words = [self.program(self.sender), "client", "--connect", str(self.dst)]
+        words += ["--bind", str(self.src), *self.common()]
+        words += ["--workload", WORKLOADS[s.workload], "--send-size", str(s.send_bytes)]
         if s.protocol == "udp":
-            words += f" --window {s.window_bytes} --rto-ms {max(1, s.rto_ns // 1_000_000)}"
+            rto_ms = max(1, s.rto_ns // 1_000_000)
+            words += ["--window", str(s.window_bytes), "--rto-ms", str(rto_ms)]
         if s.count:
-            words += f" --count {s.count}"
+            words += ["--count", str(s.count)]
+        words += ["--duration", f"{self.duration_ns / 1e9:g}", "--out", f"{self.name}_client.csv"]
         self.ctx.daemons.spawn(
-            self.sender,
-            f"{self.name}_client",
-            f"{self.program(self.sender)} client --connect {self.dst} --bind {self.src} "
-            f"{self.common()}{words} --duration {self.duration_ns / 1e9:g} "
-            f"--out {self.name}_client.csv",
-            start_at=t0 + s.start / 1e9,
+            self.sender, f"{self.name}_client", command(*words), start_at=t0 + s.start / 1e9
         )
 
     @property

@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, StrictBool, field_validator
 
+from core.command import Command
 from core.hostside import WEB_FLOWS, program_command, remote_dir
 from trials.fields import LOAD, MAX_SEED, LinkRate, Port, TrafficDuration, shown
 from trials.generators.base import GeneratorSpec, TrafficGenerator
@@ -166,7 +167,7 @@ class WebPoisson(TrafficGenerator):
         finally:
             shutil.rmtree(scratch)
 
-    def _program(self, host: str, *args: str) -> str:
+    def _program(self, host: str, *args: str) -> Command:
         """web_flows.py from the host's shipped programs."""
         return program_command(remote_dir(self.ctx.rack.host(host).workdir), WEB_FLOWS, *args)
 

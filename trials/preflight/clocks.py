@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from core.command import script
 from core.rack import Rack, RackError
 from core.units import parse_duration_ns
 
 CLOCK_SAMPLES = 5
 DEFAULT_MAX_CLOCK_OFFSET = "1ms"
+DEFAULT_CLOCK_READ = "date +%s%N"
+# One read per line on its input; $1 is the read, a shell command of the inventory's.
+_READ_LOOP = 'while read -r _; do eval "$1"; done'
 
 
 def clock_offset(rack: Rack, name: str) -> tuple[int, int]:
@@ -19,10 +23,10 @@ def clock_offset(rack: Rack, name: str) -> tuple[int, int]:
     channel (a new command per read would cost an exec and a shell each: hundreds of ms on a
     loaded controller); the read is trialbed_clock_read (default `date +%s%N`), for a host
     whose clock is read otherwise."""
-    read = rack.host(name).vars.get("trialbed_clock_read", "date +%s%N")
+    read = str(rack.host(name).vars.get("trialbed_clock_read", DEFAULT_CLOCK_READ))
     conn = rack.connection(name)
     conn.open()
-    loop = rack.host(name).command(f"while read -r _; do {read}; done")
+    loop = rack.host(name).login_command(script(_READ_LOOP, read))
     stdin, stdout, _ = conn.client.exec_command(loop, timeout=30)
     best: tuple[int, int] | None = None
     try:

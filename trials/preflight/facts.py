@@ -5,10 +5,10 @@ kernel can load."""
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Callable
 from typing import Any
 
+from core.command import DEV_NULL, STDOUT, Command, and_then, command, or_else, redirected, sequence
 from core.hostside import PROBES, SOURCE, load_program
 from core.link_rules import QDISCS
 from core.program_source import program_source
@@ -24,7 +24,7 @@ QDISC_MODULES = {name: list(q.linux_modules) for name, q in QDISCS.items()}
 def host_facts(
     rack: Rack,
     names: list[str],
-    before: Callable[[str], str] | None = None,
+    before: Callable[[str], Command] | None = None,
     static: dict[str, dict[str, Any]] | None = None,
     route_to: dict[str, list[str]] | None = None,
 ) -> dict[str, dict[str, Any]]:
@@ -43,9 +43,8 @@ def host_facts(
             words.append(f"--route-from={next(iter(host.interfaces.values())).ip}")
         if static is not None and name in static:
             words.append("--changing")
-        args = shlex.join(words)
-        first = f"{before(name)} && " if before else ""
-        commands[name] = f"{first}python3 -c {shlex.quote(_FACTS_SOURCE)} {args}"
+        probe = command("python3", "-c", _FACTS_SOURCE, *words)
+        commands[name] = and_then(before(name), probe) if before else probe
     facts = {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
     if static is not None:
         for name, f in facts.items():
@@ -85,14 +84,19 @@ def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str,
     in, or loadable)."""
     if not names or not hosts:
         return {h: set() for h in hosts}
-    # { ...; } groups, never "((": the shell would read that as arithmetic.
-    probe = "; ".join(
-        "{ "
-        + " && ".join(
-            f"{{ test -d /sys/module/{m} || modprobe -n {m}; }}" for m in kernel_modules(q)
-        )
-        + f"; }} >/dev/null 2>&1 && echo {q}"
-        for q in sorted(names)
-    )
-    out = rack.run_parallel({h: probe + "; true" for h in hosts})
+    probe = sequence(*(_qdisc_probe(q) for q in sorted(names)), command("true"))
+    out = rack.run_parallel({h: probe for h in hosts})
     return {h: set(text.split()) for h, text in out.items()}
+
+
+def _qdisc_probe(qdisc: str) -> Command:
+    """Prints the qdisc's name when every module it needs is loaded or loadable."""
+    loadable = [
+        or_else(command("test", "-d", f"/sys/module/{m}"), command("modprobe", "-n", m))
+        for m in kernel_modules(qdisc)
+    ]
+    if not loadable:
+        return command("echo", qdisc)
+    return and_then(
+        redirected(and_then(*loadable), DEV_NULL, stderr=STDOUT), command("echo", qdisc)
+    )

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
 
+from core.command import command
 from core.rack import Rack, RackError
 
 
@@ -14,7 +15,7 @@ def reachability(rack: Rack, names: list[str]) -> tuple[list[str], list[str]]:
     """Run `true` on every host at once: the hosts that answered, and one line per host that
     did not, saying what to check."""
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        futures = {n: pool.submit(rack.run, n, "true", timeout=30) for n in names}
+        futures = {n: pool.submit(answers, rack, n) for n in names}
     answered, problems = [], []
     for name, future in futures.items():
         try:
@@ -23,6 +24,11 @@ def reachability(rack: Rack, names: list[str]) -> tuple[list[str], list[str]]:
         except RackError as exc:
             problems.append(ssh_problem(rack, name, exc))
     return answered, problems
+
+
+def answers(rack: Rack, name: str) -> None:
+    """`true` on the host, within 30 s."""
+    rack.run(name, command("true"), timeout=30)
 
 
 def ssh_problem(rack: Rack, name: str, exc: RackError) -> str:
