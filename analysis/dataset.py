@@ -42,6 +42,7 @@ from core.layout import (
     date_in_name,
 )
 from core.link_rules import QDISCS, qdisc_of
+from core.trial_record import RecordError, load_record
 
 __all__ = [
     "FLOW_TABLES",
@@ -200,10 +201,14 @@ def trial_rows(
 
 
 def batch_rows(batch_dir: Path) -> tuple[str, str, pd.DataFrame, pd.DataFrame]:
-    """(experiment, date, trials rows, flows rows) of every trial of a batch with a record."""
+    """(experiment, date, trials rows, flows rows) of every trial of a batch with a readable
+    record (`trials report` names the others)."""
     rows, flows, records = [], [], []
     for trial_dir in batch_trials(batch_dir):
-        record = json.loads(TrialDir(trial_dir).record.read_text())
+        try:
+            record = load_record(TrialDir(trial_dir).record)
+        except RecordError:
+            continue
         records.append(record)
         row, flow = trial_rows(batch_dir, trial_dir, record)
         rows.append(row)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.layout import CATALOG
 from core.rack import Rack
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -269,6 +270,12 @@ def chain_rack(tmp_path_factory):
     yield from built_rack(
         tmp_path_factory, "chain2", CHAIN_PREFIX, 2, under=tmp_path_factory.mktemp("chain-rack")
     )
+
+
+def only_batch(results: Path) -> Path:
+    """The one batch a run wrote under `results` (beside it: the results catalog)."""
+    (batch,) = [p for p in results.iterdir() if p.name != CATALOG]
+    return batch
 
 
 def trials_run(*args: str, inventory: Path, results: Path) -> list[str]:

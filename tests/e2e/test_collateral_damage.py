@@ -19,7 +19,7 @@ from analysis.pcap import ip_to_int, read_pcap
 from collect.fetch import verify_manifest
 from core.link_rules import ETHERNET_HEADER
 from core.rack import Rack
-from tests.e2e.conftest import PROJECT, host_states, recap
+from tests.e2e.conftest import PROJECT, host_states, only_batch, recap
 from trials.plan import load_plan
 
 pytestmark = pytest.mark.rack
@@ -66,7 +66,7 @@ def trial(test_rack, tmp_path_factory):
         "run", str(exp_file), "-i", str(test_rack.inventory), "--results", str(base / "results")
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (batch,) = (base / "results").iterdir()
+    batch = only_batch(base / "results")
     (trial_dir,) = (batch / "trials").iterdir()
     return {
         "exp": load_plan(exp_file).base,

@@ -17,7 +17,7 @@ from analysis.pcap import ip_to_int, read_pcap
 from core.dscp import DSCP_NAMES
 from core.link_rules import DSCP_TABLE_FAMILY, DSCP_TABLE_NAME
 from core.rack import Rack
-from tests.e2e.conftest import PROJECT, recap
+from tests.e2e.conftest import PROJECT, only_batch, recap
 
 pytestmark = pytest.mark.rack
 
@@ -69,7 +69,7 @@ def trial(test_rack, tmp_path_factory):
         cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (batch,) = (base / "results").iterdir()
+    batch = only_batch(base / "results")
     (trial_dir,) = (batch / "trials").iterdir()
     yield {
         "rack": rack,

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from analysis.tcp_probe import congestion_events, for_flows, read_tcp_probe
-from tests.e2e.conftest import PROJECT, recap
+from tests.e2e.conftest import PROJECT, only_batch, recap
 from trials.bpf_cc import BPF_CC_DIR, bpf_cc_provenance
 
 pytestmark = pytest.mark.rack
@@ -161,7 +161,7 @@ def trial(test_rack, tmp_path_factory):
         cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (batch,) = results.iterdir()
+    batch = only_batch(results)
     (trial_dir,) = (batch / "trials").iterdir()
     return {
         "dir": trial_dir,

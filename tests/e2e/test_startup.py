@@ -19,7 +19,7 @@ from analysis.startup import loss_events
 from collect.fetch import verify_manifest
 from core.link_rules import ETHERNET_HEADER
 from core.rack import Rack
-from tests.e2e.conftest import PROJECT, recap, start_trials, trials_run, wait_for_daemon
+from tests.e2e.conftest import PROJECT, only_batch, recap, start_trials, trials_run, wait_for_daemon
 from trials.plan import load_plan
 
 pytestmark = pytest.mark.rack
@@ -62,7 +62,7 @@ def run_trials(experiment: Path, only: str, inventory: Path, results: Path) -> d
         results=results,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (batch,) = results.iterdir()
+    batch = only_batch(results)
     trials = {}
     for trial_dir in (batch / "trials").iterdir():
         trials[trial_dir.name] = {

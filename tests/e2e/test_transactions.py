@@ -14,7 +14,7 @@ import pytest
 from analysis.pcap import ip_to_int, read_pcap
 from analysis.traffic.transaction import read_client
 from collect.fetch import verify_manifest
-from tests.e2e.conftest import PROJECT, trials_run
+from tests.e2e.conftest import PROJECT, only_batch, trials_run
 
 pytestmark = pytest.mark.rack
 
@@ -43,7 +43,7 @@ def eft(test_rack, tmp_path_factory) -> dict[str, dict]:
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (batch,) = results.iterdir()
+    batch = only_batch(results)
     trials = {}
     for trial_dir in (batch / "trials").iterdir():
         record = json.loads((trial_dir / "trial.json").read_text())

@@ -37,6 +37,7 @@ from tests.e2e import vm_boot
 from tests.e2e.conftest import (
     PROJECT,
     TestRack,
+    only_batch,
     processes_mentioning,
     rack_leftovers,
     recap,
@@ -179,7 +180,7 @@ def trials(vm_rack, tmp_path_factory):
         took = time.monotonic() - start
     print(f"two trials on the VM rack: {took:.0f} s")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (batch,) = (base / "results").iterdir()
+    batch = only_batch(base / "results")
     out = {}
     for trial_dir in (batch / "trials").iterdir():
         record = json.loads((trial_dir / "trial.json").read_text())
@@ -482,7 +483,7 @@ def test_rio_sorts_in_out_and_high_into_their_virtual_queues_and_drops_in_last(v
     )  # fmt: skip
     took = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    ((trial_dir,),) = [list((b / "trials").iterdir()) for b in (tmp_path / "results").iterdir()]
+    (trial_dir,) = (only_batch(tmp_path / "results") / "trials").iterdir()
     record = json.loads((trial_dir / "trial.json").read_text())
     assert record["status"] == "complete", record["errors"]
     for point, counts in record["capture"].items():

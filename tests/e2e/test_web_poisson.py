@@ -25,7 +25,7 @@ from rich.console import Console
 from analysis.pcap import ip_to_int, read_pcap
 from analysis.workers import analyse_trials
 from core.dscp import af_code_points
-from tests.e2e.conftest import PROJECT, trials_run
+from tests.e2e.conftest import PROJECT, only_batch, trials_run
 from tests.hostside import load
 
 pytestmark = pytest.mark.rack
@@ -65,7 +65,7 @@ def trials(chain_rack, tmp_path_factory):
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (batch,) = results.iterdir()
+    batch = only_batch(results)
     out = {}
     for trial_dir in (batch / "trials").iterdir():
         record = json.loads((trial_dir / "trial.json").read_text())
