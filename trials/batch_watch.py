@@ -55,7 +55,7 @@ def watch(
                     line = f"{e['time']} {e.get('rack', '')}: {e['event']} {e.get('trial', '')}"
                     if e.get("error"):
                         line += f" ({e['error'][:300]})"
-                    bar.err.print(escape(line), highlight=False)
+                    bar.console.print(escape(line), highlight=False)
                 seen = len(events)
                 p = progress(batch, retries)
                 left = [n for n in estimate if not batch.done(n)]
