@@ -24,8 +24,9 @@ from analysis.pcap import ip_to_int, read_pcap
 from core.command import command, sequence
 from core.daemons import Daemons
 from core.rack import Rack
-from tests.e2e.conftest import PROJECT, recap
+from tests.e2e.conftest import recap
 from trials.ansible import write_host_vars
+from trials.preflight import host_facts as preflight_facts
 
 pytestmark = pytest.mark.rack
 
@@ -144,10 +145,8 @@ def mtu(rack: Rack, host: str, dev: str) -> int:
 
 
 def host_facts(rack: Rack, host: str) -> dict:
-    source = (PROJECT / "trials" / "host_facts.py").read_text()
-    h = rack.host(host)
-    args = " ".join(shlex.quote(a) for a in [h.workdir, *h.interfaces])
-    return json.loads(rack.run(host, f"python3 -c {shlex.quote(source)} {args}"))
+    """The host's facts as preflight and each trial's record read them."""
+    return preflight_facts(rack, [host])[host]
 
 
 def test_metrics_and_mtu_are_on_the_host(tuned, rack):
