@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from core.hostside import PROBES, SOURCE
+from core.program_source import program_source
 from core.rack import Rack, RackError
 from core.remote_shell import for_login_shell, shell_settings
 
@@ -29,9 +31,11 @@ COMMANDS = {
 
 
 def test_a_source_as_long_as_host_facts_goes_through_tcsh():
-    """FreeBSD's csh is tcsh, which takes a 40-kB word (host_facts.py is 23 kB, 30 kB in
-    base64). Debian's csh (4.4BSD's) would not ("Word too long"): no lab host runs it."""
-    command = "python3 -c 'import sys\nprint(len(sys.argv))' a b\n# " + "x" * 30_000 + "\n"
+    """FreeBSD's csh is tcsh, which takes a word as long as the host facts' text (about 50 kB
+    with the core modules it carries). Debian's csh (4.4BSD's) would not ("Word too long"): no
+    lab host runs it."""
+    facts = program_source(SOURCE / PROBES["host_facts"])
+    command = "python3 -c 'import sys\nprint(len(sys.argv))' a b\n# " + "x" * len(facts) + "\n"
     got = subprocess.run(["tcsh", "-c", for_login_shell(command)], capture_output=True, text=True)
     assert (got.returncode, got.stdout) == (0, "3\n"), got.stderr
 
