@@ -12,25 +12,29 @@ CLIENT, SERVER, PORT = "198.18.0.1", "198.18.0.2", 5000
 GEN = {"src": CLIENT, "dst": SERVER, "port": PORT, "proto": 17, "workload": "eft_long"}
 
 
+def packet(ts: int, way: str, port: int, **columns: int) -> dict[str, int]:
+    """One packet between the client's `port` and the server, 'up' (to the server) or
+    'down', with the columns the analysis reads (`columns`: proto, payload_len, ...)."""
+    up = way == "up"
+    return {
+        "ts_ns": ts,
+        "src": ip_to_int(CLIENT if up else SERVER),
+        "dst": ip_to_int(SERVER if up else CLIENT),
+        "sport": port if up else PORT,
+        "dport": PORT if up else port,
+        **columns,
+    }
+
+
 def udp(packets: list[tuple[int, str, int]]) -> pd.DataFrame:
     """(time ns, 'up' or 'down', client port) -> the columns the analysis reads."""
-    rows = []
-    for ts, way, port in packets:
-        up = way == "up"
-        rows.append(
-            {
-                "ts_ns": ts,
-                "src": ip_to_int(CLIENT if up else SERVER),
-                "dst": ip_to_int(SERVER if up else CLIENT),
-                "sport": port if up else PORT,
-                "dport": PORT if up else port,
-                "proto": 17,
-                "payload_len": 120 if up else UDP_REPLY_PAYLOAD,
-                "tcp_flags": 0,
-                "seq": 0,
-            }
-        )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        [
+            packet(ts, way, port, proto=17, tcp_flags=0, seq=0,
+                   payload_len=120 if way == "up" else UDP_REPLY_PAYLOAD)
+            for ts, way, port in packets
+        ]
+    )  # fmt: skip
 
 
 def as_rows(frame: pd.DataFrame) -> set[tuple[int, int, int, int]]:
@@ -81,23 +85,12 @@ FIN, SYN, ACK = 0x01, 0x02, 0x10
 
 def tcp(packets: list[tuple[int, str, int, int, int, int]]) -> pd.DataFrame:
     """(time ns, 'up' or 'down', client port, flags, seq, payload bytes) -> TCP packets."""
-    rows = []
-    for ts, way, port, flags, seq, n in packets:
-        up = way == "up"
-        rows.append(
-            {
-                "ts_ns": ts,
-                "src": ip_to_int(CLIENT if up else SERVER),
-                "dst": ip_to_int(SERVER if up else CLIENT),
-                "sport": port if up else PORT,
-                "dport": PORT if up else port,
-                "proto": 6,
-                "payload_len": n,
-                "tcp_flags": flags,
-                "seq": seq,
-            }
-        )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        [
+            packet(ts, way, port, proto=6, payload_len=n, tcp_flags=flags, seq=seq)
+            for ts, way, port, flags, seq, n in packets
+        ]
+    )
 
 
 def test_a_short_tcp_transaction_runs_from_its_syn_to_the_servers_fin():
