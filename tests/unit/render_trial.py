@@ -10,6 +10,7 @@ import functools
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,25 +68,35 @@ class RecordingDaemons(Daemons):
         super().spawn(host, name, program, *args, **kwargs)
 
 
-def topology_rack(topology: str, workdir: str = "/var/lib/trialbed", iface: str = "") -> Rack:
-    """The virtual rack of a topology, every host's trialbed_dir `workdir`; with `iface`, each
-    interface name is prefixed with it."""
+def topology_hosts(
+    topology: str,
+    workdir: Callable[[str], str] = lambda name: "/var/lib/trialbed",
+    iface: str = "",
+    host_vars: dict[str, Any] | None = None,
+) -> dict[str, Host]:
+    """The hosts of a virtual topology: each host's trialbed_dir `workdir(name)`, each interface
+    name prefixed with `iface`, every host given `host_vars`."""
     data = yaml.safe_load((TOPOLOGIES / f"{topology}.yml").read_text())
-    hosts = {
+    return {
         name: Host(
             name=name,
             address=h["mgmt"],
             user="root",
             groups=tuple(h["groups"]),
-            workdir=workdir,
+            workdir=workdir(name),
             interfaces={
                 f"{iface}{k}": ipaddress.IPv4Interface(v) for k, v in h["interfaces"].items()
             },
-            vars={},
+            vars=dict(host_vars or {}),
         )
         for name, h in data["hosts"].items()
     }
-    return RecordingRack(hosts)
+
+
+def topology_rack(topology: str, workdir: str = "/var/lib/trialbed", iface: str = "") -> Rack:
+    """The virtual rack of a topology, every host's trialbed_dir `workdir`; with `iface`, each
+    interface name is prefixed with it."""
+    return RecordingRack(topology_hosts(topology, lambda name: workdir, iface))
 
 
 def trial_commands(

@@ -3,14 +3,14 @@ topology's hosts, no SSH)."""
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
 import pytest
 import yaml
 
 from core.hostside import remote_dir
-from core.rack import Host, Rack, RackError
+from core.rack import Rack, RackError
+from tests.unit.render_trial import topology_hosts
 from trials.adaptive_marking import marker_sites, router_python
 from trials.network import resolve_network
 from trials.plan import load_plan
@@ -31,22 +31,14 @@ def experiment_file(tmp_path: Path, **marker) -> Path:
 
 
 def chain2_rack() -> Rack:
-    topology = yaml.safe_load((PROJECT / "inventory/virtual/topologies/chain2.yml").read_text())
-    hosts = {
-        name: Host(
-            name=name,
-            address=h["mgmt"],
-            user="root",
-            groups=tuple(h["groups"]),
-            workdir=f"/srv/{name}",
-            interfaces={k: ipaddress.IPv4Interface(v) for k, v in h["interfaces"].items()},
-            vars={
-                "trialbed_project_dir": "/opt/tb",
-                "linux_router_delayline_python": "{{ trialbed_project_dir }}/.venv/bin/python",
-            },
-        )
-        for name, h in topology["hosts"].items()
-    }
+    hosts = topology_hosts(
+        "chain2",
+        workdir=lambda name: f"/srv/{name}",
+        host_vars={
+            "trialbed_project_dir": "/opt/tb",
+            "linux_router_delayline_python": "{{ trialbed_project_dir }}/.venv/bin/python",
+        },
+    )
     return Rack([], hosts, {})
 
 
