@@ -13,6 +13,7 @@ that approximation (dummynet_rio_shaping)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -27,7 +28,6 @@ from core.program_source import program_source
 from core.rack import Rack
 from trials.preflight import host_facts
 
-_PROBE = program_source(SOURCE / PROBES["status"])
 OFFLOADS = {
     "tcp-segmentation-offload": "tso",
     "generic-segmentation-offload": "gso",
@@ -41,13 +41,19 @@ HOST_COLUMNS = ("host", "cc", "cc parameters", "offloads", "mtu", "route metrics
                 "left behind", "teardown gives back")  # fmt: skip
 
 
+@functools.cache
+def probe_source() -> str:
+    """The status probe's text as it is sent, built on first use."""
+    return program_source(SOURCE / PROBES["status"])
+
+
 def gather(rack: Rack) -> dict[str, dict[str, Any]]:
     """Per host: the probe's answer plus its facts (CC, offloads, MTU, routes)."""
     names = sorted(rack.hosts)
     commands = {}
     for name in names:
         host = rack.host(name)
-        commands[name] = command("python3", "-c", _PROBE, host.workdir, *host.interfaces)
+        commands[name] = command("python3", "-c", probe_source(), host.workdir, *host.interfaces)
     probes = {n: json.loads(out) for n, out in rack.run_parallel(commands).items()}
     facts = host_facts(rack, names)
     return {n: {**probes[n], "facts": facts[n]} for n in names}

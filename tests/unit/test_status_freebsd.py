@@ -142,7 +142,10 @@ def probe(work: Path, interfaces: list[str], monkeypatch, capsys) -> dict:
     """The probe's source as status.py sends it, run as `python3 -c SOURCE WORKDIR IFACE...`
     would run it (its __main__ part), with FREEBSD_COMMAND_DIRS empty (the stand-ins alone)."""
     source, found = re.subn(
-        r"^FREEBSD_COMMAND_DIRS = \[.*\]$", "FREEBSD_COMMAND_DIRS = []", status._PROBE, flags=re.M
+        r"^FREEBSD_COMMAND_DIRS = \[.*\]$",
+        "FREEBSD_COMMAND_DIRS = []",
+        status.probe_source(),
+        flags=re.M,
     )
     assert found == 1
     monkeypatch.setattr(sys, "argv", ["-c", str(work), *interfaces])

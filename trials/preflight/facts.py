@@ -4,6 +4,7 @@ kernel can load."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,13 @@ from core.program_source import program_source
 from core.rack import Rack
 from trials.network import FREEBSD_GROUPS
 
-_FACTS_SOURCE = program_source(SOURCE / PROBES["host_facts"])
+
+@functools.cache
+def facts_source() -> str:
+    """The probe's text as it is sent, built on first use (not when trials is imported)."""
+    return program_source(SOURCE / PROBES["host_facts"])
+
+
 STATIC_FACTS = load_program(PROBES["host_facts"]).STATIC  # what a runner reads once per host
 # Kernel modules of each link qdisc (core.link_rules; droptail's bfifo/pfifo need none).
 QDISC_MODULES = {name: list(q.linux_modules) for name, q in QDISCS.items()}
@@ -43,7 +50,7 @@ def host_facts(
             words.append(f"--route-from={next(iter(host.interfaces.values())).ip}")
         if static is not None and name in static:
             words.append("--changing")
-        probe = command("python3", "-c", _FACTS_SOURCE, *words)
+        probe = command("python3", "-c", facts_source(), *words)
         commands[name] = and_then(before(name), probe) if before else probe
     facts = {name: json.loads(out) for name, out in rack.run_parallel(commands).items()}
     if static is not None:
