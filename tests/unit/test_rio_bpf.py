@@ -22,6 +22,7 @@ from core import rio_bpf
 from core.dscp import DSCP_NAMES
 from core.hostside import SOURCE
 from tests import bpf_prog
+from tests.hostside import load
 
 pytestmark = pytest.mark.skipif(bool(bpf_prog.missing()), reason=str(bpf_prog.missing()))
 
@@ -384,3 +385,25 @@ def test_paper_settings_become_the_program_s_integers():
         rio_bpf.from_link(PAPER, mode="ns2")
     with pytest.raises(rio_bpf.RioBpfError, match="buffer"):
         rio_bpf.from_link({**PAPER, "buffer": "100MB", "rio": {"in": {"min": 9}}})
+
+
+def test_loader_names_what_it_cannot_do(obj, capsys):
+    """hostside/bpf_tc/rio/trialbed_rio.py: the parameters it loaded are read back whole (the
+    defaults of those not given), a parameter the object lacks is named with those it has, an
+    interface that does not exist is named; nothing is attached (no interface here)."""
+    loader = load(bpf_prog.LOADER)
+    cfg = rio_bpf.from_link(PAPER)
+    loaded = loader.BpfObject(str(obj), cfg.program_params())
+    try:
+        assert {k: loaded.params[k] for k in cfg.program_params()} == cfg.program_params()
+        assert loaded.params["high_min"] == 0  # not given: the object's own value
+    finally:
+        loaded.close()
+    assert loader.main(["attach", "lo", str(obj), "in_minimum=9"]) == 2
+    err = capsys.readouterr().err
+    assert "no parameter in_minimum" in err and "in_min" in err
+    assert loader.main(["attach", "lo", str(obj), "rate_bps=fast"]) == 2
+    assert "rate_bps: 'fast' is not an integer" in capsys.readouterr().err
+    assert loader.main(["show", "no-such-if0"]) == 1
+    assert "no interface 'no-such-if0'" in capsys.readouterr().err
+    assert loader.main(["attach", "lo"]) == 2
