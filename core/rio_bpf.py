@@ -34,6 +34,11 @@ PREFIX = {"in": "in", "out": "out", HIGH: "high"}  # of the program's per-level 
 # rio_backlog); the first of each is the default, and what GRED does.
 MODES = ("gred", "coupled")
 BACKLOGS = ("queued", "fluid")
+# What a Linux host needs for it: the kernel's clsact qdisc and BPF classifier, and (names of
+# host_facts' tools) a compiler for the object and Python for the loader (with libbpf-dev's
+# headers, which bring libbpf). PROBE: its name among the qdiscs preflight asks a kernel for.
+KERNEL_MODULES = ("sch_ingress", "cls_bpf")
+PROBE = "rio_bpf"
 # Why the program dropped a packet (enum reason; PASS: it did not).
 REASONS = ("pass", "early", "forced", "limit", "ring_full")
 

@@ -11,13 +11,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from core.hostside import SOURCE
 from tests.hostside import load
 
 LOADER = "bpf_tc/rio/trialbed_rio.py"
+BUILD = "bpf_tc/rio/build.sh"
 LIBBPF_HEADER = Path("/usr/include/bpf/bpf_helpers.h")
-# What the hosts' build passes clang (hostside/bpf_cc/build.sh's flags): debug info (the BTF
-# the loader reads), warnings as errors, and no directory of the build's in the object.
-CLANG_FLAGS = ("-g", "-O2", "-target", "bpf", "-Wall", "-Werror", "-fdebug-compilation-dir=.")
 
 
 def missing() -> str | None:
@@ -35,16 +34,12 @@ def missing() -> str | None:
     return None
 
 
-def compile_object(source: Path, out: Path) -> Path:
-    """clang -target bpf, as the hosts build their programs."""
-    done = subprocess.run(
-        ["clang", *CLANG_FLAGS, "-c", source.name, "-o", str(out)],
-        cwd=source.parent,
-        capture_output=True,
-        text=True,
-    )
+def build(out: Path) -> Path:
+    """The object as the hosts build it (hostside/bpf_tc/rio/build.sh, run with sh as the role
+    runs it)."""
+    done = subprocess.run(["sh", str(SOURCE / BUILD), str(out)], capture_output=True, text=True)
     if done.returncode:
-        raise RuntimeError(f"clang {source}:\n{done.stderr}")
+        raise RuntimeError(f"{BUILD} {out}:\n{done.stderr}")
     return out
 
 

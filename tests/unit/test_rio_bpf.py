@@ -20,7 +20,6 @@ import pytest
 from analysis.rio_model import RioModel, level_of_dscp
 from core import rio_bpf
 from core.dscp import DSCP_NAMES
-from core.hostside import SOURCE
 from tests import bpf_prog
 from tests.hostside import load
 
@@ -53,8 +52,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def obj(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("rio") / "rio.bpf.o"
-    return bpf_prog.compile_object(SOURCE / rio_bpf.SOURCE, out)
+    return bpf_prog.build(tmp_path_factory.mktemp("rio") / "rio.bpf.o")
 
 
 def frame(size: int, dscp: int | None, v6: bool = False) -> bytes:
