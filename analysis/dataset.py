@@ -130,6 +130,8 @@ def provenance(record: dict[str, Any]) -> dict[str, Any]:
         q = QDISCS.get(qdisc)
         if backend == "dummynet":
             impl = f"dummynet ({q.dummynet})" if q and q.dummynet else "dummynet"
+        elif qdisc == "rio" and (delay.get(e.get("host")) or {}).get("rio_implementation") == "bpf":
+            impl = "bpf (hostside/bpf_tc/rio)"  # roles/linux_router: a kernel without GRED
         else:
             impl = f"tc {q.linux_qdisc}" if q and q.linux_qdisc else "tc fifo"
         queues.append(f"{e.get('link')}={qdisc}:{impl}")

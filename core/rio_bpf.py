@@ -16,6 +16,7 @@ from core.rio import HIGH, VirtualQueue, high_dscp, in_dscp, virtual_queues
 from core.units import parse_rate
 
 SOURCE = "bpf_tc/rio/rio.bpf.c"  # under hostside/
+LOADER = "bpf_tc/rio/trialbed_rio.py"  # under hostside/: attach, detach, show
 PROGRAM = "rio"  # its SEC("tc") function
 # The fixed point (rio.bpf.c): a byte is BYTE_WORK units of work (bits x 10^9, so that work /
 # rate is nanoseconds), averages are bytes << AVG_SHIFT, w_q << W_SHIFT, max_p << P_SHIFT.
@@ -41,6 +42,17 @@ KERNEL_MODULES = ("sch_ingress", "cls_bpf")
 PROBE = "rio_bpf"
 # Why the program dropped a packet (enum reason; PASS: it did not).
 REASONS = ("pass", "early", "forced", "limit", "ring_full")
+# Its per-level counters (map stats) under the names core/rio.py gives GRED's per-VQ ones, so
+# that a trial's RIO counters read the same whichever ran: every packet that arrived, early and
+# forced drops, the FIFO's tail drops (GRED's pdrop), and the packets the ring had no room for.
+STATS_AS_GRED = {
+    "packets": "packets",
+    "bytes": "bytes",
+    "early": "early_drops",
+    "forced": "forced_drops",
+    "limit": "pdrop",
+    "ring_full": "other_drops",
+}
 
 
 class RioBpfError(ValueError):
@@ -170,3 +182,28 @@ def from_link(
         mode=mode,
         backlog=backlog,
     )
+
+
+def counters_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[int, dict[str, int]]:
+    """Per level, what the program counted between two `trialbed_rio.py show` answers, in
+    GRED's names (core/rio.counters_delta's shape: drops their sum; the gauges of `after`:
+    prio, the level's average and its backlog as the last packet saw it, in bytes). {} when
+    `after` shows no program."""
+    if not after.get("prog_id"):
+        return {}
+    levels = int((after.get("params") or {}).get("levels", 2))
+    was = before.get("stats") if before.get("prog_id") == after["prog_id"] else None
+    state = after.get("state") or {}
+    out = {}
+    for level in range(levels):
+        row = {
+            ours: after["stats"][theirs][level] - ((was or {}).get(theirs) or [0] * LEVELS)[level]
+            for theirs, ours in STATS_AS_GRED.items()
+        }
+        row["drops"] = sum(row[k] for k in ("forced_drops", "early_drops", "pdrop", "other_drops"))
+        row["prio"] = level + 1
+        if state:
+            row["qave_bytes"] = state["sub"][level]["avg"] >> AVG_SHIFT
+            row["backlog_bytes"] = state["last"]["queue"][level]
+        out[level] = row
+    return out

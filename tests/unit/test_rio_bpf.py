@@ -10,6 +10,8 @@ through its .bss test hooks, except where they measure its own random draws.
 
 from __future__ import annotations
 
+import copy
+import json
 import random
 import struct
 from fractions import Fraction
@@ -405,3 +407,53 @@ def test_loader_names_what_it_cannot_do(obj, capsys):
     assert loader.main(["show", "no-such-if0"]) == 1
     assert "no interface 'no-such-if0'" in capsys.readouterr().err
     assert loader.main(["attach", "lo"]) == 2
+
+
+def test_loader_reads_the_program_back_and_its_counters_read_as_gred_s(obj):
+    """What trialbed_rio.py's `show` reads of an attached program (here `program`, by the id of
+    the one under test): its parameters, its counters summed over the CPUs and its state, as
+    the maps hold them; core/rio_bpf.counters_delta turns two such answers into GRED's per-VQ
+    counters, equal to what the model counted between them."""
+    loader = load(bpf_prog.LOADER)
+    cfg = rio_bpf.from_link(BUSY)
+    prog = bpf_prog.Program(obj, rio_bpf.PROGRAM, cfg.program_params())
+    try:
+        prog_id = loader.prog_id_of(prog.lib, prog.obj.prog_fd)
+        model = RioModel(cfg)
+        seq = sequence(random.Random(3), 1600, cfg.rate_bps)
+        run_both(prog, model, seq[:800])
+        before, counted = loader.program(prog_id), copy.deepcopy(model.counters)
+        run_both(prog, model, seq[800:])
+        after = loader.program(prog_id)
+        assert after["prog_id"] == prog_id
+        assert {k: after["params"][k] for k in cfg.program_params()} == cfg.program_params()
+        assert after["state"] == {k: v for k, v in prog.read("rio_state").items() if k != "lock"}
+        per_cpu = prog.read("stats")
+        assert after["stats"] == {
+            k: [sum(c[k][lv] for c in per_cpu) for lv in range(3)] for k in per_cpu[0]
+        }
+    finally:
+        prog.close()
+    delta = rio_bpf.counters_delta(before, after)
+    assert sorted(delta) == [0, 1]  # two levels
+    for level, row in delta.items():
+        for ours, theirs in (
+            ("packets", "packets"),
+            ("early_drops", "early"),
+            ("forced_drops", "forced"),
+            ("pdrop", "limit"),
+        ):
+            assert (
+                row[ours]
+                == getattr(model.counters, theirs)[level] - getattr(counted, theirs)[level]
+            )
+        assert (
+            row["drops"]
+            == row["early_drops"] + row["forced_drops"] + row["pdrop"] + row["other_drops"]
+        )
+        assert row["qave_bytes"] == model.sub[level].avg >> rio_bpf.AVG_SHIFT
+    assert delta[1]["early_drops"] > 0 and delta[1]["forced_drops"] > 0
+    # from zero when the program was attached again in between (another id)
+    again = rio_bpf.counters_delta({**before, "prog_id": prog_id + 1}, after)
+    assert again[1]["packets"] == model.counters.packets[1]
+    json.dumps(after)  # as trial.json takes it

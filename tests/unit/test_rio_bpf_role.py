@@ -7,6 +7,7 @@ Rendered here with the role's own templates and filters; nothing is attached (no
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import subprocess
@@ -166,3 +167,78 @@ def test_switch_reapplies_when_only_the_thresholds_change(tmp_path):
     assert f"-batch {live}/shaping.tc" in (live / "tc.log").read_text()
     subprocess.run(["sh", str(switch), "0"], env=path, check=True, cwd=tmp_path)
     assert (live / "attached").read_text() == "new\n"  # unchanged: not applied again
+
+
+def test_trial_record_takes_the_bpf_rio_s_counters_and_says_it_ran(tmp_path):
+    """A Linux router that ran the BPF RIO: the runner's snapshots call its loader's `show`
+    per rio egress; trial.json's rio record says implementation bpf, with the router's record
+    of it (source, sha256) and its counters per level in GRED's names; the seed-004 summary
+    labels them, and the provenance column names the implementation."""
+    from types import SimpleNamespace
+
+    from analysis.dataset import provenance
+    from analysis.families import diffserv
+    from tests.unit.spec_files import write
+    from tests.unit.test_rio import EXPERIMENT, FakeRack
+    from trials import host_commands
+    from trials import record as trial_record
+    from trials.network import resolve_network
+    from trials.plan import load_plan
+
+    trial = load_plan(write(tmp_path, EXPERIMENT)).trials[0]
+    net = resolve_network(trial.experiment, FakeRack("namespaces", set()), "exp.yml")  # type: ignore[arg-type]
+    (e,) = [e for e in net.egress if e.shaping.qdisc == "rio"]
+    daemons = SimpleNamespace(remote={h: f"/w/{h}" for h in net.hosts})
+    snapshot = host_commands.snapshot_commands(net, daemons, "after")[e.host]  # type: ignore[arg-type]
+    workdir = net.hosts[e.host].workdir  # the shipped programs are under it (remote_dir)
+    assert (
+        f"; python3 {workdir}/hostside/{rio_bpf.LOADER} show {e.iface} "
+        f"> /w/{e.host}/rio_bpf_{e.iface}_after.json 2> /dev/null; "
+    ) in snapshot
+    link = {"iface": e.iface, "rate": "1500kbit", "buffer": "60kB", "qdisc": "rio", "rio": {}}
+    delay = {
+        e.host: {
+            "backend": "nfqueue",
+            "rio_implementation": "bpf",
+            "rio_bpf": _plugin("trialbed_rio")["trialbed_rio_bpf_record"]([link], "f00d"),
+        }
+    }
+    host = tmp_path / e.host
+    host.mkdir()
+    params = rio_bpf.from_link(link).program_params()
+
+    def shown(packets: list[int], early: list[int]) -> dict:
+        zero = [0, 0, 0]
+        stats = {"packets": packets, "bytes": [p * 1500 for p in packets], "early": early}
+        stats |= {"forced": [0, 3, 0], "limit": zero, "ring_full": zero}
+        sub = [{"avg": 3000 << rio_bpf.AVG_SHIFT}, {"avg": 4500 << rio_bpf.AVG_SHIFT}, {"avg": 0}]
+        state = {"sub": sub, "last": {"queue": [3000, 4500, 0]}}
+        return {"iface": e.iface, "prog_id": 42, "params": params, "stats": stats, "state": state}
+
+    for tag, text in (
+        ("before", shown([10, 20, 0], [0, 1, 0])),
+        ("after", shown([2781, 374, 0], [0, 36, 0])),
+    ):
+        (host / f"rio_bpf_{e.iface}_{tag}.json").write_text(json.dumps(text))
+    entry = trial_record.rio_record(tmp_path, net, delay)[f"{e.host}:{e.iface}"]
+    assert entry["implementation"] == "bpf" and "error" not in entry
+    assert entry["bpf"]["source_sha256"] == "f00d" and entry["bpf"]["prog_id"] == 42
+    assert entry["counters"]["0"]["packets"] == 2771 and entry["counters"]["0"]["drops"] == 0
+    assert entry["counters"]["1"]["early_drops"] == 35 and entry["counters"]["1"]["drops"] == 35
+    # the seed-004 summary reads them as GRED's and labels them
+    summary = diffserv.trial_summary(
+        {
+            "parameters": {"duration": "10s", "warmup": "0s"},
+            "rio": {f"{e.host}:{e.iface}": entry},
+            "traffic": {},
+        },
+        {"generators": {}},
+    )
+    assert summary["rio_bpf"] is True and summary["drop_out"] == 35 / 354
+    columns = provenance(
+        {"delay": delay, "network": {"egress": [{"host": e.host, "link": e.link, "qdisc": "rio"}]}}
+    )
+    assert columns["qdisc_impl"] == f"{e.link}=rio:bpf (hostside/bpf_tc/rio)"
+    # a router that ran GRED: no loader answer, GRED's listing
+    gred = trial_record.rio_record(tmp_path / "none", net, {e.host: {"rio_implementation": "gred"}})
+    assert gred[f"{e.host}:{e.iface}"]["implementation"] == "gred"

@@ -371,62 +371,75 @@ def show(iface: str) -> dict[str, Any]:
     opts = _opts()
     if lib.bpf_tc_query(ctypes.byref(hook), ctypes.byref(opts)):
         return {"iface": iface, "prog_id": None}
-    prog = lib.bpf_prog_get_fd_by_id(opts.prog_id)
+    return {"iface": iface, **program(opts.prog_id)}
+
+
+def prog_id_of(lib: ctypes.CDLL, fd: int) -> int:
+    """The id of the program open as `fd`."""
+    return struct.unpack_from("<I", _info(lib, fd, ctypes.create_string_buffer(INFO_SIZE)), 4)[0]
+
+
+def program(prog_id: int) -> dict[str, Any]:
+    """The program `prog_id` as the kernel holds it: its parameters (.rodata), its counters
+    per level summed over the CPUs (stats) and its state (rio_state, without the lock), each
+    decoded with the BTF the kernel keeps for its map."""
+    lib = libbpf()
+    prog = lib.bpf_prog_get_fd_by_id(prog_id)
     if prog < 0:
-        raise _fail(f"opening program {opts.prog_id}")
+        raise _fail(f"opening program {prog_id}")
     try:
-        count = struct.unpack_from(
-            "<I", _info(lib, prog, ctypes.create_string_buffer(INFO_SIZE)), PROG_NR_MAP_IDS
-        )[0]
+        raw = _info(lib, prog, ctypes.create_string_buffer(INFO_SIZE))
+        count = struct.unpack_from("<I", raw, PROG_NR_MAP_IDS)[0]
         ids = (ctypes.c_uint32 * count)()
         info = ctypes.create_string_buffer(INFO_SIZE)
         struct.pack_into("<IIQ", info, PROG_NR_MAP_IDS - 4, 0, count, ctypes.addressof(ids))
         _info(lib, prog, info)
     finally:
         os.close(prog)
-    out: dict[str, Any] = {"iface": iface, "prog_id": opts.prog_id}
+    out: dict[str, Any] = {"prog_id": prog_id}
     for map_id in ids:
         fd = lib.bpf_map_get_fd_by_id(map_id)
         if fd < 0:
             raise _fail(f"opening map {map_id}")
         try:
-            raw = _info(lib, fd, ctypes.create_string_buffer(INFO_SIZE))
-            kind, size = (
-                struct.unpack_from("<I", raw, MAP_TYPE)[0],
-                struct.unpack_from("<I", raw, MAP_VALUE_SIZE)[0],
-            )
-            name = raw[MAP_NAME : MAP_NAME + 16].split(b"\0")[0].decode()
-            btf_id, value_type = (
-                struct.unpack_from("<I", raw, MAP_BTF_ID)[0],
-                struct.unpack_from("<I", raw, MAP_BTF_VALUE)[0],
-            )
-            key = {"rio_state": "state", "stats": "stats"}.get(name) or (
-                "params" if name.endswith(".rodata") else None
-            )
-            if key is None or not btf_id:
-                continue
-            btf = lib.btf__load_from_kernel_by_id(btf_id)
-            try:
-                decoder = Btf(lib, btf)
-                data = lookup(lib, fd, size, kind in PER_CPU)
-                if kind in PER_CPU:
-                    step = (size + 7) // 8 * 8
-                    values = [
-                        decoder.decode(value_type, data, n * step) for n in range(len(data) // step)
-                    ]
-                    out[key] = {
-                        k: [sum(v[k][lv] for v in values) for lv in range(len(values[0][k]))]
-                        for k in values[0]
-                    }
-                else:
-                    out[key] = decoder.decode(value_type, data)
-            finally:
-                lib.btf__free(btf)
+            key, value = _map_value(lib, fd)
         finally:
             os.close(fd)
+        if key:
+            out[key] = value
     if "state" in out:
         out["state"].pop("lock", None)
     return out
+
+
+def _map_value(lib: ctypes.CDLL, fd: int) -> tuple[str | None, Any]:
+    """(what it is: params, stats, state or None for the others, its decoded value)."""
+    raw = _info(lib, fd, ctypes.create_string_buffer(INFO_SIZE))
+    (kind,) = struct.unpack_from("<I", raw, MAP_TYPE)
+    (size,) = struct.unpack_from("<I", raw, MAP_VALUE_SIZE)
+    name = raw[MAP_NAME : MAP_NAME + 16].split(b"\0")[0].decode()
+    (btf_id,) = struct.unpack_from("<I", raw, MAP_BTF_ID)
+    (value_type,) = struct.unpack_from("<I", raw, MAP_BTF_VALUE)
+    key = {"rio_state": "state", "stats": "stats"}.get(name)
+    if name.endswith(".rodata"):
+        key = "params"
+    if key is None or not btf_id:
+        return None, None
+    btf = lib.btf__load_from_kernel_by_id(btf_id)
+    if not btf:
+        raise _fail(f"reading the BTF of map {name}")
+    try:
+        decoder = Btf(lib, btf)
+        data = lookup(lib, fd, size, kind in PER_CPU)
+        if kind not in PER_CPU:
+            return key, decoder.decode(value_type, data)
+        step = (size + 7) // 8 * 8
+        cpus = [decoder.decode(value_type, data, n * step) for n in range(len(data) // step)]
+        return key, {
+            k: [sum(c[k][i] for c in cpus) for i in range(len(v))] for k, v in cpus[0].items()
+        }
+    finally:
+        lib.btf__free(btf)
 
 
 def _params(args: list[str]) -> dict[str, int]:
