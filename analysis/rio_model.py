@@ -172,6 +172,7 @@ class RioModel:
         while self.slots and self._departed(self.slots[0], unsent):
             self.slots.popleft()
             self.head = (self.head + 1) & MASK32
+        waiting = len(self.slots) - (1 if self.fluid and self.slots else 0)
 
         work_l, queued = self._backlogs()
         work_j = [sum(w for i, w in enumerate(work_l) if self.holds(j, i)) for j in range(LEVELS)]
@@ -196,7 +197,7 @@ class RioModel:
         p, q = cfg.levels[level], self.sub[level]
         low, high = p.min_bytes << AVG_SHIFT, p.max_bytes << AVG_SHIFT
         reason, pb = "pass", 0
-        if avg < low:
+        if avg < low or (cfg.ns2_guard and waiting <= 1):
             q.count = 0
         elif avg >= high:
             q.count = 0

@@ -96,6 +96,7 @@ class BpfRio:
     high_dscp: int = 0
     mode: str = MODES[0]
     backlog: str = BACKLOGS[0]
+    ns2_guard: bool = False  # no RED drop while at most one packet waits (ns-2's RED)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -127,6 +128,7 @@ class BpfRio:
             "high_dscp": self.high_dscp,
             "mode": MODES.index(self.mode),
             "backlog": BACKLOGS.index(self.backlog),
+            "ns2_guard": int(self.ns2_guard),
         }
         for name, level in zip(LEVEL_NAMES, self.levels, strict=False):
             p = PREFIX[name]
@@ -145,6 +147,7 @@ class BpfRio:
             "source": f"hostside/{SOURCE}",
             "mode": self.mode,
             "backlog": self.backlog,
+            "ns2_guard": self.ns2_guard,
             "levels": {
                 name: {
                     "min_bytes": level.min_bytes,
@@ -166,7 +169,11 @@ def level_of(vq: VirtualQueue, weight: str = "asked") -> Level:
 
 
 def from_link(
-    link: dict[str, Any], mode: str = MODES[0], backlog: str = BACKLOGS[0], weight: str = "asked"
+    link: dict[str, Any],
+    mode: str = MODES[0],
+    backlog: str = BACKLOGS[0],
+    weight: str = "asked",
+    ns2_guard: bool = False,
 ) -> BpfRio:
     """The program's settings for a rio link (rate, buffer, rio: as role linux_router takes
     them); RioError or RioBpfError names what cannot be built."""
@@ -181,6 +188,7 @@ def from_link(
         high_dscp=dscp_mask(high_dscp(rio)),
         mode=mode,
         backlog=backlog,
+        ns2_guard=ns2_guard,
     )
 
 

@@ -40,15 +40,17 @@ BUSY = {  # small thresholds and a fast average: every branch within a few thous
 }
 THREE = {**BUSY, "rio": {**BUSY["rio"], "high": {"min": 2, "max": 4, "w_q": 0.05}}}
 FAST = {**BUSY, "rate": "1gbit", "buffer": "18kB"}  # idle periods past the overflow guard
-CASES = [
-    (PAPER, "gred", "queued", 6000),
-    (BUSY, "gred", "queued", 3000),
-    (BUSY, "gred", "fluid", 3000),
-    (BUSY, "coupled", "queued", 3000),
-    (BUSY, "coupled", "fluid", 3000),
-    (THREE, "gred", "queued", 3000),
-    (THREE, "coupled", "fluid", 3000),
-    (FAST, "gred", "fluid", 2000),
+CASES = [  # link, mode, backlog, ns-2's guard, packets
+    (PAPER, "gred", "queued", False, 6000),
+    (BUSY, "gred", "queued", False, 3000),
+    (BUSY, "gred", "fluid", False, 3000),
+    (BUSY, "coupled", "queued", False, 3000),
+    (BUSY, "coupled", "fluid", False, 3000),
+    (THREE, "gred", "queued", False, 3000),
+    (THREE, "coupled", "fluid", False, 3000),
+    (FAST, "gred", "fluid", False, 2000),
+    (BUSY, "gred", "queued", True, 3000),
+    (THREE, "coupled", "fluid", True, 3000),
 ]
 
 
@@ -88,7 +90,7 @@ def sequence(rng: random.Random, n: int, rate_bps: int, backwards: bool = True) 
                 now += gaps[0] if rng.random() < 0.97 else gaps[1]
                 count = 1
             elif phase == "back" and backwards:
-                now -= rng.randint(1, tx)
+                now = max(1, now - rng.randint(1, tx))
             dscp = rng.choice(CODES)
             size = rng.choice(SIZES) if rng.random() < 0.3 else 1514
             out.append((now, size, dscp, rng.random() < 0.2, rng.getrandbits(32)))
@@ -148,19 +150,21 @@ def run_both(prog: bpf_prog.Program, model: RioModel, seq: list[tuple]) -> dict[
     return seen
 
 
-@pytest.mark.parametrize(("link", "mode", "backlog", "n"), CASES)
-def test_program_and_model_agree_packet_by_packet(obj, link, mode, backlog, n):
-    cfg = rio_bpf.from_link(link, mode=mode, backlog=backlog)
+@pytest.mark.parametrize(("link", "mode", "backlog", "guard", "n"), CASES)
+def test_program_and_model_agree_packet_by_packet(obj, link, mode, backlog, guard, n):
+    cfg = rio_bpf.from_link(link, mode=mode, backlog=backlog, ns2_guard=guard)
     prog = bpf_prog.Program(obj, rio_bpf.PROGRAM, cfg.program_params())
     try:
         model = RioModel(cfg)
-        seq = sequence(random.Random(f"{n}{mode}{backlog}{len(cfg.levels)}"), n, cfg.rate_bps)
+        seed = f"{n}{mode}{backlog}{len(cfg.levels)}{'guard' if guard else ''}"
+        seq = sequence(random.Random(seed), n, cfg.rate_bps)
         seen = run_both(prog, model, seq)
         stats = prog.read("stats")
     finally:
         prog.close()
     print(
-        f"{mode}/{backlog}, {len(cfg.levels)} levels, {link['rate']}: {n} packets, 0 "
+        f"{mode}/{backlog}{', ns-2 guard' if guard else ''}, {len(cfg.levels)} levels, "
+        f"{link['rate']}: {n} packets, 0 "
         f"mismatches; {seen}; idle decays {model.idle_decays}"
     )
     # the counters summed over CPUs are the model's
@@ -339,6 +343,42 @@ def test_early_drops_are_spaced_as_red_spaces_them(obj):
     )
     assert abs(fraction - expected) < 4 * sigma
     assert max(gaps) <= int(1 / pb) + 2
+
+
+def test_ns2_guard_keeps_an_empty_queue_from_locking_out(obj):
+    """The lock-out analysis/gred_lockout.py measured on the VM rack: a burst lifts IN's
+    average past max; then sparse packets (one per 20 ms, the link idle between them) find
+    the queue empty. Without a guard (GRED's way) each is dropped: the idle period ended at
+    the first, so the average only decays by w_q (0.0012) per packet and stays above max
+    (seed 004's OUT thresholds given to IN here: 2 and 6 packets). With ns-2's
+    guard (no RED drop while at most one packet waits) each goes through."""
+    link = {"rate": "6mbit", "buffer": "400kB", "rio": {"in": {"min": 2, "max": 6}}}  # w_q 0.0012
+    af11 = frame(1514, DSCP_NAMES["af11"])
+    passed = {}
+    for guard in (False, True):
+        cfg = rio_bpf.from_link(link, ns2_guard=guard)
+        prog = bpf_prog.Program(obj, rio_bpf.PROGRAM, cfg.program_params())
+        try:
+            now = 1_000_000
+            for _ in range(250):  # at once: the average climbs far past max (6 packets)
+                prog.set_bss(test_now_ns=now)
+                prog.run(af11)
+            lifted = prog.read("rio_state")["sub"][0]["avg"] >> rio_bpf.AVG_SHIFT
+            now += prog.read("rio_state")["work"] // cfg.rate_bps + 1  # the queue emptied
+            verdicts = []
+            for _ in range(100):
+                now += 20_000_000
+                prog.set_bss(test_now_ns=now)
+                verdicts.append(prog.run(af11) == TC_ACT_OK)
+        finally:
+            prog.close()
+        assert lifted >= 6 * 1500
+        passed[guard] = sum(verdicts)
+    print(
+        f"100 packets into an empty queue after the burst: {passed[False]} through without a "
+        f"guard, {passed[True]} with ns-2's"
+    )
+    assert passed[False] == 0 and passed[True] == 100
 
 
 def test_idle_decay_is_red_s(obj):

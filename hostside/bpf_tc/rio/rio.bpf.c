@@ -93,6 +93,10 @@ RIO_PARAM __u64 in_dscp = 0;		/* bit d set: DSCP d is level 0 (IN) */
 RIO_PARAM __u64 high_dscp = 0;		/* bit d set: level 2 (with levels 3); others: 1 */
 RIO_PARAM enum rio_mode mode = RIO_GRED;
 RIO_PARAM enum rio_backlog backlog = BACKLOG_QUEUED;
+/* 1: as ns-2's RED (the seed-004 paper's simulator), no RED drop of a packet that arrives
+ * while at most one packet waits (`qlen > 1`); GRED has no such guard (0), and an average
+ * left above max then drops every packet into the empty queue (analysis/gred_lockout.py). */
+RIO_PARAM __u32 ns2_guard = 0;
 /* Per level: thresholds in bytes, max_p << P_SHIFT, w_q << W_SHIFT. */
 RIO_PARAM __u32 in_min = 0, in_max = 0, in_wq = 0;
 RIO_PARAM __u64 in_maxp = 0;
@@ -318,6 +322,7 @@ int rio(struct __sk_buff *skb)
 	__u64 now = test_now_ns ? test_now_ns : bpf_ktime_get_ns();
 	__u32 rnd = test_rand_on ? test_rand : bpf_get_prandom_u32();
 	__u64 work_l[LEVELS] = {}, work_j[LEVELS] = {}, queued = 0, avg = 0, pb = 0, unsent;
+	__u32 waiting;
 	struct level_params p = params_of(level);
 	struct state *s = bpf_map_lookup_elem(&rio_state, &zero);
 	struct ring *r = bpf_map_lookup_elem(&rio_ring, &zero);
@@ -356,6 +361,10 @@ int rio(struct __sk_buff *skb)
 		hi = hi + (__u32)(open - gone) * (mid - hi);
 	}
 	s->head = lo;
+	/* packets in the qdisc: the head is on the wire when the backlog is fluid */
+	waiting = s->tail - s->head;
+	if (backlog == BACKLOG_FLUID && waiting)
+		waiting--;
 
 	/* Each level's backlog (work units) and the FIFO's waiting bytes. */
 	if (s->head != s->tail) {
@@ -421,7 +430,7 @@ int rio(struct __sk_buff *skb)
 	if (level < LEVELS) {
 		struct sub_queue *q = &s->sub[level];
 
-		if (avg < p.min) {
+		if (avg < p.min || (ns2_guard && waiting <= 1)) {
 			q->count = 0;
 		} else if (avg >= p.max) {
 			q->count = 0;
