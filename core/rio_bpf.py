@@ -9,7 +9,9 @@ compare the two packet by packet fail on any difference.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.rio import HIGH, VirtualQueue, high_dscp, in_dscp, virtual_queues
@@ -17,6 +19,9 @@ from core.units import parse_rate
 
 SOURCE = "bpf_tc/rio/rio.bpf.c"  # under hostside/
 LOADER = "bpf_tc/rio/trialbed_rio.py"  # under hostside/: attach, detach, show
+# The runner's snapshots of the loader's `show`, per rio egress, in the router's trial folder.
+SHOWN = "rio_bpf_{iface}_{tag}.json"
+TAGS = ("before", "after")
 PROGRAM = "rio"  # its SEC("tc") function
 # The fixed point (rio.bpf.c): a byte is BYTE_WORK units of work (bits x 10^9, so that work /
 # rate is nanoseconds), averages are bytes << AVG_SHIFT, w_q << W_SHIFT, max_p << P_SHIFT.
@@ -215,3 +220,24 @@ def counters_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[int, d
             row["backlog_bytes"] = state["last"]["queue"][level]
         out[level] = row
     return out
+
+
+def shown(host_dir: Path, iface: str) -> dict[str, dict[str, Any]]:
+    """The loader's answers for `iface` before and after a trial ({} for one missing or not
+    JSON: a router that ran GRED answers prog_id null)."""
+    out: dict[str, dict[str, Any]] = {}
+    for tag in TAGS:
+        f = host_dir / SHOWN.format(iface=iface, tag=tag)
+        try:
+            out[tag] = json.loads(f.read_text()) if f.exists() else {}
+        except ValueError:
+            out[tag] = {}
+    return out
+
+
+def drops(host_dir: Path, iface: str) -> int | None:
+    """Every packet the BPF RIO on `iface` dropped during the trial (all levels, all reasons);
+    None where it did not run."""
+    answers = shown(host_dir, iface)
+    counted = counters_delta(answers["before"], answers["after"])
+    return sum(row["drops"] for row in counted.values()) if counted else None

@@ -19,6 +19,7 @@ from core.hostside import (
 )
 from core.link_rules import DSCP_TABLE_FAMILY, DSCP_TABLE_NAME
 from core.rio_bpf import LOADER as RIO_BPF_LOADER
+from core.rio_bpf import SHOWN as RIO_BPF_SHOWN
 from trials.generators import TrafficGenerator
 from trials.network import CaptureSite, ResolvedNetwork
 from trials.watch import ENDS_EARLY_SLACK_S, UNTIL_STOPPED
@@ -130,7 +131,7 @@ def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[
                 program_command(
                     remote_dir(net.hosts[host].workdir), RIO_BPF_LOADER, "show", e.iface
                 ),
-                f"{d}/rio_bpf_{e.iface}_{tag}.json",
+                f"{d}/{RIO_BPF_SHOWN.format(iface=e.iface, tag=tag)}",
                 stderr=DEV_NULL,
             )
             for e in net.egress

@@ -19,6 +19,7 @@ from core.rack import PROJECT_DIR, Rack
 from core.rio import counters_delta, gred_counters
 from core.rio import high_dscp as rio_high_dscp
 from core.rio_bpf import counters_delta as rio_bpf_counters
+from core.rio_bpf import shown as rio_bpf_shown
 from core.trial_record import dump_record, new_record
 from trials import adaptive_marking
 from trials.bpf_cc import bpf_cc_provenance
@@ -161,13 +162,7 @@ def rio_record_bpf(host_dir: Path, iface: str, router: dict[str, Any]) -> dict[s
     showed a program there): the implementation, its source's sha256 and settings as the
     router recorded them, the program as the kernel held it after the trial (id, parameters)
     and what it counted per level in GRED's names (core/rio_bpf.counters_delta); {} for GRED."""
-    shown = {}
-    for tag in ("before", "after"):
-        f = host_dir / f"rio_bpf_{iface}_{tag}.json"
-        try:
-            shown[tag] = json.loads(f.read_text()) if f.exists() else {}
-        except ValueError:
-            shown[tag] = {}
+    shown = rio_bpf_shown(host_dir, iface)
     recorded = (router.get("rio_bpf") or {}).get(iface)
     if router.get("rio_implementation") != "bpf" and not shown["after"].get("prog_id"):
         return {}

@@ -239,6 +239,15 @@ def test_trial_record_takes_the_bpf_rio_s_counters_and_says_it_ran(tmp_path):
         {"delay": delay, "network": {"egress": [{"host": e.host, "link": e.link, "qdisc": "rio"}]}}
     )
     assert columns["qdisc_impl"] == f"{e.link}=rio:bpf (hostside/bpf_tc/rio)"
+    # The bottleneck's drop count: the program's (before the qdisc) and the bfifo's own.
+    from analysis.bottleneck import queue_drops_counted
+
+    for tag, dropped in (("before", 1), ("after", 3)):
+        (host / f"tc_{tag}.txt").write_text(
+            f"## {e.iface}\nqdisc bfifo 10: parent 1:10 limit 60000b\n"
+            f" Sent 1000 bytes 10 pkt (dropped {dropped}, overlimits 0 requeues 0)\n"
+        )
+    assert queue_drops_counted(host, e.iface) == 35 + (3 - 1)  # early OUT drops, bfifo tail
     # a router that ran GRED: no loader answer, GRED's listing
     gred = trial_record.rio_record(tmp_path / "none", net, {e.host: {"rio_implementation": "gred"}})
     assert gred[f"{e.host}:{e.iface}"]["implementation"] == "gred"
