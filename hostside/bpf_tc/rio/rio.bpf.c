@@ -238,10 +238,9 @@ static __always_inline int holds(__u32 j, __u32 level)
 }
 
 /* 1 when a slot has left the FIFO (started service: BACKLOG_QUEUED; finished: FLUID), else
- * 0, without a branch: `sent` is the bytes the link has sent, rounded up (ceil(work / BYTE_WORK)
- * counted back from the end), and a slot has left when the bytes from its start (or end) to
- * the FIFO's end are at least the bytes still to send. A branch here would make the verifier
- * walk every path of the search below (2^17). */
+ * 0, without a branch: `unsent` is the bytes still to send, ceil(work / BYTE_WORK), and a slot
+ * has left when the bytes from its start (or its end) to the FIFO's end are at least those.
+ * A branch here would make the verifier walk every path of the search below (2^17). */
 static __always_inline __u64 departed(const struct state *s, const struct slot *e, __u64 unsent)
 {
 	__u64 behind = (__u32)(s->accepted - e->start);
