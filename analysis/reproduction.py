@@ -20,7 +20,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "FILES",
     "Planned",
     "RecordPathError",
+    "check_paths",
     "summary_rows",
     "write_record",
 ]
@@ -56,7 +57,7 @@ class Planned:
 
     name: str
     repetition: int | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] | None = None  # the factors' levels; None: unknown
 
 
 def _read(path: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -103,7 +104,8 @@ def _planned(batch_dir: Path, planned: Iterable[Planned] | None) -> list[Planned
     """The planned trials (given, else batch.json's names), then any trial directory with a
     record the plan does not name (a `make trial` batch has no batch.json)."""
     if planned is None:
-        planned = [Planned(t["name"]) for t in _meta(batch_dir).get("trials", [])]
+        listed = _meta(batch_dir).get("trials") or []
+        planned = [Planned(t["name"]) for t in listed if isinstance(t, dict) and "name" in t]
     out = list(planned)
     known = {p.name for p in out}
     out += [Planned(t.name) for t in batch_trials(batch_dir) if t.name not in known]
@@ -142,31 +144,35 @@ def summary_rows(
     by_cell: dict[str, dict[str, Any]] = {}  # the factors' levels -> keys a record gave
     for p, t in trials:
         record, summary = t["record"] or {}, t["summary"] or {}
-        overrides = p.overrides or record.get("overrides") or {}
+        overrides = p.overrides if p.overrides is not None else record.get("overrides")
         row: dict[str, Any] = {"trial": p.name, "_factors": overrides}
         if keys:
             row.update(_keys(module, keys, record, summary))
-            cell = json.dumps(overrides, sort_keys=True)
-            if overrides and all(row[k] is not None for k in keys):
-                by_cell.setdefault(cell, {k: row[k] for k in keys})
+            if overrides is not None and all(row[k] is not None for k in keys):
+                by_cell.setdefault(_cell_of(overrides), {k: row[k] for k in keys})
         rep = record.get("repetition")
         row["repetition"] = rep if rep is not None else p.repetition
         row["status"] = t["status"]
         row.update({col: summary.get(key) for col, key in metrics.items()})
         row["note"] = t["note"]
         rows.append(row)
-    factors = list(dict.fromkeys(k for r in rows for k in r["_factors"]))
+    factors = list(dict.fromkeys(k for r in rows for k in r["_factors"] or {}))
     for row in rows:
         levels = row.pop("_factors")
-        if keys:  # a trial without any record: its keys as a repetition of its cell has them
-            got = by_cell.get(json.dumps(levels, sort_keys=True), {})
+        if keys and levels is not None:  # no record: its keys as another repetition's record
+            got = by_cell.get(_cell_of(levels), {})
             row.update({k: got.get(k) for k in keys if row[k] is None})
-        else:
-            row.update({f: levels.get(f) for f in factors})
+        elif not keys:
+            row.update({f: (levels or {}).get(f) for f in factors})
     head = ["trial", *(keys or factors), "repetition", "status"]
     columns = [*head, *metrics, "note"]
     rows.sort(key=lambda r: (*(_natural(r[c]) for c in head[1:]), r["trial"]))
     return columns, [{c: r.get(c) for c in columns} for r in rows]
+
+
+def _cell_of(overrides: dict[str, Any]) -> str:
+    """The factors' levels as one text: the repetitions of a cell of the matrix share it."""
+    return json.dumps(overrides, sort_keys=True)
 
 
 def _keys(module: Any, keys: list[str], record: dict, summary: dict) -> dict[str, Any]:
@@ -198,7 +204,12 @@ def summary_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def _check_target(record_dir: Path) -> None:
+def check_paths(batch_dir: Path, record_dir: Path) -> None:
+    """NotABatch when ``batch_dir`` is not a batch, RecordPathError when ``record_dir`` cannot
+    take its record (a file, inside the batch, or a directory of other files)."""
+    batch_trials(batch_dir)
+    if record_dir.resolve().is_relative_to(batch_dir.resolve()):
+        raise RecordPathError(f"{record_dir}: inside the batch {batch_dir}; a record reads it only")
     if record_dir.exists() and not record_dir.is_dir():
         raise RecordPathError(
             f"{record_dir}: not a directory (a file); RECORD= names the directory the record "
@@ -227,10 +238,7 @@ def write_record(
     ``code``: the git commit and dirty flag of the code writing it, both said in its README.
     Files an earlier record wrote there are replaced (report/ whole); others stay."""
     batch_dir, record_dir = Path(batch_dir), Path(record_dir)
-    batch_trials(batch_dir)  # NotABatch before anything is written
-    if record_dir.resolve().is_relative_to(batch_dir.resolve()):
-        raise RecordPathError(f"{record_dir}: inside the batch {batch_dir}; a record reads it only")
-    _check_target(record_dir)
+    check_paths(batch_dir, record_dir)
     record_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".record-", dir=record_dir.parent))
     try:
@@ -259,8 +267,12 @@ def _move_in(staging: Path, record_dir: Path) -> None:
 
 
 def _meta(batch_dir: Path) -> dict[str, Any]:
-    f = BatchDir(batch_dir).meta
-    return json.loads(f.read_text()) if f.exists() else {}
+    """batch.json (empty: none, or not the batch's plan; the report names that)."""
+    try:
+        meta = json.loads(BatchDir(batch_dir).meta.read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def readme(
