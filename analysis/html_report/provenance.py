@@ -345,6 +345,8 @@ def rack(recs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     code["names"] = code.names.str.split(", ")
     cc = cc_table(recs)
     cc["params"] = cc.params.map(json.loads)
+    for col in ("kernel", "source_sha256", "object_sha256"):  # "" only to sort by: none
+        cc[col] = [v or None for v in cc[col]]
     captures = capture_table(recs)
     lost = captures[captures.dropped_by_kernel.fillna(0) > 0]
     return {
