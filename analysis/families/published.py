@@ -26,6 +26,14 @@ class PublishedTable:
     keys: list[str]  # our key columns, the paper's congestion control names mapped to ours
     values: list[str]  # our table's column each printed value stands for
     rows: Any  # pd.DataFrame: keys + values, one row per printed cell group
+    applies: dict[str, Any]  # only beside trials whose column (analysis.load) has this value
+
+    def applies_to(self, trials: Any) -> Any:
+        """The trials (analysis.load rows) the table is about."""
+        keep = pd.Series(True, index=trials.index)
+        for column, value in self.applies.items():
+            keep &= trials.get(column, pd.Series(None, index=trials.index)) == value
+        return trials[keep]
 
 
 @dataclass(frozen=True)
@@ -33,8 +41,9 @@ class Ordering:
     figure: str
     metric: str
     where: dict[str, list[Any]]  # group key -> the levels the statement is about ({}: all)
-    more: list[str]  # the paper's names, each above every one in `than`
-    than: list[str]
+    by: str  # the column whose levels are ordered (cc: the paper's names of them)
+    more: list[Any]  # levels, each above every one in `than`
+    than: list[Any]
     says: str  # the paper's words
 
 
@@ -83,7 +92,9 @@ def _table(name: str, t: dict, cc: dict[str, list[str]], where: str) -> Publishe
             cells = dict(zip(values, row[at : at + len(values)], strict=True))
             records.append({**head, **({axis: level} if axis else {}), **cells})
     all_keys = [*keys, *([axis] if axis else [])]
-    return PublishedTable(str(t.get("title") or name), all_keys, values, pd.DataFrame(records))
+    title = " ".join(str(t.get("title") or name).split())
+    applies = dict(t.get("applies") or {})
+    return PublishedTable(title, all_keys, values, pd.DataFrame(records), applies)
 
 
 @cache
@@ -108,8 +119,9 @@ def published(family: str) -> Published | None:
                 figure=str(_need(o, "figure", str, at)),
                 metric=str(_need(o, "metric", str, at)),
                 where={str(k): list(v) for k, v in (o.get("where") or {}).items()},
-                more=[str(x) for x in _need(o, "more", list, at)],
-                than=[str(x) for x in _need(o, "than", list, at)],
+                by=str(o.get("by") or "cc"),
+                more=list(_need(o, "more", list, at)),
+                than=list(_need(o, "than", list, at)),
                 says=" ".join(str(o.get("says") or "").split()),
             )
         )

@@ -4,6 +4,8 @@ the paper's text states of its figures against the order of our means. Display o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from analysis.families.common import trimmed
@@ -58,48 +60,60 @@ def _flag(holds: object) -> str | None:
 
 
 def _order(means: pd.Series) -> str:
-    return " > ".join(f"{cc} {v:.1f}" for cc, v in means.sort_values(ascending=False).items())
+    return " > ".join(f"{k} {v:.3g}" for k, v in means.sort_values(ascending=False).items())
 
 
-def orderings(page: Page, family: str, ok: pd.DataFrame, groups: list[str]) -> None:
-    """Per statement of the paper and group of ours it is about: the paper's ordering, ours
-    (trimmed means, as the figures' bars), and whether ours has it."""
+def trimmed_mean(values: pd.Series) -> float:
+    """The mean of a group's runs as the collateral-damage figures' bars (trimmed at five)."""
+    return float(trimmed(values.astype(float)).mean())
+
+
+def orderings(
+    page: Page,
+    family: str,
+    ok: pd.DataFrame,
+    groups: list[str],
+    average: Callable[[pd.Series], float] = trimmed_mean,
+    averaged: str = "trimmed means",
+) -> None:
+    """Per statement of the paper and group of ours it is about (``groups``: the columns a
+    group is made of): the paper's ordering, ours (``average`` of each level's runs, the
+    figures' ``averaged``), and whether ours has it."""
     pub = published(family)
     if pub is None or not pub.orderings:
         return
     rows = []
     for o in pub.orderings:
-        if o.metric not in ok:
+        if o.metric not in ok or o.by not in ok:
             continue
         data = _our_cc(pub, ok[ok[o.metric].notna()])
         for k, levels in o.where.items():
-            data = data[data[k].isin(levels)]
-        for key, g in data.groupby([c for c in groups if c != "cc"], sort=True):
-            means = g.groupby("cc")[o.metric].apply(lambda s: trimmed(s.astype(float)).mean())
-            more = [pub.ours(n) for n in o.more]
-            than = [pub.ours(n) for n in o.than]
+            data = data[data[k].isin(levels)] if k in data else data.iloc[:0]
+        by = [c for c in groups if c != o.by and c in data]
+        named = pub.ours if o.by == "cc" else (lambda level: level)
+        more, than = [named(n) for n in o.more], [named(n) for n in o.than]
+        for key, g in data.groupby(by, sort=True, dropna=False) if by else [((), data)]:
+            means = g.groupby(o.by)[o.metric].apply(average)
             have = all(c in means for c in more + than)
-            holds = have and min(means[more]) > max(means[than])
             rows.append(
                 {
                     "figure": o.figure,
-                    **dict(zip([c for c in groups if c != "cc"], key, strict=True)),
-                    f"{PAPER}: more": ", ".join(o.more),
-                    f"{PAPER}: than": ", ".join(o.than),
-                    "ours (trimmed means)": _order(means),
-                    f"ours as the {PAPER}": holds if have else None,
+                    **dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
+                    f"{PAPER}: more": ", ".join(map(str, o.more)),
+                    f"{PAPER}: than": ", ".join(map(str, o.than)),
+                    f"ours ({averaged})": _order(means),
+                    f"ours as the {PAPER}": (min(means[more]) > max(means[than])) if have else None,
                 }
             )
     if not rows:
         return
     page.heading(f"Orderings the paper states ({pub.citation})")
     page.items([f"{o.figure}: “{o.says}”" for o in pub.orderings])
-    table = pd.DataFrame(rows)
     page.table(
-        table,
+        pd.DataFrame(rows),
         f"The paper's orderings (labelled '{PAPER}': its text, display only) beside the order "
-        "of our trimmed means per group; – where a congestion control has no trial",
+        f"of our {averaged} per group; – where a level has no trial",
         csv=f"orderings_vs_{PAPER}.csv",
-        digits={"rtt_ms": 0},
+        digits={"rtt_ms": 0, "rate_mbps": 0},
         row_class=lambda r: _flag(r[f"ours as the {PAPER}"]),
     )
