@@ -232,6 +232,39 @@ def test_a_startup_record_has_the_factors_and_the_table_metrics(tmp_path: Path) 
     for column, key in metrics.items():
         assert field_of(row[column]) == summary.get(key), column
     assert row["status"] == recorded["status"]
+    page = (record / REPORT / "index.html").read_text()
+    assert "is of its high-speed WAN" in page  # an LS-WAN batch: the paper's Fig. 3 not beside
+
+
+def test_a_startup_record_beside_the_papers_fig3(tmp_path: Path) -> None:
+    """A generated startup trial (two pairs behind iperf3's control connections), its record
+    saying it ran on the paper's high-speed WAN: summary.csv holds the figures since the first
+    data SYN as its summary does, and the report the paper's Fig. 3 beside its own."""
+    from analysis.trial import analyse_trial
+    from tests.analysis.trialgen import write_trial
+
+    batch = tmp_path / "startup"
+    trial = write_trial(
+        batch / "trials" / "t1", packets=2200, family="startup", flows=2, iperf3=True,
+        duration_ns=12 * 10**9, delay_ns=66_666_666, rate_bps=1_500_000,
+    )  # fmt: skip
+    recorded = json.loads((trial.dir / RECORD).read_text())
+    rate = next(iter(published("startup").tables["fig3"].applies.values()))
+    recorded["parameters"]["network"] = {"links": [{"name": "bottleneck", "rate": rate}]}
+    (trial.dir / RECORD).write_text(json.dumps(recorded))
+    summary = analyse_trial(trial.dir)
+    record = write_record(batch, tmp_path / "record")
+    (row,) = rows(record)
+    for column, key in FAMILIES["startup"].RECORD_METRICS.items():
+        assert field_of(row[column]) == summary.get(key), column
+    assert field_of(row["delivered_since_first_syn_1s"]) > 0
+    beside = pd.read_csv(record / REPORT / f"fig3_vs_{PAPER}.csv").set_index("elapsed")
+    fig3 = published("startup").tables["fig3"].rows.set_index("cutoff")
+    assert beside[f"{PAPER} effective throughput %"].to_dict() == fig3.utilization_pct.to_dict()
+    (ours,) = [c for c in beside if c.startswith("ours")]
+    for cut, value in beside[ours].items():
+        got = summary.get(f"utilization_since_first_syn_{cut}")
+        assert value == pytest.approx(got * 100) if got is not None else pd.isna(value), cut
 
 
 def test_make_trial_batch_given_to_the_command_line(tmp_path: Path, capsys) -> None:
@@ -314,3 +347,48 @@ def test_record_dir_file_list_names_what_it_writes(sample: Path, tmp_path: Path)
     assert (record / FILE_LIST).read_text().split() == [README, SUMMARY, PROVENANCE, REPORT]
     assert RECORD not in {p.name for p in record.rglob("*")}  # no trial's files copied
     assert TRIAL_SUMMARY not in {p.name for p in record.rglob("*")}
+
+
+def test_the_eft_orderings_beside_our_means(tmp_path: Path) -> None:
+    """Each ordering the EFT paper states, per group of ours it is about: our levels in the
+    order of their means over the runs, and whether that order is the paper's."""
+    from analysis.html_report import eft
+    from analysis.html_report.page import Page
+
+    runs = []
+    for rate, protocol, workload, send, values in (
+        (100.0, "tcp", "filetransf_long", 1460, [90.0, 92.0]),
+        (100.0, "udp", "filetransf_long", 1460, [95.0, 97.0]),  # not the paper's order
+        (10.0, "tcp", "filetransf_long", 1460, [9.0, 9.2]),
+        (10.0, "tcp", "filetransf_long", 1461, [7.5, 7.7]),
+        (100.0, "tcp", "eft_short", 100, [0.40, 0.42]),
+        (100.0, "tcp", "eft_long", 100, [0.20, 0.22]),
+    ):
+        metric = "throughput_median_mbps" if workload == "filetransf_long" else "response_mean_ms"
+        for rep, v in enumerate(values, 1):
+            runs.append(
+                {"trial": f"{rate}-{protocol}-{workload}-{send}-{rep}", "status": "complete",
+                 "analysed": True, "rate_mbps": rate, "protocol": protocol, "workload": workload,
+                 "send_bytes": send, "request_bytes": 1460000, "pairs": 1, metric: v}
+            )  # fmt: skip
+    ok = pd.DataFrame(runs)
+    for column in FAMILIES["eft"].RECORD_METRICS:  # what the family's tables read: unknown
+        ok[column] = ok.get(column, float("nan"))
+    page = Page("eft", tmp_path)
+    eft.sections(page, tmp_path, ok)
+    got = pd.read_csv(tmp_path / f"orderings_vs_{PAPER}.csv")
+    pub = published("eft")
+    assert list(got.figure) == [o.figure for o in pub.orderings if o.figure in set(got.figure)]
+    for _, row in got.iterrows():
+        o = next(o for o in pub.orderings if o.figure == row.figure)
+        mine = ok[ok[o.metric].notna()]
+        for k, levels in o.where.items():
+            mine = mine[mine[k].isin(levels)]
+        means = mine.groupby(o.by)[o.metric].mean()
+        have = all(level in means for level in [*o.more, *o.than])
+        expected = min(means[o.more]) > max(means[o.than]) if have else None
+        assert (None if pd.isna(row[f"ours as the {PAPER}"]) else row[f"ours as the {PAPER}"]) == (
+            expected
+        ), row.figure
+    holds = dict(zip(got.figure, got[f"ours as the {PAPER}"], strict=True))
+    assert sorted(map(str, holds.values())) == ["False", "True", "True", "nan"]  # Fig. 11: no UDP
