@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.batches import batch_trials, ended_attempts
+from analysis.batches import attempt_number, batch_trials, ended_attempts
 from analysis.families import FAMILIES
 from analysis.html_report import FAMILIES as PAGES
 from analysis.html_report import provenance, write_report
@@ -76,12 +76,15 @@ def _trial(batch_dir: Path, name: str) -> dict[str, Any]:
         if record is None:
             return {"status": "unreadable", "note": error, "record": None, "summary": None}
         status = str(record.get("status"))
-        summary = None
+        summary, note = None, "; ".join(record.get("errors") or []) or None
+        where = current.summary.relative_to(batch_dir)
         if status == "complete" and current.summary.exists():
-            summary = json.loads(current.summary.read_text())
-        note = "; ".join(record.get("errors") or []) or None
-        if status == "complete" and summary is None:
-            note = f"not analysed (no {current.summary.relative_to(batch_dir)})"
+            try:
+                summary = json.loads(current.summary.read_text())
+            except (OSError, ValueError) as exc:
+                note = f"{where}: unreadable ({exc})"
+        elif status == "complete":
+            note = f"not analysed (no {where})"
         return {"status": status, "note": note, "record": record, "summary": summary}
     ended = ended_attempts(batch_dir, name)
     if ended:
@@ -94,6 +97,11 @@ def _trial(batch_dir: Path, name: str) -> dict[str, Any]:
         if not label.exists():
             note += f" ({label.name} missing)"
         return {"status": GIVEN_UP, "note": note, "record": record, "summary": None}
+    kept = sorted(BatchDir(batch_dir).attempts(name).glob("*-*"), key=attempt_number)
+    if kept:  # only attempts the user stopped: the batch runs it again when resumed
+        record, _ = _read(kept[-1] / RECORD)
+        note = f"no current attempt: {len(kept)} interrupted; kept in attempts/{name}/"
+        return {"status": "interrupted", "note": note, "record": record, "summary": None}
     if current.path.exists():
         note = f"{current.path.relative_to(batch_dir)} has no {RECORD} (a run that never ended)"
         return {"status": "partial", "note": note, "record": None, "summary": None}
@@ -138,7 +146,7 @@ def summary_rows(
     module = FAMILIES.get(families[0]) if len(families) == 1 else None
     keys = list(getattr(module, "RECORD_KEYS", ()))
     metrics = dict(getattr(module, "RECORD_METRICS", {}))
-    if module is None:  # a family without a record's columns: its report's headline metrics
+    if not metrics:  # a family without a record's columns: its report's headline metrics
         metrics = {m: m for f in families for m in getattr(PAGES.get(f), "METRICS", {})}
     rows: list[dict[str, Any]] = []
     by_cell: dict[str, dict[str, Any]] = {}  # the factors' levels -> keys a record gave

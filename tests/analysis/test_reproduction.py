@@ -77,8 +77,10 @@ def summary_of(batch: Path, name: str) -> dict | None:
 
 @pytest.fixture
 def sample(tmp_path: Path) -> Path:
-    """report_sample with what a batch leaves besides complete trials: one trial failed (its
-    analysis gone), one given up (only a failed attempt kept), one planned and never run."""
+    """report_sample with what a batch leaves besides complete, analysed trials: one failed
+    (its analysis gone), one given up (only a failed attempt kept), one stopped by the user
+    (only an interrupted attempt kept), one complete without analysis, one planned and never
+    run."""
     batch = shutil.copytree(SAMPLE, tmp_path / "results" / "sample")
     layout = BatchDir(batch)
     failed = layout.trial("cc-reno_delay-25ms_flows-2_r1")
@@ -91,6 +93,11 @@ def sample(tmp_path: Path) -> Path:
     kept.parent.mkdir(parents=True)
     given_up.path.rename(kept)
     (kept / ATTEMPT_LABEL).write_text(json.dumps({"status": "failed", "trial": given_up.name}))
+    stopped = layout.trial("cc-reno_delay-50ms_flows-1_r1")
+    kept = layout.attempts(stopped.name) / "1-interrupted"
+    kept.parent.mkdir(parents=True)
+    stopped.path.rename(kept)
+    shutil.rmtree(layout.trial("cc-cubic_delay-50ms_flows-1_r1").analysis)
     meta = json.loads(layout.meta.read_text())
     meta["trials"].append({"name": "cc-reno_delay-25ms_flows-1_r2", "id": "x", "duration_s": 60})
     layout.meta.write_text(json.dumps(meta))
@@ -112,12 +119,13 @@ def test_summary_has_a_row_per_planned_trial_with_what_each_summary_holds(
     assert status.pop("cc-reno_delay-25ms_flows-2_r1") == "failed"
     assert status.pop("cc-cubic_delay-25ms_flows-2_r1") == "failed"  # given up
     assert status.pop("cc-reno_delay-25ms_flows-1_r2") == NOT_RUN
+    assert status.pop("cc-reno_delay-50ms_flows-1_r1") == "interrupted"
     assert set(status.values()) == {"complete"}
 
     measured = {c: k for c, k in COLLATERAL.items() if k}
     for r in got:
         summary = summary_of(sample, r["trial"])
-        if r["status"] == "complete":
+        if summary is not None:
             for column, key in measured.items():
                 assert field_of(r[column]) == summary[key], (r["trial"], column)
             assert int(r["repetition"]) == records_of(sample)[r["trial"]]["repetition"]
@@ -132,6 +140,8 @@ def test_summary_has_a_row_per_planned_trial_with_what_each_summary_holds(
         in by_name["cc-cubic_delay-25ms_flows-2_r1"]["note"]
     )
     assert by_name["cc-reno_delay-25ms_flows-2_r1"]["note"] == "host A unreachable"
+    assert by_name["cc-cubic_delay-50ms_flows-1_r1"]["note"].startswith("not analysed")
+    assert by_name["cc-reno_delay-50ms_flows-1_r1"]["flows"] == "1"  # its attempt's record
     never = by_name["cc-reno_delay-25ms_flows-1_r2"]
     sibling = by_name["cc-reno_delay-25ms_flows-1_r1"]
     assert [never[k] for k in ("cc", "rtt_ms", "flows")] == [
