@@ -168,6 +168,7 @@ def plan_table(
     trials: list[Trial],
     status: dict[str, str] | None = None,
     overhead: int = OVERHEAD_S,
+    racks: int = 1,
 ) -> Table:
     table = Table(title=f"{plan.source}: {len(trials)} of {len(plan.trials)} trial(s)")
     cols = ["#", "trial", "id", "varies", "duration", *(["status"] if status else [])]
@@ -179,8 +180,13 @@ def plan_table(
         table.add_row(*row, *([status[t.name]] if status else []))
     left = [t for t in trials if not status or status[t.name] != "complete"]
     total = sum(t.experiment.duration / 1e9 + overhead for t in left)
+    # Racks share one plan: each claims the next trial, so the wall time divides (at most
+    # one trial per rack at a time; the last round may leave racks idle).
+    rounds = -(-len(left) // racks) if left else 0
+    wall = total * rounds / len(left) if left else 0
+    where = "one rack" if racks == 1 else f"{racks} racks"
     table.caption = (
-        f"estimated {total / 60:.0f} min on one rack for {len(left)} trial(s) "
+        f"estimated {wall / 60:.0f} min on {where} for {len(left)} trial(s) "
         f"(traffic + ~{overhead} s each)"
     )
     return table
@@ -438,7 +444,7 @@ def run_batch(args: argparse.Namespace) -> int:
         if batch.out_of_retries(name, args.retries):
             status[name] = f"failed ({batch.failed_attempts(name)} attempts)"
     out = Console(width=None if sys.stdout.isatty() else 200)
-    out.print(plan_table(plan, trials, status, overhead_s(racks)))
+    out.print(plan_table(plan, trials, status, overhead_s(racks), len(racks)))
     out.print(f"batch: {batch.path}" + (" (resumed)" if resumed else ""))
     todo = [t for t in trials if not batch.done(t.name)]
     if problems := controller_problems(PROJECT_DIR):

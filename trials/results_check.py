@@ -15,9 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from analysis.batches import NotABatch, batch_trials
-from analysis.report import UNREADABLE, analyse_batch, print_batch
+from analysis.report import analyse_batch, print_batch
 from collect.fetch import sha256_file
 from core.layout import MANIFEST, BatchDir, TrialDir
+from core.trial_record import UNREADABLE
 from trials.nightly import pruned_files
 
 _LINE = re.compile(r"([0-9a-f]{64})  (.+)")

@@ -37,6 +37,7 @@ from analysis.regressions import NIGHTS, judge
 from analysis.results import load
 from analysis.trends import trends
 from core.layout import RECORD, BatchDir, catalog_dir
+from core.trial_record import UNREADABLE
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
@@ -149,6 +150,10 @@ def _write_report(
     for trial, error in failures.items():
         text = f"Trial {trial} ({status.get(trial)}): its analysis failed: {error}."
         (page.warn if status.get(trial) == "complete" else page.note)(text)
+    unreadable = trials[trials.status == UNREADABLE] if len(trials) else trials
+    for row in unreadable.itertuples():
+        page.warn(f"Trial {row.trial}: left out of every table and figure: {row.errors}.")
+    trials = trials.drop(unreadable.index)
     if not trials.empty:
         for family, rows in trials.groupby("family", dropna=False):
             module = FAMILIES.get(family)
@@ -174,6 +179,14 @@ def _write_report(
     index = page.write(subtitle)
     listed.write_text("\n".join([*page.files, index.name]) + "\n")
     return index
+
+
+def unreadable_records(batches: list[Path]) -> list[str]:
+    """Why each trial record of the batches that cannot be read is left out of the report."""
+    trials = load(batches)
+    if trials.empty:
+        return []
+    return list(trials[trials.status == UNREADABLE].errors)
 
 
 def over_nights(page: Page, batch_dir: Path, trials: pd.DataFrame, judged: dict) -> None:

@@ -18,7 +18,7 @@ from analysis.batches import batch_trials
 from analysis.dataset import queue_implementation
 from analysis.html_report.page import Page
 from core.layout import RECORD
-from core.trial_record import load_record
+from core.trial_record import RecordError, load_record
 
 __all__ = ["fingerprint", "named", "rack", "records", "sections"]
 
@@ -33,12 +33,16 @@ def _listed(batches: Path | list[Path]) -> list[Path]:
 
 
 def records(batches: Path | list[Path]) -> dict[str, dict[str, Any]]:
-    """trial name -> its trial.json, of one batch; of several: <batch>/<trial> -> it."""
+    """trial name -> its trial.json, of one batch; of several: <batch>/<trial> -> it. A
+    record that cannot be read is left out (the report's trial list names it)."""
     batches = _listed(batches)
     out = {}
     for batch_dir in batches:
         for t in batch_trials(batch_dir):
-            record = load_record(t / RECORD)
+            try:
+                record = load_record(t / RECORD)
+            except RecordError:
+                continue
             out[named(batch_dir, record.get("trial", t.name), len(batches) > 1)] = record
     return out
 
