@@ -29,7 +29,7 @@ from analysis.families import FAMILIES
 from analysis.html_report import FAMILIES as PAGES
 from analysis.html_report import provenance, write_report
 from core.layout import ATTEMPT_LABEL, RECORD, BatchDir
-from core.trial_record import RecordError, load_record
+from core.trial_record import UNREADABLE, RecordError, load_record
 
 __all__ = [
     "FILES",
@@ -74,7 +74,7 @@ def _trial(batch_dir: Path, name: str) -> dict[str, Any]:
     if current.record.exists():
         record, error = _read(current.record)
         if record is None:
-            return {"status": "unreadable", "note": error, "record": None, "summary": None}
+            return {"status": UNREADABLE, "note": error, "record": None, "summary": None}
         status = str(record.get("status"))
         summary, note = None, "; ".join(record.get("errors") or []) or None
         where = current.summary.relative_to(batch_dir)

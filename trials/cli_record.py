@@ -6,6 +6,8 @@ factors and repetition in summary.csv too."""
 from __future__ import annotations
 
 import argparse
+import csv
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -83,6 +85,17 @@ def run(args: argparse.Namespace, err: Console) -> int:
     except (NotABatch, RecordPathError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
-    lines = (out / SUMMARY).read_text().count("\n") - 1
-    err.print(f"record: {out}/ ({lines} planned trials in {SUMMARY})", highlight=False)
+    with (out / SUMMARY).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    counts = Counter(r["status"] for r in rows)
+    said = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    err.print(f"record: {out}/ ({len(rows)} planned trials in {SUMMARY}: {said})", highlight=False)
+    unanalysed = [r["trial"] for r in rows if (r["note"] or "").startswith("not analysed")]
+    if unanalysed:  # the record reads the batch only: analysing is the report's
+        named = ", ".join(unanalysed[:5]) + (" ..." if len(unanalysed) > 5 else "")
+        text = (
+            f"{len(unanalysed)} complete trial(s) have no analysis and no numbers in the record "
+            f"({named}): make report BATCH={args.batch} analyses them; then make record again"
+        )
+        err.print(f"[yellow]note:[/yellow] {escape(text)}", highlight=False)
     return 0

@@ -282,7 +282,8 @@ def test_make_trial_batch_given_to_the_command_line(tmp_path: Path, capsys) -> N
 
     batch = shutil.copytree(STARTUP, tmp_path / "startup")
     assert main(["record", str(batch), str(tmp_path / "rec")]) == 0
-    assert f"record: {tmp_path / 'rec'}/ (1 planned trials in {SUMMARY})" in capsys.readouterr().err
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"record: {tmp_path / 'rec'}/ (1 planned trials in {SUMMARY}: 1 complete)" in said
 
 
 def test_a_trial_never_run_gets_its_plans_factors_from_the_command_line(
