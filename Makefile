@@ -152,3 +152,10 @@ report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, fi
 	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS)) \
 	  $(if $(OUT),--out $(OUT)) $(if $(REANALYSE),--reanalyse) --nights $(NIGHTS) \
 	  $(if $(BASELINE),--baseline $(BASELINE))
+
+# A reproduction record to commit: BATCH=results/<batch> RECORD=docs/reproductions/<family>.
+RECORD ?=
+.PHONY: record
+record: setup  ## write $(RECORD)/ from $(BATCH): the report (standalone), summary.csv (a row per planned trial), provenance.json, a README with the command; reads the batch only
+	@test -n "$(BATCH)" -a -n "$(RECORD)" || { echo "usage: make record BATCH=results/<batch> RECORD=docs/reproductions/<family>"; exit 2; }
+	@$(TRIALBED) record $(call shell_word,$(BATCH)) $(call shell_word,$(RECORD))

@@ -10,6 +10,8 @@ preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]... [--results DIR]
                                               (reads only; one line per problem with its fix)
 report results/<batch>                        analyse again and print
 results list|query SQL|backfill               the results catalog (trials/cli_results.py)
+record results/<batch> docs/reproductions/<family>
+                                              a batch's reproduction record (make record)
 nightly install|remove|status|run EXPERIMENT  nightly batches (exit 3: ran, a change found)
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
 """
@@ -34,7 +36,7 @@ from analysis.report import analyse_batch, print_batch
 from analysis.workers import jobs_setting
 from core.layout import BatchDir, new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
-from trials import cli_results, nightly, rack_kind
+from trials import cli_record, cli_results, nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
 from trials.batch import Batch, batch_name_problem
 from trials.batch_watch import watch
@@ -300,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="analyse a results/<batch> directory again and print it")
     report.add_argument("batch", type=Path)
     cli_results.add_parser(sub)
+    cli_record.add_parser(sub)
     args = parser.parse_args(argv)
     try:  # the analysis at the end runs on this setting: refused before any host is touched
         jobs_setting()
@@ -315,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             return show(args.inventory, Console(width=width), as_json=args.json)
         if args.command == "results":
             return cli_results.run(args, console)
+        if args.command == "record":
+            return cli_record.run(args, console)
         if args.command == "report":
             return report_batch(args.batch, console)
         if args.command == "worker":

@@ -25,6 +25,27 @@ LATE_WINDOW_S = 5
 SINCE_SYN, SINCE_T0 = "since_first_syn", "since_t0"  # the two origins' key suffixes
 
 
+# A reproduction record's summary.csv (analysis/reproduction.py): no keys of the family's own
+# (the experiment's factors are the table's groups), and the table's figures as the trial
+# summary holds them (bytes, fractions of capacity, seconds after T0).
+RECORD_KEYS: tuple[str, ...] = ()
+RECORD_METRICS = {
+    k: k
+    for k in (
+        "first_data_syn_s",
+        *(f"delivered_{SINCE_SYN}_{c}" for c in CUTOFFS),
+        *(f"utilization_{SINCE_SYN}_{c}" for c in CUTOFFS),
+        "late_start_s",
+        "late_first_syn_s",
+        "late_first5s_bytes",
+        "late_fair_share_bytes",
+        "late_share_of_fair",
+        "timeouts",
+        "fast_retransmits",
+    )
+}
+
+
 def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     bulk = {
         n: s for n, s in summary["generators"].items() if record["traffic"][n]["type"] == "bulk_tcp"

@@ -1,7 +1,8 @@
 """The startup family (seed 001, ../shared/EXPERIMENTS.md §2) in the HTML report: the
 effective-throughput table (the paper's Fig. 3 table) and the late-joiner table, the same
 numbers as the terminal report (analysis/families/startup.py), and the delivered share of
-the bottleneck against elapsed time as a figure."""
+the bottleneck against elapsed time as a figure; the paper's Fig. 3 table beside ours where the
+batch ran its network."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.families import startup as family
+from analysis.families.published import published
 from analysis.html_report.page import Page, plt
+from analysis.html_report.paper import PAPER
 
 TITLE = "TCP startup dynamics (Aron, Druschel 1998)"
 METRICS = {
@@ -70,6 +73,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     )
     if len(ok) == ok.groupby(groups(ok), dropna=False).ngroups:
         page.note("One repetition per group: the table shows single runs, not means.")
+    beside_paper(page, ok)
     late = family.late_joiner_table(ok)
     if late.empty:
         page.text("No late joiner in this batch (every sender starts at T0).")
@@ -100,4 +104,43 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "Effective throughput: data delivered by the first data SYN + t over all flows, as a "
         "share of the bottleneck's capacity (means per group); missing points: trials "
         "shorter than t.",
+    )
+
+
+def beside_paper(page: Page, ok: pd.DataFrame) -> None:
+    """The paper's Fig. 3 table (analysis/families/startup_paper.yml) beside our effective
+    throughput, per group, of the trials on the paper's network; display only."""
+    pub = published("startup")
+    table = pub.tables.get("fig3") if pub else None
+    if table is None:
+        return
+    mine = table.applies_to(ok)
+    if mine.empty:
+        where = ", ".join(f"{k.removeprefix('param:')} {v}" for k, v in table.applies.items())
+        page.note(
+            f"The paper's {table.title.split(':')[0]} is of its high-speed WAN ({where}); no "
+            "trial of this batch ran there, so it is not shown beside ours."
+        )
+        return
+    through = family.throughput_table(mine)
+    keys = [c for c in through if c not in ("runs", family.FIRST_SYN_COLUMN)]
+    keys = [c for c in keys if not c.endswith((" KB", " %"))]
+    rows = []
+    for _, p in table.rows.iterrows():
+        row = {
+            "elapsed": p.cutoff,
+            f"{PAPER} effective throughput %": p.utilization_pct,
+            f"{PAPER} data per sender": p.data_per_sender,
+        }
+        for _, g in through.iterrows():
+            label = ", ".join(f"{k}={g[k]}" for k in keys) or "all"
+            row[f"ours % ({label})"] = g.get(f"{p.cutoff} %")
+        rows.append(row)
+    page.table(
+        pd.DataFrame(rows),
+        f"{table.title}, from the paper ({pub.citation}), beside ours: the columns labelled "
+        f"'{PAPER}' are its published values (display only); ours: % of the bottleneck's "
+        "capacity delivered by the first data SYN + the elapsed time, mean per group",
+        csv=f"fig3_vs_{PAPER}.csv",
+        digits={c: 2 if c.startswith(PAPER) else 0 for c in rows[0]},
     )
