@@ -2,9 +2,10 @@
 startup dynamics (sender side of the bottleneck), all from captures; cwnd from the sender's
 tcp_probe (or SIFTR) recording.
 
-Its flows are iperf3's data connections, never its control connection: the ports its report
-names (the record's ``client_json``), else, from the packets, every connection to the server's
-port but the first (iperf3 opens its control connection before any data connection). They are
+Its flows are its sender's data connections, never iperf3's control connection: the ports its
+sender's report names (the record's ``client_json``: iperf3's, or the socket sender's,
+hostside/traffic/bulk_socket.py), else, from the packets, every connection to the server's port
+(iperf3: but the first, its control connection, opened before any data connection). They are
 read from each capture's flow kernels (analysis.captures.Seen.flows), which the trial's other
 bulk_tcp generators share: one data pass and one ACK pass per capture.
 
@@ -43,13 +44,21 @@ TCP_PROBE = "tcp_probe.txt"  # hostside/recorders/tcp_probe.py's output in the s
 SIFTR_LOG = "siftr.log"  # a FreeBSD sender's SIFTR log (net.inet.siftr.logfile) in its dir
 
 
-def data_ports(client_json: Path) -> set[int] | None:
-    """Local ports of iperf3's data connections (its control connection carries no bulk data);
-    None when iperf3 left no report (it writes it at its end: a killed one leaves none)."""
+def tool_of(gen: dict[str, Any]) -> str:
+    """The program that sent its data: iperf3 or socket (trials before the choice: iperf3)."""
+    return gen.get("tool") or gen["spec"].get("tool") or "iperf3"
+
+
+def data_ports(client_json: Path, tool: str = "iperf3") -> set[int] | None:
+    """Local ports of the sender's data connections as its report names them (iperf3's control
+    connection carries no bulk data); None when it left no report (both write it at their end:
+    a killed one leaves none)."""
     try:
         report = json.loads(client_json.read_text())
     except ValueError:
         return None
+    if tool == "socket":
+        return {f["local_port"] for f in report.get("flows", []) if f.get("local_port")}
     return {c["local_port"] for c in report.get("start", {}).get("connected", [])}
 
 
@@ -67,8 +76,8 @@ class Analysis:
         self.trial_dir, self.record, self.name, self.gen = trial_dir, record, name, gen
         hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
         self.before, self.after = caps.before(hops, hop), caps.after(hops, hop)
-        client = trial_dir / gen["client_json"]
-        self.ports = data_ports(client) if client.exists() else None
+        client, self.tool = trial_dir / gen["client_json"], tool_of(gen)
+        self.ports = data_ports(client, self.tool) if client.exists() else None
         self.t0 = record["times"]["t0_ns"]
         self.start = self.t0 + gen["start_ns"]
         # The first bulk_tcp sender's launch: no data SYN of the trial comes before it.
@@ -86,7 +95,7 @@ class Analysis:
             "type": "bulk_tcp",
             "capture_before": self.before,
             "capture_after": self.after,
-            "data_connections_from": "iperf3 report" if self.ports else "packets",
+            "data_connections_from": f"{self.tool} report" if self.ports else "packets",
         }
         self.after_side = self.before_side = None  # take()'s figures of either capture
         self.table: pd.DataFrame | None = None  # its flows' (finish)
@@ -101,14 +110,16 @@ class Analysis:
         return out
 
     def _mine(self, seen: Seen) -> np.ndarray:
-        """Its directions: TCP between its two hosts, on iperf3's data ports; without them,
-        every connection to its server port but the first, iperf3's control connection."""
+        """Its directions: TCP between its two hosts, on its sender's data ports; without them,
+        every connection to its server port (iperf3: but the first, its control connection)."""
         pair = {ip_to_int(self.gen["src"]), ip_to_int(self.gen["dst"])}
         tcp = seen.mask(proto=6, src=pair, dst=pair)
         if self.ports:
             return tcp & (seen.mask(sport=self.ports) | seen.mask(dport=self.ports))
         port = self.gen["port"]
         mine = tcp & (seen.mask(sport=port) | seen.mask(dport=port))
+        if self.tool == "socket":  # no control connection
+            return mine
         opened = np.flatnonzero(tcp & seen.mask(src=ip_to_int(self.gen["src"]), dport=port))
         if len(opened):
             control = opened[np.argmin(seen.directions["first"][opened])]
