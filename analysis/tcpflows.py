@@ -1,7 +1,7 @@
 """The TCP flow kernels every TCP metric reads (goodput and retransmissions in
 analysis/metrics.py, startup dynamics in analysis/startup.py, a trial's bulk_tcp analysis):
 two compiled passes (numba) over a capture's packets in time order, whether the packets come
-from a scan (analysis/scan.py) or from a frame's columns.
+from a scan (analysis/scan.py) or from a frame's columns, and a third on request.
 
 Definitions: a flow is a TCP direction that carried payload, numbered by its first payload
 packet in file order; packets are taken in time order (stable); sequence and ACK numbers are
@@ -15,6 +15,11 @@ unwrapped by summing signed 32-bit steps, the flow's first data-or-FIN packet an
 - The ACK pass (packets with the ACK flag of a flow's reverse direction): the highest ACK so
   far at given times (``acked_at``: ACKs at the time count), the time of the last ACK that
   advanced, and the duplicate ACKs (pure ACKs repeating the highest ACK so far).
+
+- The in-sequence pass (payload packets of chosen flows): where each packet moved its flow's
+  in-sequence point, the end of the payload contiguous from ``base`` that has passed the
+  capture (what a receiver there would have in order; a retransmission or an out-of-order
+  segment counts once, when it closes the gap).
 
 Bytes acknowledged in order by time t are that highest ACK clipped to [base, fin] (SYN and FIN
 take a sequence number each), or ``base`` when no ACK came by t.
@@ -42,6 +47,7 @@ __all__ = [
     "data_pass",
     "flow_order",
     "goodput",
+    "in_sequence",
 ]
 
 _ACK, _FIN, _SYN = 0x10, 0x01, 0x02
@@ -439,3 +445,101 @@ def goodput(queries: Queries, data: DataPass, name: str) -> tuple[np.ndarray, np
         hi = np.where(advanced, a.last_adv[flows], lo)
         a_hi = np.where(advanced, np.maximum(a.run[flows], data.base[flows]), a_lo)
     return np.maximum(a_hi - a_lo, 0), np.maximum(hi - lo, 0)
+
+
+def in_sequence(p: TcpPackets, data: DataPass, directions: np.ndarray) -> dict[str, np.ndarray]:
+    """The in-sequence pass over the flows among ``directions`` (a bool per direction): every
+    payload packet that moved its flow's in-sequence point (see the module docstring), in time
+    order: its ``direction``, ``ts`` and ``bytes`` (how far it moved the point). A flow's sum
+    of ``bytes`` is its payload contiguous from base by the capture's end."""
+    chosen = np.asarray(directions, np.bool_) & (p.first_data >= 0)
+    n = int(data.packets[chosen].sum())
+    d, ts, u, end = (alloc(n, np.int64, huge=False) for _ in range(4))
+    n = _payload(p.order, p.ids, p.first_data, p.ts, p.flags, p.seq, p.plen, chosen, d, ts, u, end)
+    d, ts, u, end = (fit(a, n) for a in (d, ts, u, end))
+    by_flow = np.argsort(d, kind="stable")  # each flow's packets together, in time order
+    starts = np.flatnonzero(np.r_[True, d[by_flow][1:] != d[by_flow][:-1]]) if n else by_flow
+    moved = np.empty(n, np.int64)
+    moved[by_flow] = _moves(d[by_flow], u[by_flow], end[by_flow], np.r_[starts, n], data.base)
+    keep = moved > 0
+    return {"direction": d[keep], "ts": ts[keep], "bytes": moved[keep]}
+
+
+@njit(cache=True, nogil=True)
+def _payload(order, ids, first_data, ts, flags, seq, plen, chosen, d_out, ts_out, u_out, e_out):
+    """The chosen flows' payload packets in time order: direction, time and unwrapped start and
+    end, unwrapped as the data pass does (every data-or-FIN packet of the flow a step)."""
+    m = len(first_data)
+    started = np.zeros(m, np.bool_)
+    prev_raw = np.zeros(m, np.int64)
+    cur = np.zeros(m, np.int64)
+    n = 0
+    for k in range(len(ids)):
+        i = row(order, k)
+        d = ids[i]
+        if d < 0 or first_data[d] < 0:
+            continue
+        p = np.int64(plen[i])
+        if p <= 0 and (flags[i] & _FIN) == 0:
+            continue
+        raw = np.int64(seq[i])
+        u = cur[d] + _s32(raw - prev_raw[d]) if started[d] else raw
+        started[d] = True
+        prev_raw[d], cur[d] = raw, u
+        if p > 0 and chosen[d]:
+            d_out[n], ts_out[n], u_out[n], e_out[n] = d, ts[i], u, u + p
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _moves(d, u, end, bounds, base):
+    """Per packet (grouped by flow, time order within): how far it moved its flow's in-sequence
+    point, from the flow's base. Segments beyond a gap wait in a heap keyed by their start."""
+    longest = 0
+    for g in range(len(bounds) - 1):
+        longest = max(longest, bounds[g + 1] - bounds[g])
+    hs, he = np.empty(longest, np.int64), np.empty(longest, np.int64)
+    out = np.zeros(len(d), np.int64)
+    for g in range(len(bounds) - 1):
+        a, b = bounds[g], bounds[g + 1]
+        point, h = base[d[a]], 0
+        for k in range(a, b):
+            before = point
+            if u[k] > point:  # beyond a gap: waits until the gap closes
+                _heap_push(hs, he, h, u[k], end[k])
+                h += 1
+                continue
+            point = max(point, end[k])
+            while h > 0 and hs[0] <= point:
+                point = max(point, he[0])
+                h = _heap_pop(hs, he, h)
+            out[k] = point - before
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _heap_push(hs, he, h, s, e):
+    i = h
+    while i > 0 and hs[(i - 1) // 2] > s:
+        hs[i], he[i] = hs[(i - 1) // 2], he[(i - 1) // 2]
+        i = (i - 1) // 2
+    hs[i], he[i] = s, e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _heap_pop(hs, he, h):
+    """Remove the smallest start; returns the new size."""
+    h -= 1
+    s, e = hs[h], he[h]
+    i = 0
+    while 2 * i + 1 < h:
+        c = 2 * i + 1
+        if c + 1 < h and hs[c + 1] < hs[c]:
+            c += 1
+        if hs[c] >= s:
+            break
+        hs[i], he[i] = hs[c], he[c]
+        i = c
+    hs[i], he[i] = s, e
+    return h
