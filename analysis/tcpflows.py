@@ -447,35 +447,47 @@ def goodput(queries: Queries, data: DataPass, name: str) -> tuple[np.ndarray, np
     return np.maximum(a_hi - a_lo, 0), np.maximum(hi - lo, 0)
 
 
-def in_sequence(p: TcpPackets, data: DataPass, directions: np.ndarray) -> dict[str, np.ndarray]:
-    """The in-sequence pass over the flows among ``directions`` (a bool per direction): every
-    payload packet that moved its flow's in-sequence point (see the module docstring), in time
-    order: its ``direction``, ``ts`` and ``bytes`` (how far it moved the point). A flow's sum
-    of ``bytes`` is its payload contiguous from base by the capture's end."""
+def in_sequence(
+    p: TcpPackets, data: DataPass, directions: np.ndarray, until_ns: int = NEVER
+) -> dict[str, np.ndarray]:
+    """The in-sequence pass over the flows among ``directions`` (a bool per direction), up to
+    ``until_ns`` (the pass stops there): every payload packet that moved its flow's
+    in-sequence point (see the module docstring), in time order: its ``direction``, ``ts`` and
+    ``bytes`` (how far it moved the point). Over the whole capture a flow's sum of ``bytes``
+    is its payload contiguous from base."""
     chosen = np.asarray(directions, np.bool_) & (p.first_data >= 0)
-    n = int(data.packets[chosen].sum())
-    d, ts, u, end = (alloc(n, np.int64, huge=False) for _ in range(4))
-    n = _payload(p.order, p.ids, p.first_data, p.ts, p.flags, p.seq, p.plen, chosen, d, ts, u, end)
-    d, ts, u, end = (fit(a, n) for a in (d, ts, u, end))
-    by_flow = np.argsort(d, kind="stable")  # each flow's packets together, in time order
-    starts = np.flatnonzero(np.r_[True, d[by_flow][1:] != d[by_flow][:-1]]) if n else by_flow
-    moved = np.empty(n, np.int64)
-    moved[by_flow] = _moves(d[by_flow], u[by_flow], end[by_flow], np.r_[starts, n], data.base)
-    keep = moved > 0
-    return {"direction": d[keep], "ts": ts[keep], "bytes": moved[keep]}
+    room = np.where(chosen, data.packets, 0)  # a flow's heap: at most its payload packets
+    at = np.concatenate([[0], np.cumsum(room)[:-1]]).astype(np.int64)
+    n = int(room.sum())
+    # Only segments beyond a gap enter a heap: its pages stay untouched, and so unallocated.
+    hs, he = alloc(n, np.int64, huge=False), alloc(n, np.int64, huge=False)
+    out = [alloc(n, np.int64, huge=False) for _ in range(3)]
+    k = _in_sequence(
+        p.order, p.ids, p.first_data, p.ts, p.flags, p.seq, p.plen, chosen, data.base, at,
+        np.int64(until_ns), hs, he, *out,
+    )  # fmt: skip
+    return dict(zip(("direction", "ts", "bytes"), (fit(a, k) for a in out), strict=True))
 
 
 @njit(cache=True, nogil=True)
-def _payload(order, ids, first_data, ts, flags, seq, plen, chosen, d_out, ts_out, u_out, e_out):
-    """The chosen flows' payload packets in time order: direction, time and unwrapped start and
-    end, unwrapped as the data pass does (every data-or-FIN packet of the flow a step)."""
+def _in_sequence(
+    order, ids, first_data, ts, flags, seq, plen, chosen, base, at, until, hs, he, d_out,
+    ts_out, b_out,
+):  # fmt: skip
+    """One pass in time order. Sequence numbers are unwrapped as the data pass does (each
+    data-or-FIN packet of the flow a step); each flow's segments beyond a gap wait in its heap
+    (hs/he from at[d]), keyed by their start, until the gap closes."""
     m = len(first_data)
     started = np.zeros(m, np.bool_)
     prev_raw = np.zeros(m, np.int64)
     cur = np.zeros(m, np.int64)
+    point = base.copy()
+    size = np.zeros(m, np.int64)
     n = 0
     for k in range(len(ids)):
         i = row(order, k)
+        if ts[i] > until:
+            break
         d = ids[i]
         if d < 0 or first_data[d] < 0:
             continue
@@ -486,36 +498,22 @@ def _payload(order, ids, first_data, ts, flags, seq, plen, chosen, d_out, ts_out
         u = cur[d] + _s32(raw - prev_raw[d]) if started[d] else raw
         started[d] = True
         prev_raw[d], cur[d] = raw, u
-        if p > 0 and chosen[d]:
-            d_out[n], ts_out[n], u_out[n], e_out[n] = d, ts[i], u, u + p
+        if p <= 0 or not chosen[d]:
+            continue
+        o, before = at[d], point[d]
+        if u > before:  # beyond a gap: waits until the gap closes
+            _heap_push(hs[o:], he[o:], size[d], u, u + p)
+            size[d] += 1
+            continue
+        reach = max(before, u + p)
+        while size[d] > 0 and hs[o] <= reach:
+            reach = max(reach, he[o])
+            size[d] = _heap_pop(hs[o:], he[o:], size[d])
+        if reach > before:
+            point[d] = reach
+            d_out[n], ts_out[n], b_out[n] = d, ts[i], reach - before
             n += 1
     return n
-
-
-@njit(cache=True, nogil=True)
-def _moves(d, u, end, bounds, base):
-    """Per packet (grouped by flow, time order within): how far it moved its flow's in-sequence
-    point, from the flow's base. Segments beyond a gap wait in a heap keyed by their start."""
-    longest = 0
-    for g in range(len(bounds) - 1):
-        longest = max(longest, bounds[g + 1] - bounds[g])
-    hs, he = np.empty(longest, np.int64), np.empty(longest, np.int64)
-    out = np.zeros(len(d), np.int64)
-    for g in range(len(bounds) - 1):
-        a, b = bounds[g], bounds[g + 1]
-        point, h = base[d[a]], 0
-        for k in range(a, b):
-            before = point
-            if u[k] > point:  # beyond a gap: waits until the gap closes
-                _heap_push(hs, he, h, u[k], end[k])
-                h += 1
-                continue
-            point = max(point, end[k])
-            while h > 0 and hs[0] <= point:
-                point = max(point, he[0])
-                h = _heap_pop(hs, he, h)
-            out[k] = point - before
-    return out
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -105,6 +105,11 @@ def test_moves_are_the_byte_set_models(tmp_path: Path) -> None:
         got = dict(zip(moved["ts"][mine].tolist(), moved["bytes"][mine].tolist(), strict=True))
         expected = {int(cols["ts_ns"][r]): w for r, w in zip(rows, want, strict=True) if w}
         assert got == expected, f
+    # Up to a time: the moves by then, the pass stopping there.
+    until = int(np.median(moved["ts"]))
+    early = in_sequence(p, data, np.ones(p.directions, bool), until)
+    for k in ("direction", "ts", "bytes"):
+        assert early[k].tolist() == moved[k][moved["ts"] <= until].tolist()
     # Only the chosen flows, and only their moves.
     chosen = np.zeros(p.directions, bool)
     chosen[p.ids[np.flatnonzero(cols["flow"] == 1)[0]]] = True
