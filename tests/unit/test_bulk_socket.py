@@ -18,7 +18,9 @@ import pytest
 
 from core.hostside import BULK_SOCKET, SOURCE
 from tests.unit.render_trial import topology_rack, trial_commands
-from trials.generators.bulk_tcp import PACING_CAP_BPS
+from trials.generators.base import TrialContext
+from trials.generators.bulk_tcp import PACING_CAP_BPS, BulkTcp
+from trials.network import resolve_network
 from trials.plan import load_plan
 from trials.spec import SpecError
 
@@ -185,3 +187,29 @@ def test_a_refused_connection_is_reported_and_fails_the_sender(tmp_path: Path) -
     assert report["error"] == "1 of 1 flows failed"
     assert report["flows"][0]["status"] == "error"
     assert report["flows"][0]["error"] == "Connection refused"
+
+
+def test_its_reports_are_read_back_for_problems(tmp_path: Path) -> None:
+    """What the runner says of a socket sender's trial from its reports: a failed flow with
+    its reason, a receiver that left no report; the record names both reports and the tool."""
+    trial = load_plan(PROJECT / "experiments" / "startup_lswan.yml").trials[0]
+    exp, rack = trial.experiment, topology_rack(trial.experiment.topology)
+    net = resolve_network(exp, rack, str(PROJECT / "experiments" / "startup_lswan.yml"))
+    gen = BulkTcp(exp.traffic[0], "pair1", 0, TrialContext(rack, net, None, exp.duration))
+    record = gen.record()
+    assert (record["tool"], record["client_json"], record["server_json"]) == (
+        "socket", "S1/pair1_client.json", "D1/pair1_server.json",
+    )  # fmt: skip
+    sent, got, _ = transfer(tmp_path, "--flows", "1", "--bytes", "1000")
+    for path, report in ((record["client_json"], sent), (record["server_json"], got)):
+        (tmp_path / path).parent.mkdir()
+        (tmp_path / path).write_text(json.dumps(report))
+    assert gen.problems(tmp_path) == []
+    sent["flows"][0] |= {"status": "error", "error": "Connection refused"}
+    sent["error"] = "1 of 1 flows failed"
+    (tmp_path / record["client_json"]).write_text(json.dumps(sent))
+    (tmp_path / record["server_json"]).unlink()
+    assert gen.problems(tmp_path) == [
+        "pair1: bulk_socket client on S1: 1 of 1 flows failed (Connection refused)",
+        "pair1: bulk_socket server on D1 left no report",
+    ]
