@@ -3,7 +3,7 @@
 only, no project imports): the bulk_tcp generator's `tool: socket` starts it from the host's
 shipped hostside/ folder, in the trial's directory, through trialbed-daemon. Unlike iperf3
 there is no control connection and no set-up exchange: each flow's first data segment leaves
-with the handshake's last ACK, one round trip after its SYN.
+right after the handshake's last ACK, one round trip after its SYN.
 
   bulk_socket.py receiver --bind ADDR --port PORT --out REPORT.json
       accepts TCP connections and reads each to its end (EOF), discarding the bytes, then
@@ -228,7 +228,9 @@ def connected(flow):
     if err:
         raise OSError(err, os.strerror(err))
     flow.connected_ns = time.time_ns()
-    flow.cc = flow.sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).rstrip(b"\0").decode()
+    if TCP_CONGESTION is not None:  # the congestion control the kernel took
+        name = flow.sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
+        flow.cc = name.rstrip(b"\0").decode()
     flow.mss = flow.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
 
 

@@ -13,7 +13,7 @@ control connection stays open through the transfer (TEST_START and TEST_RUNNING 
 after the data SYN, when the data begins; the results exchanged after its FIN), as iperf3's
 client does (the data connection's 37-byte cookie is left out). With ``socket``, each flow's
 sender writes from connect, as hostside/traffic/bulk_socket.py does: no control connection, its
-first data segment one round trip after its SYN, with the handshake's last ACK. A UDP
+first data segment one round trip after its SYN, right after the handshake's last ACK. A UDP
 constant-bit-rate stream shares the bottleneck. One-way delay = propagation + a queue that
 wanders. By default each flow and the UDP stream has a queue of its own (each one FIFO:
 departures in its arrival order, but flows overtake one another, which tests of reordered

@@ -209,7 +209,7 @@ def test_the_table_counts_from_the_first_data_syn(lswan, satellite):
 
 
 def test_the_satellite_tables_first_cut_off_holds_the_first_flights(satellite):
-    """580 ms: the socket senders' first segments leave with the handshake's last ACK, one
+    """580 ms: the socket senders' first segments leave right after the handshake's last ACK, one
     round trip after the SYN, and pass the bottleneck about 0.87 s after it: the table's 1 s
     column holds them (issue 51's done-when). Their ACKs reach the senders' side only after
     1 s, so the acknowledged count from the same origin is still empty."""

@@ -47,7 +47,7 @@ class BulkTcpSpec(GeneratorSpec):
         description="iperf3: a control connection and a set-up exchange first, its data one "
         "round trip after the data connection's handshake; socket: hostside/traffic/"
         "bulk_socket.py, which connects and writes at once, as an FTP or HTTP transfer does "
-        "(data with the handshake's last ACK)",
+        "(data right after the handshake's last ACK)",
     )
 
     @model_validator(mode="after")
