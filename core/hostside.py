@@ -58,6 +58,7 @@ RECORDERS = {
 }
 EDGE_MARKER = "markers/edge_marker.py"  # imports markers.py beside it
 WEB_FLOWS = "traffic/web_flows.py"
+BULK_SOCKET = "traffic/bulk_socket.py"  # bulk_tcp's `tool: socket`: sends from connect
 PROBES = {"host_facts": "probes/host_facts.py", "status": "probes/status_probe.py"}
 
 

@@ -1,6 +1,6 @@
 """The startup family (seed 001, ../shared/EXPERIMENTS.md §2) in the HTML report: the
 effective-throughput table (the paper's Fig. 3 table) and the late-joiner table, the same
-numbers as the terminal report (analysis/families/startup.py), and the delivered share of
+numbers as the terminal report (analysis/families/startup.py), and the transferred share of
 the bottleneck against elapsed time as a figure; the paper's Fig. 3 table beside ours where the
 batch ran its network."""
 
@@ -16,10 +16,11 @@ from analysis.html_report.page import Page, plt
 from analysis.html_report.paper import PAPER
 
 TITLE = "TCP startup dynamics (Aron, Druschel 1998)"
+TABLE = (family.TRANSFERRED, family.SINCE_SYN)  # the table's measure and origin
 METRICS = {
     **{
-        f"utilization_{family.SINCE_SYN}_{c}": f"fraction of capacity delivered by the first "
-        f"data SYN + {c}"
+        family.share_key(*TABLE, c): "fraction of capacity transferred (past the bottleneck in "
+        f"sequence) by the first data SYN + {c}"
         for c in family.CUTOFFS
     },
     "late_share_of_fair": "late joiner: share of its fair share in the first 5 s after its "
@@ -29,7 +30,7 @@ METRICS = {
 }
 
 DIGITS = {
-    **{f"utilization_{family.SINCE_SYN}_{c}": 2 for c in family.CUTOFFS},
+    **{family.share_key(*TABLE, c): 2 for c in family.CUTOFFS},
     "late_share_of_fair": 2,
 }
 
@@ -54,14 +55,16 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         page.warn(f"SCALED from the paper's setup: {scaled}")
     page.text(
         "Means over the complete repetitions of each group (the factors the experiment "
-        "varies); no trimming. KB: 1000 bytes of TCP payload delivered over all flows since "
-        "the trial's first data SYN (the start of the transfers; iperf3 opens its control "
+        "varies); no trimming. KB: 1000 bytes of TCP payload over all flows that passed the "
+        "capture after the bottleneck in sequence (new bytes, contiguous from each flow's "
+        "first: the paper's useful data, as it reached the receivers; not yet acknowledged) "
+        "since the trial's first data SYN (the start of the transfers; iperf3 opens its control "
         "connection three round trips before it, from T0); %: of what the bottleneck could "
         "carry in that time."
     )
-    legacy = family.legacy_note(ok)
-    if legacy:
-        page.warn(legacy)
+    for note in (family.legacy_note(ok), family.skipped_note(ok)):
+        if note:
+            page.warn(note)
     through = family.throughput_table(ok)
     page.table(
         through,
@@ -92,7 +95,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         label = ", ".join(f"{k}={row[k]}" for k in keys)
         ax.plot(seconds, y, "o-", label=label)
     ax.set_xlabel("elapsed time since the first data SYN (s)")
-    ax.set_ylabel("data delivered (% of bottleneck capacity)")
+    ax.set_ylabel("data transferred (% of bottleneck capacity)")
     ax.set_xscale("log")
     ax.set_xticks(seconds, [f"{s:g}" for s in seconds])
     ax.set_ylim(0, 105)
@@ -101,7 +104,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     page.figure(
         fig,
         "startup_utilization.png",
-        "Effective throughput: data delivered by the first data SYN + t over all flows, as a "
+        "Effective throughput: data transferred by the first data SYN + t over all flows, as a "
         "share of the bottleneck's capacity (means per group); missing points: trials "
         "shorter than t.",
     )

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analysis.families import FAMILIES
+from analysis.families import startup as startup_family
 from analysis.families.published import published
 from analysis.html_report.paper import PAPER
 from analysis.reproduction import (
@@ -267,13 +268,14 @@ def test_a_startup_record_beside_the_papers_fig3(tmp_path: Path) -> None:
     (row,) = rows(record)
     for column, key in FAMILIES["startup"].RECORD_METRICS.items():
         assert field_of(row[column]) == summary.get(key), column
-    assert field_of(row["delivered_since_first_syn_1s"]) > 0
+    table = (startup_family.TRANSFERRED, startup_family.SINCE_SYN)
+    assert field_of(row[startup_family.bytes_key(*table, "1s")]) > 0
     beside = pd.read_csv(record / REPORT / f"fig3_vs_{PAPER}.csv").set_index("elapsed")
     fig3 = published("startup").tables["fig3"].rows.set_index("cutoff")
     assert beside[f"{PAPER} effective throughput %"].to_dict() == fig3.utilization_pct.to_dict()
     (ours,) = [c for c in beside if c.startswith("ours")]
     for cut, value in beside[ours].items():
-        got = summary.get(f"utilization_since_first_syn_{cut}")
+        got = summary.get(startup_family.share_key(*table, cut))
         assert value == pytest.approx(got * 100) if got is not None else pd.isna(value), cut
 
 
