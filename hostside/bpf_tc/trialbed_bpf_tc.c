@@ -1,0 +1,642 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * trialbed-bpf-tc: loads a tc BPF program of hostside/bpf_tc/ with its parameters, onto an
+ * interface's ingress or onto packets from a file, and reads its counters. Output is JSON on
+ * stdout; errors go to stderr with exit status 1 (2: bad usage or an unknown parameter).
+ *
+ *   trialbed-bpf-tc params OBJECT          the object's parameters and their defaults
+ *   trialbed-bpf-tc attach OBJECT IFACE [NAME=VALUE]...
+ *       load OBJECT with those parameters and attach its program to IFACE's ingress (clsact,
+ *       direct action; the clsact qdisc is added if there is none), replacing the one this
+ *       command attached before. It stays attached after this program exits. Prints
+ *       {"prog_id", "ifindex", "handle", "priority", "clsact_added", "maps", "params"}.
+ *   trialbed-bpf-tc detach IFACE [--clsact]
+ *       remove what attach put on IFACE's ingress; --clsact: the clsact qdisc too (attach
+ *       said it added it).
+ *   trialbed-bpf-tc stats PROG_ID
+ *       the program's counters (its map "stats": a per-CPU array of one struct of __u64,
+ *       summed over the CPUs) and how many entries each of its hash maps holds.
+ *   trialbed-bpf-tc run OBJECT IN OUT [NAME=VALUE]...
+ *       load OBJECT and run its program on each packet of IN with BPF_PROG_TEST_RUN (no
+ *       interface): IN holds records <u64 now_ns><u32 length><frame>, OUT gets
+ *       <u32 verdict><u32 length><frame as the program left it>, little-endian. now_ns is
+ *       written to the program's .bss variable test_now_ns before each packet. Prints
+ *       {"packets", "params", "stats", "maps"}.
+ *
+ * A parameter is a constant of the object's .rodata (BPF_TC_PARAM in bpf_tc.h), found by its
+ * name in the object's BTF: an integer, an enum (VALUE is an enumerator's name) or a double
+ * (VALUE is decimal text, read as C reads it: strtod rounds as Python's float() does). The
+ * loader knows no program.
+ */
+#include <errno.h>
+#include <net/if.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+#define MAX_PARAMS 32
+#define MAX_FRAME 65536
+#define HANDLE 0x7b	/* this tool's filter on an ingress: handle and priority */
+#define PRIORITY 0x7b
+
+enum param_kind { P_INT, P_ENUM, P_DOUBLE };
+
+struct param {
+	const char *name;
+	__u32 offset;
+	__u32 size;
+	enum param_kind kind;
+	const struct btf_type *type;	/* the enum, for P_ENUM */
+};
+
+struct object {
+	struct bpf_object *obj;
+	const struct btf *btf;
+	struct bpf_map *rodata;
+	struct bpf_program *prog;
+	struct param list[MAX_PARAMS];
+	int count;
+	void *data;	/* the .rodata image, parameters as set */
+};
+
+static int fail(int status, const char *fmt, ...)
+{
+	va_list args;
+
+	va_start(args, fmt);
+	fprintf(stderr, "trialbed-bpf-tc: ");
+	vfprintf(stderr, fmt, args);
+	fputc('\n', stderr);
+	va_end(args);
+	return status;
+}
+
+/* A variable's type, typedefs and qualifiers (const volatile) taken off. */
+static const struct btf_type *bare_type(const struct btf *btf, __u32 id)
+{
+	const struct btf_type *t = btf__type_by_id(btf, id);
+
+	while (t && (btf_is_typedef(t) || btf_is_const(t) || btf_is_volatile(t)))
+		t = btf__type_by_id(btf, t->type);
+	return t;
+}
+
+/* The section `name`'s variables (BTF datasec) in `o->list`. */
+static int read_vars(struct object *o, const char *name)
+{
+	int id = btf__find_by_name_kind(o->btf, name, BTF_KIND_DATASEC), i;
+	const struct btf_type *sec;
+	const struct btf_var_secinfo *vsi;
+
+	o->count = 0;
+	if (id < 0)
+		return 0;	/* no parameters */
+	sec = btf__type_by_id(o->btf, id);
+	for (i = 0, vsi = btf_var_secinfos(sec); i < btf_vlen(sec); i++, vsi++) {
+		const struct btf_type *var = btf__type_by_id(o->btf, vsi->type);
+		const struct btf_type *t = bare_type(o->btf, var->type);
+		struct param *p = &o->list[o->count];
+
+		if (o->count == MAX_PARAMS)
+			return fail(1, "more than %d parameters", MAX_PARAMS);
+		p->name = btf__name_by_offset(o->btf, var->name_off);
+		p->offset = vsi->offset;
+		p->size = vsi->size;
+		p->type = t;
+		if (t && btf_is_int(t) && (p->size == 1 || p->size == 2 || p->size == 4 ||
+					   p->size == 8))
+			p->kind = P_INT;
+		else if (t && btf_is_enum(t) && p->size == 4)
+			p->kind = P_ENUM;
+		else if (t && btf_kind(t) == BTF_KIND_FLOAT && p->size == 8)
+			p->kind = P_DOUBLE;
+		else
+			return fail(1, "parameter %s is not an integer, an enum or a double",
+				    p->name);
+		o->count++;
+	}
+	return 0;
+}
+
+static unsigned long long get_int(const void *data, const struct param *p)
+{
+	const char *at = (const char *)data + p->offset;
+
+	switch (p->size) {
+	case 1: return *(const __u8 *)at;
+	case 2: return *(const __u16 *)at;
+	case 4: return *(const __u32 *)at;
+	default: return *(const __u64 *)at;
+	}
+}
+
+static void set_int(void *data, const struct param *p, unsigned long long v)
+{
+	char *at = (char *)data + p->offset;
+
+	switch (p->size) {
+	case 1: *(__u8 *)at = v; break;
+	case 2: *(__u16 *)at = v; break;
+	case 4: *(__u32 *)at = v; break;
+	default: *(__u64 *)at = v;
+	}
+}
+
+static void print_params(const struct object *o)
+{
+	int i, j;
+
+	printf("{");
+	for (i = 0; i < o->count; i++) {
+		const struct param *p = &o->list[i];
+		const char *at = (const char *)o->data + p->offset;
+
+		printf("%s\"%s\": ", i ? ", " : "", p->name);
+		if (p->kind == P_DOUBLE) {
+			double d;
+
+			memcpy(&d, at, sizeof(d));
+			printf("%.17g", d);
+		} else if (p->kind == P_ENUM) {
+			const struct btf_enum *e = btf_enum(p->type);
+			__s32 v = *(const __s32 *)at;
+			const char *name = NULL;
+
+			for (j = 0; j < btf_vlen(p->type); j++, e++)
+				if (e->val == v)
+					name = btf__name_by_offset(o->btf, e->name_off);
+			if (name)
+				printf("\"%s\"", name);
+			else
+				printf("%d", v);
+		} else {
+			printf("%llu", get_int(o->data, p));
+		}
+	}
+	printf("}");
+}
+
+/* VALUE for parameter p: 0, or 2 with the reason said. */
+static int set_param(struct object *o, const struct param *p, const char *value)
+{
+	char *at = (char *)o->data + p->offset, *end, have[512] = "";
+	unsigned long long v;
+	double d;
+	int j;
+
+	errno = 0;
+	if (p->kind == P_DOUBLE) {
+		d = strtod(value, &end);
+		if (errno || end == value || *end || !(d >= 0) || d > 1e300)
+			return fail(2, "parameter '%s': '%s' is not a finite number >= 0", p->name,
+				    value);
+		memcpy(at, &d, sizeof(d));
+		return 0;
+	}
+	if (p->kind == P_ENUM) {
+		const struct btf_enum *e = btf_enum(p->type);
+
+		for (j = 0; j < btf_vlen(p->type); j++, e++) {
+			const char *name = btf__name_by_offset(o->btf, e->name_off);
+
+			if (!strcmp(name, value)) {
+				*(__s32 *)at = e->val;
+				return 0;
+			}
+			snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s",
+				 j ? ", " : "", name);
+		}
+		return fail(2, "parameter '%s': '%s' is not one of %s", p->name, value, have);
+	}
+	v = strtoull(value, &end, 0);
+	if (errno || end == value || *end || value[0] == '-' ||
+	    (p->size < 8 && v >> (8 * p->size)))
+		return fail(2, "parameter '%s': '%s' is not an unsigned integer that fits in %u bytes",
+			    p->name, value, p->size);
+	set_int(o->data, p, v);
+	return 0;
+}
+
+/* Apply NAME=VALUE arguments; a name the object lacks is named with those it has. */
+static int assign(struct object *o, int argc, char **argv)
+{
+	int i, j, err;
+
+	for (i = 0; i < argc; i++) {
+		char *eq = strchr(argv[i], '='), have[512] = "";
+		const struct param *p = NULL;
+
+		if (!eq || eq == argv[i])
+			return fail(2, "'%s': a parameter is NAME=VALUE", argv[i]);
+		*eq = '\0';
+		for (j = 0; j < o->count; j++) {
+			if (!strcmp(o->list[j].name, argv[i]))
+				p = &o->list[j];
+			snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s",
+				 j ? ", " : "", o->list[j].name);
+		}
+		if (!p)
+			return fail(2, "no parameter '%s'; this one has: %s", argv[i], have);
+		err = set_param(o, p, eq + 1);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static struct bpf_map *section_map(struct bpf_object *obj, const char *section)
+{
+	struct bpf_map *map;
+	size_t len = strlen(section);
+
+	bpf_object__for_each_map(map, obj) {
+		const char *name = bpf_map__name(map);
+
+		if (strlen(name) >= len && !strcmp(name + strlen(name) - len, section))
+			return map;
+	}
+	return NULL;
+}
+
+/* Open OBJECT, find its one program and its parameters, apply NAME=VALUE arguments. */
+static int open_object(const char *path, struct object *o, int argc, char **argv)
+{
+	size_t size;
+	int err;
+
+	memset(o, 0, sizeof(*o));
+	o->obj = bpf_object__open_file(path, NULL);
+	if (!o->obj)
+		return fail(1, "cannot open %s: %s", path, strerror(errno));
+	o->btf = bpf_object__btf(o->obj);
+	o->prog = bpf_object__next_program(o->obj, NULL);
+	if (!o->btf || !o->prog || bpf_object__next_program(o->obj, o->prog))
+		return fail(1, "%s: not one program with BTF (build it with clang -g)", path);
+	bpf_program__set_type(o->prog, BPF_PROG_TYPE_SCHED_CLS);
+	err = read_vars(o, ".rodata");
+	if (err)
+		return err;
+	o->rodata = section_map(o->obj, ".rodata");
+	if (!o->rodata)
+		return argc ? fail(2, "%s has no parameters", path) : 0;
+	o->data = malloc(bpf_map__value_size(o->rodata));
+	if (!o->data)
+		return fail(1, "out of memory");
+	memcpy(o->data, bpf_map__initial_value(o->rodata, &size),
+	       bpf_map__value_size(o->rodata));
+	err = assign(o, argc, argv);
+	if (err)
+		return err;
+	if (bpf_map__set_initial_value(o->rodata, o->data, bpf_map__value_size(o->rodata)))
+		return fail(1, "cannot set the parameters of %s", path);
+	return 0;
+}
+
+static int load(const char *path, struct object *o)
+{
+	if (bpf_object__load(o->obj))
+		return fail(1, "cannot load %s (the verifier's log is above): %s", path,
+			    strerror(errno));
+	return 0;
+}
+
+static void print_map_ids(struct bpf_object *obj)
+{
+	struct bpf_map_info info;
+	struct bpf_map *map;
+	__u32 len;
+	int n = 0;
+
+	printf("{");
+	bpf_object__for_each_map(map, obj) {
+		memset(&info, 0, sizeof(info));
+		len = sizeof(info);
+		if (!bpf_obj_get_info_by_fd(bpf_map__fd(map), &info, &len))
+			printf("%s\"%s\": %u", n++ ? ", " : "", bpf_map__name(map), info.id);
+	}
+	printf("}");
+}
+
+/* The counters of map fd `fd` (per-CPU array, one struct of __u64 members) and `btf`. */
+static int print_stats(int fd, const struct bpf_map_info *info, const struct btf *btf)
+{
+	const struct btf_type *t = bare_type(btf, info->btf_value_type_id);
+	const struct btf_member *m;
+	int cpus = libbpf_num_possible_cpus(), i, c;
+	__u32 zero = 0;
+	__u64 *values;
+
+	if (cpus < 0 || !t || !btf_is_struct(t) || info->value_size % 8)
+		return fail(1, "map %s is not a per-CPU array of counters", info->name);
+	values = calloc(cpus, info->value_size);
+	if (!values || bpf_map_lookup_elem(fd, &zero, values))
+		return fail(1, "cannot read map %s: %s", info->name, strerror(errno));
+	printf("{");
+	for (i = 0, m = btf_members(t); i < btf_vlen(t); i++, m++) {
+		__u64 sum = 0;
+
+		for (c = 0; c < cpus; c++)
+			sum += values[c * info->value_size / 8 + m->offset / 64];
+		printf("%s\"%s\": %llu", i ? ", " : "", btf__name_by_offset(btf, m->name_off),
+		       (unsigned long long)sum);
+	}
+	printf("}");
+	free(values);
+	return 0;
+}
+
+/* {"stats": {...}, "maps": {"NAME": {"id", "entries"}}} of the maps of program `prog_fd`. */
+static int print_counters(int prog_fd)
+{
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info), ids[16], i, n;
+	int err = 0, listed = 0;
+
+	info.nr_map_ids = 16;
+	info.map_ids = (__u64)(unsigned long)ids;
+	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len))
+		return fail(1, "cannot read the program's maps: %s", strerror(errno));
+	n = info.nr_map_ids < 16 ? info.nr_map_ids : 16;
+	printf("\"stats\": ");
+	for (i = 0; i < n && !err; i++) {
+		struct bpf_map_info mi = {};
+		__u32 mlen = sizeof(mi);
+		int fd = bpf_map_get_fd_by_id(ids[i]);
+		struct btf *btf;
+
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &mi, &mlen))
+			return fail(1, "cannot read map %u: %s", ids[i], strerror(errno));
+		if (!strcmp(mi.name, "stats")) {
+			btf = btf__load_from_kernel_by_id(mi.btf_id);
+			err = btf ? print_stats(fd, &mi, btf) : fail(1, "map stats has no BTF");
+			btf__free(btf);
+			listed = 1;
+		}
+		close(fd);
+	}
+	if (!listed && !err)
+		printf("null");
+	printf(", \"maps\": {");
+	for (i = 0, listed = 0; i < n && !err; i++) {
+		struct bpf_map_info mi = {};
+		__u32 mlen = sizeof(mi);
+		int fd = bpf_map_get_fd_by_id(ids[i]);
+		char key[256], next[256];
+		void *prev = NULL;
+		__u64 entries = 0;
+
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &mi, &mlen))
+			return fail(1, "cannot read map %u: %s", ids[i], strerror(errno));
+		if (mi.type == BPF_MAP_TYPE_HASH && mi.key_size <= sizeof(key)) {
+			while (!bpf_map_get_next_key(fd, prev, next)) {
+				entries++;
+				memcpy(key, next, mi.key_size);
+				prev = key;
+			}
+			printf("%s\"%s\": {\"id\": %u, \"entries\": %llu}", listed++ ? ", " : "",
+			       mi.name, mi.id, (unsigned long long)entries);
+		}
+		close(fd);
+	}
+	printf("}");
+	return err;
+}
+
+static int ifindex_of(const char *iface, unsigned int *ifindex)
+{
+	char path[64 + IF_NAMESIZE];
+	FILE *f;
+	int type = -1;
+
+	*ifindex = if_nametoindex(iface);
+	if (!*ifindex)
+		return fail(1, "no interface %s", iface);
+	snprintf(path, sizeof(path), "/sys/class/net/%s/type", iface);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d", &type) != 1)
+			type = -1;
+		fclose(f);
+	}
+	if (type != 1)	/* ARPHRD_ETHER: the programs read the IP header after 14 bytes */
+		return fail(1, "%s is not an Ethernet interface (type %d)", iface, type);
+	return 0;
+}
+
+static int cmd_attach(const char *path, const char *iface, int argc, char **argv)
+{
+	struct object o;
+	unsigned int ifindex;
+	int err = ifindex_of(iface, &ifindex) ?: open_object(path, &o, argc, argv) ?:
+		  load(path, &o), added;
+	LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = HANDLE, .priority = PRIORITY,
+		    .flags = BPF_TC_F_REPLACE);
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+
+	if (err)
+		return err;
+	err = bpf_tc_hook_create(&hook);
+	if (err && err != -EEXIST)
+		return fail(1, "cannot add clsact to %s: %s", iface, strerror(-err));
+	added = !err;
+	opts.prog_fd = bpf_program__fd(o.prog);
+	err = bpf_tc_attach(&hook, &opts);
+	if (err)
+		return fail(1, "cannot attach to %s's ingress: %s", iface, strerror(-err));
+	if (bpf_obj_get_info_by_fd(opts.prog_fd, &info, &len))
+		return fail(1, "cannot read the program: %s", strerror(errno));
+	printf("{\"prog_id\": %u, \"ifindex\": %u, \"handle\": %u, \"priority\": %u, "
+	       "\"clsact_added\": %s, \"maps\": ", info.id, ifindex, HANDLE, PRIORITY,
+	       added ? "true" : "false");
+	print_map_ids(o.obj);
+	printf(", \"params\": ");
+	print_params(&o);
+	printf("}\n");
+	bpf_object__close(o.obj);	/* the filter holds the program, and it its maps */
+	return 0;
+}
+
+static int cmd_detach(const char *iface, int argc, char **argv)
+{
+	unsigned int ifindex = if_nametoindex(iface);
+	LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = HANDLE, .priority = PRIORITY);
+	int clsact = argc == 1 && !strcmp(argv[0], "--clsact"), err;
+
+	if (!ifindex)
+		return fail(1, "no interface %s", iface);
+	if (argc > 1 || (argc == 1 && !clsact))
+		return fail(2, "detach IFACE [--clsact]");
+	err = bpf_tc_detach(&hook, &opts);
+	if (err && err != -ENOENT)
+		return fail(1, "cannot detach from %s: %s", iface, strerror(-err));
+	printf("{\"detached\": %s", err ? "false" : "true");
+	if (clsact) {
+		hook.attach_point = BPF_TC_INGRESS | BPF_TC_EGRESS;
+		err = bpf_tc_hook_destroy(&hook);
+		if (err && err != -ENOENT && err != -EINVAL)
+			return fail(1, "cannot remove clsact from %s: %s", iface, strerror(-err));
+		printf(", \"clsact_removed\": %s", err ? "false" : "true");
+	}
+	printf("}\n");
+	return 0;
+}
+
+static int cmd_stats(const char *id_text)
+{
+	char *end;
+	unsigned long id = strtoul(id_text, &end, 10);
+	int fd, err;
+
+	if (!*id_text || *end)
+		return fail(2, "'%s' is not a program id", id_text);
+	fd = bpf_prog_get_fd_by_id(id);
+	if (fd < 0)
+		return fail(1, "no program with id %s: %s", id_text, strerror(errno));
+	printf("{");
+	err = print_counters(fd);
+	printf("}\n");
+	close(fd);
+	return err;
+}
+
+/* The loaded object's .bss map and the offset in it of its __u64 variable `name`. */
+static struct bpf_map *bss_u64(struct object *o, const char *name, __u32 *offset)
+{
+	struct bpf_map *bss = section_map(o->obj, ".bss");
+	int id = btf__find_by_name_kind(o->btf, ".bss", BTF_KIND_DATASEC), i;
+	const struct btf_var_secinfo *vsi;
+	const struct btf_type *sec;
+
+	if (!bss || id < 0)
+		return NULL;
+	sec = btf__type_by_id(o->btf, id);
+	for (i = 0, vsi = btf_var_secinfos(sec); i < btf_vlen(sec); i++, vsi++) {
+		const struct btf_type *var = btf__type_by_id(o->btf, vsi->type);
+
+		if (!strcmp(btf__name_by_offset(o->btf, var->name_off), name) && vsi->size == 8) {
+			*offset = vsi->offset;
+			return bss;
+		}
+	}
+	return NULL;
+}
+
+/* Write `now` into the .bss map's variable at `offset` (read, change, write: libbpf 1.1 maps
+ * the section's memory to the kernel's map only for skeletons). */
+static int set_clock(struct bpf_map *bss, __u32 offset, __u64 now, void *buf)
+{
+	__u32 zero = 0;
+	int fd = bpf_map__fd(bss);
+
+	if (bpf_map_lookup_elem(fd, &zero, buf))
+		return -errno;
+	memcpy((char *)buf + offset, &now, sizeof(now));
+	return bpf_map_update_elem(fd, &zero, buf, BPF_ANY) ? -errno : 0;
+}
+
+static int cmd_run(const char *path, const char *in_path, const char *out_path, int argc,
+		   char **argv)
+{
+	static unsigned char frame[MAX_FRAME], result[MAX_FRAME];
+	struct object o;
+	FILE *in, *out;
+	struct bpf_map *bss;
+	__u64 now, packets = 0;
+	__u32 len, clock;
+	void *buf;
+	int err = open_object(path, &o, argc, argv) ?: load(path, &o);
+
+	if (err)
+		return err;
+	bss = bss_u64(&o, "test_now_ns", &clock);
+	if (!bss)
+		return fail(1, "%s has no .bss __u64 test_now_ns", path);
+	buf = malloc(bpf_map__value_size(bss));
+	if (!buf)
+		return fail(1, "out of memory");
+	in = fopen(in_path, "rb");
+	out = fopen(out_path, "wb");
+	if (!in || !out)
+		return fail(1, "cannot open %s or %s: %s", in_path, out_path, strerror(errno));
+	while (fread(&now, sizeof(now), 1, in) == 1) {
+		LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = frame, .data_out = result,
+			    .data_size_out = sizeof(result), .repeat = 1);
+
+		if (fread(&len, sizeof(len), 1, in) != 1 || len > MAX_FRAME ||
+		    fread(frame, 1, len, in) != len)
+			return fail(1, "%s: record %llu is cut short", in_path,
+				    (unsigned long long)packets);
+		err = set_clock(bss, clock, now, buf);
+		if (err)
+			return fail(1, "cannot set test_now_ns: %s", strerror(-err));
+		run.data_size_in = len;
+		err = bpf_prog_test_run_opts(bpf_program__fd(o.prog), &run);
+		if (err)
+			return fail(1, "%s: record %llu: BPF_PROG_TEST_RUN: %s", in_path,
+				    (unsigned long long)packets, strerror(-err));
+		if (fwrite(&run.retval, sizeof(run.retval), 1, out) != 1 ||
+		    fwrite(&run.data_size_out, sizeof(run.data_size_out), 1, out) != 1 ||
+		    fwrite(result, 1, run.data_size_out, out) != run.data_size_out)
+			return fail(1, "cannot write %s: %s", out_path, strerror(errno));
+		packets++;
+	}
+	if (fclose(out))
+		return fail(1, "cannot write %s: %s", out_path, strerror(errno));
+	fclose(in);
+	free(buf);
+	printf("{\"packets\": %llu, \"params\": ", (unsigned long long)packets);
+	print_params(&o);
+	printf(", ");
+	err = print_counters(bpf_program__fd(o.prog));
+	printf("}\n");
+	bpf_object__close(o.obj);
+	return err;
+}
+
+static int cmd_params(const char *path)
+{
+	struct object o;
+	int err = open_object(path, &o, 0, NULL);
+
+	if (err)
+		return err;
+	print_params(&o);
+	printf("\n");
+	bpf_object__close(o.obj);
+	return 0;
+}
+
+static int quiet(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	return level == LIBBPF_DEBUG ? 0 : vfprintf(stderr, fmt, args);
+}
+
+int main(int argc, char **argv)
+{
+	libbpf_set_print(quiet);
+	if (argc == 3 && !strcmp(argv[1], "params"))
+		return cmd_params(argv[2]);
+	if (argc >= 4 && !strcmp(argv[1], "attach"))
+		return cmd_attach(argv[2], argv[3], argc - 4, argv + 4);
+	if (argc >= 3 && !strcmp(argv[1], "detach"))
+		return cmd_detach(argv[2], argc - 3, argv + 3);
+	if (argc == 3 && !strcmp(argv[1], "stats"))
+		return cmd_stats(argv[2]);
+	if (argc >= 5 && !strcmp(argv[1], "run"))
+		return cmd_run(argv[2], argv[3], argv[4], argc - 5, argv + 5);
+	fprintf(stderr, "usage: trialbed-bpf-tc params OBJECT\n"
+			"       trialbed-bpf-tc attach OBJECT IFACE [NAME=VALUE]...\n"
+			"       trialbed-bpf-tc detach IFACE [--clsact]\n"
+			"       trialbed-bpf-tc stats PROG_ID\n"
+			"       trialbed-bpf-tc run OBJECT IN OUT [NAME=VALUE]...\n");
+	return 2;
+}
