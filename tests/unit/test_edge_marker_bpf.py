@@ -279,3 +279,39 @@ def test_a_flow_idle_for_exactly_the_limit_is_kept_and_one_ns_longer_forgotten(e
         python = compare(edge, built, t.frames, "WPM", idle_ns=idle, n_s=5, n_a=5)["python"]
         in_packets = python.counts[1] - (len(t.frames) - 12)  # the SYN (and SYN-ACK) are IN
         assert in_packets == (9 if forgotten else 5)  # a new flow: 5 protected from packet 9
+
+
+def test_a_pure_ack_keeps_its_flow_from_being_forgotten(edge, built) -> None:
+    idle = 5 * SECOND
+    t = Traffic(random.Random(3), idle_ns=idle)
+    s = t.new_flow()
+    for i in range(12):
+        if i == 8:  # a gap longer than the limit, with a pure ACK in its middle
+            t.now += idle // 2
+            t.packet(s, s.next, ACK, 0)
+            t.now += idle // 2 + 1
+        t.packet(s, s.next, ACK, 1000)
+        s.next += 1000
+    python = compare(edge, built, t.frames, "WPM", idle_ns=idle, n_s=5, n_a=5)["python"]
+    assert python.counts[2] == 7  # kept: only the first 5 data packets protected
+
+
+def test_a_in_keeps_fractions_far_below_one_packet(edge, built) -> None:
+    """50 retransmissions in a row take A_IN to 2^-47; the next OUT makes it 1 + 2^-46, so the
+    packet after it is IN (1 < A_IN), and later 3 + 2^-45 lets a third one through. A fixed
+    point with fewer than 46 fractional bits would mark both OUT."""
+    t = Traffic(random.Random(5), idle_ns=120 * SECOND)
+    s = t.new_flow()
+    first = s.next
+    t.packet(s, first, ACK, 1000)
+    s.next += 1000
+    for _ in range(50):
+        t.packet(s, first, ACK, 1000)
+    for _ in range(7):
+        t.packet(s, s.next, ACK, 1000)
+        s.next += 1000
+    python = markers.Marker("APM", **PAPER)
+    marks = list(reference(edge, t.frames, python, {1: 1, 2: 2, 3: 3}))
+    assert [m[15] >> 2 for m in marks[-7:]] == [2, 1, 2, 1, 1, 1, 2]  # O I O I I I O
+    assert python.flows[s.key].apm.a_in == 7 + 2**-44  # 2 (3 + 2^-45) + 1
+    compare(edge, built, t.frames, "APM", **PAPER)
