@@ -5,14 +5,15 @@
  * stdout; errors go to stderr with exit status 1 (2: bad usage or an unknown parameter).
  *
  *   trialbed-bpf-tc params OBJECT          the object's parameters and their defaults
- *   trialbed-bpf-tc attach OBJECT IFACE [NAME=VALUE]...
- *       load OBJECT with those parameters and attach its program to IFACE's ingress (clsact,
- *       direct action; the clsact qdisc is added if there is none), replacing the one this
- *       command attached before. It stays attached after this program exits. Prints
- *       {"prog_id", "ifindex", "handle", "priority", "clsact_added", "maps", "params"}.
- *   trialbed-bpf-tc detach IFACE [--clsact]
- *       remove what attach put on IFACE's ingress; --clsact: the clsact qdisc too (attach
- *       said it added it).
+ *   trialbed-bpf-tc attach OBJECT IFACE... [NAME=VALUE]...
+ *       load OBJECT once with those parameters and attach its program to each IFACE's
+ *       ingress (clsact, direct action; the clsact qdisc is added where there is none),
+ *       replacing the one this command attached there before: one program, one set of maps
+ *       for all. It stays attached after this program exits. Prints {"prog_id", "handle",
+ *       "priority", "interfaces": {IFACE: {"ifindex", "clsact_added"}}, "maps", "params"}.
+ *   trialbed-bpf-tc detach IFACE...
+ *       remove what attach put on each IFACE's ingress (the clsact qdisc stays: other
+ *       filters may use it). Prints {IFACE: whether there was one}.
  *   trialbed-bpf-tc stats PROG_ID
  *       the program's counters (its map "stats": a per-CPU array of one struct of __u64,
  *       summed over the CPUs) and how many entries each of its hash maps holds.
@@ -42,6 +43,7 @@
 
 #define MAX_PARAMS 32
 #define MAX_FRAME 65536
+#define MAX_IFACES 64
 #define HANDLE 0x7b	/* this tool's filter on an ingress: handle and priority */
 #define PRIORITY 0x7b
 
@@ -429,62 +431,82 @@ static int ifindex_of(const char *iface, unsigned int *ifindex)
 	return 0;
 }
 
-static int cmd_attach(const char *path, const char *iface, int argc, char **argv)
+/* IFACE... [NAME=VALUE]...: the interfaces (words without '=') come first. */
+static int count_ifaces(int argc, char **argv)
 {
-	struct object o;
-	unsigned int ifindex;
-	int err = ifindex_of(iface, &ifindex) ?: open_object(path, &o, argc, argv) ?:
-		  load(path, &o), added;
-	LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
-	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = HANDLE, .priority = PRIORITY,
-		    .flags = BPF_TC_F_REPLACE);
+	int n = 0;
+
+	while (n < argc && !strchr(argv[n], '='))
+		n++;
+	return n;
+}
+
+static int cmd_attach(const char *path, int argc, char **argv)
+{
+	int n = count_ifaces(argc, argv), i, err;
+	unsigned int ifindex[MAX_IFACES];
 	struct bpf_prog_info info = {};
 	__u32 len = sizeof(info);
+	struct object o;
 
+	if (n == 0 || n > MAX_IFACES)
+		return fail(2, "attach OBJECT IFACE... [NAME=VALUE]...: 1 to %d interfaces",
+			    MAX_IFACES);
+	for (i = 0; i < n; i++) {
+		err = ifindex_of(argv[i], &ifindex[i]);
+		if (err)
+			return err;
+	}
+	err = open_object(path, &o, argc - n, argv + n) ?: load(path, &o);
 	if (err)
 		return err;
-	err = bpf_tc_hook_create(&hook);
-	if (err && err != -EEXIST)
-		return fail(1, "cannot add clsact to %s: %s", iface, strerror(-err));
-	added = !err;
-	opts.prog_fd = bpf_program__fd(o.prog);
-	err = bpf_tc_attach(&hook, &opts);
-	if (err)
-		return fail(1, "cannot attach to %s's ingress: %s", iface, strerror(-err));
-	if (bpf_obj_get_info_by_fd(opts.prog_fd, &info, &len))
+	if (bpf_obj_get_info_by_fd(bpf_program__fd(o.prog), &info, &len))
 		return fail(1, "cannot read the program: %s", strerror(errno));
-	printf("{\"prog_id\": %u, \"ifindex\": %u, \"handle\": %u, \"priority\": %u, "
-	       "\"clsact_added\": %s, \"maps\": ", info.id, ifindex, HANDLE, PRIORITY,
-	       added ? "true" : "false");
+	printf("{\"prog_id\": %u, \"handle\": %u, \"priority\": %u, \"interfaces\": {",
+	       info.id, HANDLE, PRIORITY);
+	for (i = 0; i < n; i++) {
+		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex[i],
+			    .attach_point = BPF_TC_INGRESS);
+		LIBBPF_OPTS(bpf_tc_opts, opts, .handle = HANDLE, .priority = PRIORITY,
+			    .flags = BPF_TC_F_REPLACE, .prog_fd = bpf_program__fd(o.prog));
+		int added;
+
+		err = bpf_tc_hook_create(&hook);
+		if (err && err != -EEXIST)
+			return fail(1, "cannot add clsact to %s: %s", argv[i], strerror(-err));
+		added = !err;
+		err = bpf_tc_attach(&hook, &opts);
+		if (err)
+			return fail(1, "cannot attach to %s's ingress: %s", argv[i],
+				    strerror(-err));
+		printf("%s\"%s\": {\"ifindex\": %u, \"clsact_added\": %s}", i ? ", " : "",
+		       argv[i], ifindex[i], added ? "true" : "false");
+	}
+	printf("}, \"maps\": ");
 	print_map_ids(o.obj);
 	printf(", \"params\": ");
 	print_params(&o);
 	printf("}\n");
-	bpf_object__close(o.obj);	/* the filter holds the program, and it its maps */
+	bpf_object__close(o.obj);	/* the filters hold the program, and it its maps */
 	return 0;
 }
 
-static int cmd_detach(const char *iface, int argc, char **argv)
+static int cmd_detach(int argc, char **argv)
 {
-	unsigned int ifindex = if_nametoindex(iface);
-	LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
-	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = HANDLE, .priority = PRIORITY);
-	int clsact = argc == 1 && !strcmp(argv[0], "--clsact"), err;
+	int i, err;
 
-	if (!ifindex)
-		return fail(1, "no interface %s", iface);
-	if (argc > 1 || (argc == 1 && !clsact))
-		return fail(2, "detach IFACE [--clsact]");
-	err = bpf_tc_detach(&hook, &opts);
-	if (err && err != -ENOENT)
-		return fail(1, "cannot detach from %s: %s", iface, strerror(-err));
-	printf("{\"detached\": %s", err ? "false" : "true");
-	if (clsact) {
-		hook.attach_point = BPF_TC_INGRESS | BPF_TC_EGRESS;
-		err = bpf_tc_hook_destroy(&hook);
+	printf("{");
+	for (i = 0; i < argc; i++) {
+		unsigned int ifindex = if_nametoindex(argv[i]);
+		LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+		LIBBPF_OPTS(bpf_tc_opts, opts, .handle = HANDLE, .priority = PRIORITY);
+
+		if (!ifindex)
+			return fail(1, "no interface %s", argv[i]);
+		err = bpf_tc_detach(&hook, &opts);
 		if (err && err != -ENOENT && err != -EINVAL)
-			return fail(1, "cannot remove clsact from %s: %s", iface, strerror(-err));
-		printf(", \"clsact_removed\": %s", err ? "false" : "true");
+			return fail(1, "cannot detach from %s: %s", argv[i], strerror(-err));
+		printf("%s\"%s\": %s", i ? ", " : "", argv[i], err ? "false" : "true");
 	}
 	printf("}\n");
 	return 0;
@@ -626,16 +648,16 @@ int main(int argc, char **argv)
 	if (argc == 3 && !strcmp(argv[1], "params"))
 		return cmd_params(argv[2]);
 	if (argc >= 4 && !strcmp(argv[1], "attach"))
-		return cmd_attach(argv[2], argv[3], argc - 4, argv + 4);
+		return cmd_attach(argv[2], argc - 3, argv + 3);
 	if (argc >= 3 && !strcmp(argv[1], "detach"))
-		return cmd_detach(argv[2], argc - 3, argv + 3);
+		return cmd_detach(argc - 2, argv + 2);
 	if (argc == 3 && !strcmp(argv[1], "stats"))
 		return cmd_stats(argv[2]);
 	if (argc >= 5 && !strcmp(argv[1], "run"))
 		return cmd_run(argv[2], argv[3], argv[4], argc - 5, argv + 5);
 	fprintf(stderr, "usage: trialbed-bpf-tc params OBJECT\n"
-			"       trialbed-bpf-tc attach OBJECT IFACE [NAME=VALUE]...\n"
-			"       trialbed-bpf-tc detach IFACE [--clsact]\n"
+			"       trialbed-bpf-tc attach OBJECT IFACE... [NAME=VALUE]...\n"
+			"       trialbed-bpf-tc detach IFACE...\n"
 			"       trialbed-bpf-tc stats PROG_ID\n"
 			"       trialbed-bpf-tc run OBJECT IN OUT [NAME=VALUE]...\n");
 	return 2;

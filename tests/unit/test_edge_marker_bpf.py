@@ -8,8 +8,11 @@ with BPF_PROG_TEST_RUN (tests/bpf_tc.py). `pytest -s` prints what was compared."
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import struct
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,3 +318,20 @@ def test_a_in_keeps_fractions_far_below_one_packet(edge, built) -> None:
     assert [m[15] >> 2 for m in marks[-7:]] == [2, 1, 2, 1, 1, 1, 2]  # O I O I I I O
     assert python.flows[s.key].apm.a_in == 7 + 2**-44  # 2 (3 + 2^-45) + 1
     compare(edge, built, t.frames, "APM", **PAPER)
+
+
+def test_the_daemon_builds_once_per_source(tmp_path: Path) -> None:
+    daemon = load("markers/bpf_edge_marker.py")
+    digest = daemon.source_sha256()
+    obj, tool = daemon.build(str(tmp_path), digest)
+    built_at = Path(obj).stat().st_mtime_ns
+    assert daemon.build(str(tmp_path), digest) == (obj, tool)
+    assert Path(obj).stat().st_mtime_ns == built_at  # not built again
+    assert Path(obj).parent.name == digest and not list(tmp_path.glob(".build-*"))
+    params = json.loads(subprocess.run([tool, "params", obj], capture_output=True).stdout)
+    assert params["marker"] == "NM" and params["a0"] == 7.0  # the program's defaults
+    copy = tmp_path / "copy"
+    shutil.copytree(bpf_tc.BPF_TC, copy)
+    assert daemon.source_sha256(str(copy)) == digest
+    (copy / "double.h").write_text((copy / "double.h").read_text() + "\n")
+    assert daemon.source_sha256(str(copy)) != digest
