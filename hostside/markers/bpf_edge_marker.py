@@ -9,8 +9,9 @@ hostside/bpf_tc>/, with ../bpf_tc/build.sh: clang, libbpf-dev, gcc), loads it on
 parameters, attaches it to the ingress of every --iface (one program, one flow table) and
 logs "ready". It never drops a packet. On SIGTERM or SIGINT it writes STATS and detaches;
 the clsact qdisc it added goes too when no other filter uses it. Should it die without
-that, the filter stays: the next start replaces it (same handle), and the linux_router
-role's teardown of the interface removes it.
+that (SIGKILL), the filter stays and marks on: the next start on that interface replaces it
+(same handle and priority), linux_router's teardown removes it with the clsact of an
+interface it shapes, and `trialbed-bpf-tc detach IF` removes it by hand.
 
 Usage: bpf_edge_marker.py --marker NM|APM|WPM|MPM --stats STATS.json --iface IF [--iface ...]
                           --code-points 10,12,14 [--af-class 1] [--a0 7] [--alpha 0.5]
@@ -106,6 +107,7 @@ class BpfEdgeMarker:
         self.obj, self.tool = build(args.build_dir, self.source_sha256)
         self.object_sha256 = sha256(self.obj)
         self.attached = None
+        self.attaching = False
         self.flag_usr1 = self.flag_stop = False
         self.base = {}
 
@@ -115,17 +117,17 @@ class BpfEdgeMarker:
                 f"n_a={a.na}", *(f"dscp{p}={d}" for p, d in self.dscp.items())]  # fmt: skip
 
     def attach(self):
+        self.attaching = True
         self.attached = loader(self.tool, "attach", self.obj, *self.args.iface, *self.params())
         self.start_s = time.monotonic()
 
     def detach(self):
-        if not self.attached:
-            return
+        """Every interface's filter off (an attach that failed half way left some on)."""
         try:
             loader(self.tool, "detach", *self.args.iface)
         except RuntimeError as e:
             log(str(e))
-        for iface, entry in self.attached["interfaces"].items():
+        for iface, entry in (self.attached or {}).get("interfaces", {}).items():
             if entry["clsact_added"] and tc_empty(iface):
                 subprocess.run(["tc", "qdisc", "del", "dev", iface, "clsact"], check=False)
         self.attached = None
@@ -228,7 +230,8 @@ def main(argv=None):
     try:
         marker.run()
     finally:
-        marker.detach()
+        if marker.attached is not None or marker.attaching:
+            marker.detach()
     log("stopped")
 
 

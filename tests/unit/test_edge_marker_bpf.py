@@ -47,21 +47,28 @@ def built(tmp_path_factory) -> Path:
     return bpf_tc.build(tmp_path_factory.mktemp("bpf_tc"), "edge_marker")
 
 
-def ipv4(src: bytes, dst: bytes, proto: int, body: bytes, tos: int, ident: int) -> bytes:
-    fields = (0x45, tos, 20 + len(body), ident, 0x4000, 64, proto, 0, src, dst)
-    header = bytearray(struct.pack("!BBHHHBBH4s4s", *fields))
+def ipv4(
+    src: bytes, dst: bytes, proto: int, body: bytes, tos: int, ident: int, options: int = 0
+) -> bytes:
+    """An IPv4 frame; `options`: 4-byte words of IP options (no-ops)."""
+    length = 20 + 4 * options
+    fields = (0x40 | length // 4, tos, length + len(body), ident, 0x4000, 64, proto, 0, src, dst)
+    header = bytearray(struct.pack("!BBHHHBBH4s4s", *fields) + b"\x01" * 4 * options)
     header[10:12] = ip_checksum(bytes(header)).to_bytes(2, "big")
     return ETHER_IP + bytes(header) + body
 
 
 def tcp(
-    key: tuple, seq: int, flags: int, payload: int, tos: int, ident: int, options: int
+    key: tuple, seq: int, flags: int, payload: int, tos: int, ident: int, options: tuple
 ) -> bytes:
-    """A frame of flow `key` (src, dst, sport, dport); `options`: 4-byte words of TCP options."""
+    """A frame of flow `key` (src, dst, sport, dport); `options`: 4-byte words of IP and of
+    TCP options."""
     src, dst, sport, dport = key
-    head = struct.pack("!HHIIBBHHH", sport, dport, seq % SEQ_MOD, 1, (5 + options) << 4, flags,
-                       65535, 0, 0)  # fmt: skip
-    return ipv4(src, dst, 6, head + b"\x01" * 4 * options + bytes(payload), tos, ident)
+    ip_words, tcp_words = options
+    head = struct.pack("!HHIIBBHHH", sport, dport, seq % SEQ_MOD, 1, (5 + tcp_words) << 4,
+                       flags, 65535, 0, 0)  # fmt: skip
+    body = head + b"\x01" * 4 * tcp_words + bytes(payload)
+    return ipv4(src, dst, 6, body, tos, ident, ip_words)
 
 
 @dataclass
@@ -97,7 +104,7 @@ class Traffic:
         rng = self.rng
         self.ident = (self.ident + 1) & 0xFFFF
         tos = rng.choice([0, 0, 1, 2, 3, 0x28, 0xB8, 0x30 | rng.randrange(4)])  # ECN bits kept
-        options = rng.choice([0, 0, 0, 3])
+        options = (rng.choice([0, 0, 0, 0, 1]), rng.choice([0, 0, 0, 3]))
         self.emit(tcp(s.key, seq, flags, payload, tos, self.ident, options))
 
     def new_flow(self) -> Sender:
@@ -199,7 +206,8 @@ def compare(edge, built: Path, frames: list, kind: str, af_class: int = 1, **par
     )
     for out in got.frames:
         if out[12:14] == ETHER_IP[12:] and out[23] in (6, 17):
-            assert ip_checksum(out[14:34]) == 0  # a valid header sums to 0xFFFF
+            header = out[14 : 14 + (out[14] & 0x0F) * 4]
+            assert ip_checksum(header) == 0  # a valid header sums to 0xFFFF
     stats = got.summary["stats"]
     tcp_packets = sum(python.counts.values())
     assert [stats[f"precedence{p}"] for p in (1, 2, 3)] == [python.counts[p] for p in (1, 2, 3)]
