@@ -36,7 +36,7 @@ def missing() -> str | None:
 def build(out: Path, *programs: str) -> Path:
     """hostside/bpf_tc/build.sh OUT PROGRAMS...: the objects and the loader in `out`."""
     done = subprocess.run(
-        [str(BPF_TC / "build.sh"), str(out), *programs], capture_output=True, text=True
+        ["sh", str(BPF_TC / "build.sh"), str(out), *programs], capture_output=True, text=True
     )
     if done.returncode:
         raise RuntimeError(f"build.sh {' '.join(programs)} failed:\n{done.stderr}")

@@ -70,7 +70,7 @@ def build(build_dir, digest):
         os.makedirs(build_dir, exist_ok=True)
         tmp = tempfile.mkdtemp(dir=build_dir, prefix=".build-")
         done = subprocess.run(
-            [os.path.join(BPF_TC, "build.sh"), tmp, PROGRAM], capture_output=True, text=True
+            ["sh", os.path.join(BPF_TC, "build.sh"), tmp, PROGRAM], capture_output=True, text=True
         )
         if done.returncode:
             raise SystemExit(f"building {BPF_TC} failed (needs clang, libbpf-dev, gcc):\n"
