@@ -22,5 +22,6 @@ for prog in "$@"; do
     -c "$src" -o "$out/$prog.bpf.o.tmp")
   mv "$out/$prog.bpf.o.tmp" "$out/$prog.bpf.o"
 done
-cc -O2 -Wall -Wextra -Werror -o "$out/trialbed-bpf-tc.tmp" "$here/trialbed_bpf_tc.c" -lbpf
+cc -O2 -Wall -Wextra -Werror -o "$out/trialbed-bpf-tc.tmp" "$here/trialbed_bpf_tc.c" \
+  "$here/loader_params.c" -lbpf
 mv "$out/trialbed-bpf-tc.tmp" "$out/trialbed-bpf-tc"
