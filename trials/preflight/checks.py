@@ -8,7 +8,7 @@ import yaml
 
 from core.rack import PROJECT_DIR, RackError
 from core.units import format_rate, parse_rate
-from trials.bpf_cc import bpf_cc_problem
+from trials.bpf_cc import BUILD_TOOLS, bpf_cc_problem
 from trials.preflight.cc import cc_key, layer_of, params_layer, siftr_senders
 from trials.preflight.clocks import clock_problems
 from trials.preflight.context import Check, Context, TrialView, Wants
@@ -277,6 +277,43 @@ def missing_tools(ctx: Context, wants: Wants) -> list[str]:
     return problems
 
 
+def need_bpf_tc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
+    """host -> the key of each marker it runs as a tc BPF program (hostside/bpf_tc/, built on
+    the host by hostside/markers/bpf_edge_marker.py when it starts)."""
+    for i, m in enumerate(view.exp.markers):
+        if m.implementation == "bpf" and m.at in view.net.routers:
+            wants.setdefault(view.net.host_of(m.at), {})[f"markers[{i}].implementation"] = m.marker
+    return []
+
+
+def missing_bpf_tc(ctx: Context, wants: Wants) -> list[str]:
+    """What a host lacks to build a tc BPF program: clang, a C compiler, libbpf's headers."""
+    problems = []
+    for host, keys in wants.items():
+        support = ctx.facts[host].get("bpf_cc_kernel")
+        if support is None:
+            lacking = "a Linux kernel (no bpf_cc_kernel fact: not a Linux host?)"
+        else:
+            tools = [
+                pkg
+                for name, pkg in BUILD_TOOLS.items()
+                if name != "bpftool" and not support["tools"].get(name)
+            ]
+            if not support["libbpf_headers"]:
+                tools.append("libbpf-dev")
+            lacking = ", ".join(tools)
+        if not lacking:
+            continue
+        for key, marker in keys.items():
+            problems.append(
+                f"{ctx.source}: key '{key}': bpf runs marker {marker} as a tc BPF program "
+                f"built on host {host}, which lacks {lacking} (Debian packages; the virtual "
+                "rack: make setup): install them there, or set it to python (the NFQUEUE "
+                "marker)"
+            )
+    return problems
+
+
 def need_siftr(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
     """FreeBSD sender host -> the generator whose TCP cwnd SIFTR records there."""
     for host, why in siftr_senders(view.exp, view.net, ctx.rack).items():
@@ -440,6 +477,7 @@ CHECKS = [
     Check("congestion controls", need=need_cc, judge=missing_cc),
     Check("tools", need=need_tools, judge=missing_tools),
     Check("siftr", need=need_siftr, judge=missing_siftr),
+    Check("BPF markers", need=need_bpf_tc, judge=missing_bpf_tc),
     Check("qdiscs", need=need_qdiscs, judge=missing_qdiscs),
     Check("host disk", need=need_capture_disk, judge=full_disks),
     Check("clocks", need=need_clock_domain, judge=clocks_apart),

@@ -44,9 +44,10 @@ Switch = whole(0, 1, "a sysctl switch: 0 off, 1 on")
 
 class EdgeMarker(Strict):
     """A per-flow adaptive marker of seed 004 at an ingress edge router
-    (hostside/markers/markers.py, run on the packet path by hostside/markers/edge_marker.py):
-    the TCP packets `at` receives over
-    `links` get the DSCP AF<af_class><p> of the drop precedence p the marker gives them."""
+    (hostside/markers/markers.py, run on the packet path by hostside/markers/edge_marker.py,
+    or as the tc BPF program hostside/bpf_tc/edge_marker/ checked against it): the TCP packets
+    `at` receives over `links` get the DSCP AF<af_class><p> of the drop precedence p the
+    marker gives them."""
 
     name: Name | None = Field(None, description="label in results (default: marker<index>)")
     at: Name = Field(description="the edge router that marks (a router node)")
@@ -57,6 +58,11 @@ class EdgeMarker(Strict):
     alpha: FilterWeight = Field(0.5, description="APM: filter weight of A_IN")
     n_s: ProtectedPackets = Field(5, description="WPM: packets protected at a flow's start")
     n_a: ProtectedPackets = Field(5, description="WPM: packets protected after a loss")
+    implementation: Literal["python", "bpf"] = Field(
+        "python",
+        description="python: the NFQUEUE program; bpf: the tc BPF program on the router's "
+        "ingress (built there: clang, libbpf-dev, gcc)",
+    )
 
     def label(self, index: int) -> str:
         return self.name or f"marker{index}"
