@@ -235,3 +235,23 @@ def test_the_record_says_what_ran_under_which_name():
     # The rack's own htcp registered as BPF is not what a bpf_htcp flow ran.
     assert bpf_cc_provenance(NO_MODULE, "htcp", "bpf")["implementation"] == "unknown"
     assert bpf_cc_provenance(NO_MODULE, "htcp")["registered_as"] == "htcp"
+
+
+def test_validate_htcp_refuses_a_rack_without_the_module_before_anything_runs():
+    from argparse import Namespace
+
+    from trials.validate_htcp import refusal, this_kernel_has_htcp
+
+    asked = Namespace(repetitions=5, racks=None, rack_kind="namespaces")
+    if this_kernel_has_htcp():
+        assert refusal(asked) is None
+    else:
+        assert "no tcp_htcp module" in refusal(asked) and "RACK=vm" in refusal(asked)
+    assert refusal(Namespace(repetitions=5, racks=None, rack_kind="vm")) is None
+    few = refusal(Namespace(repetitions=1, racks=None, rack_kind="vm"))
+    assert "at least 2 trials of each implementation" in few
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "validate-htcp", "--repetitions", "1"],
+        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--repetitions 1" in done.stderr
