@@ -8,9 +8,10 @@ The rule: a metric agrees when the difference of the two implementations' means 
 TOLERANCE_SDS pooled standard deviations of the trials (the run-to-run spread within one
 implementation). The two-sided Mann–Whitney test of analysis/stats.py is shown beside it.
 
-The cwnd's shape: each congestion epoch (loss to loss: epoch_starts) from the end of its
-reduction (recovery) to the next loss on a time axis of its own, 0 to 1, and the cwnd over the
-cwnd just before that loss. H-TCP grows by alpha(D) per RTT, D the time since
+The cwnd's shape: each congestion epoch (loss to loss: analysis/tcp_probe.py epoch_starts)
+from the end of its reduction (recovery) to the next loss on a time axis of its own, 0 to 1,
+and the cwnd over the cwnd just before that loss. H-TCP grows by alpha(D) per RTT, D the time
+since
 the epoch began: NewReno's one segment for the first second, then faster and faster, so the
 curve is convex where NewReno's is a straight line. Its mean over a trial's epochs at the
 points of GRID is the trial's trajectory (judged point by point by the same rule), and
@@ -31,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import mann_whitney
+from analysis.tcp_probe import epoch_starts
 from core.layout import BatchDir, TrialDir
 
 __all__ = [
@@ -41,7 +43,6 @@ __all__ = [
     "batch_metrics",
     "compare",
     "epoch_shapes",
-    "epoch_starts",
     "format_verdicts",
     "main",
     "trial_metrics",
@@ -58,31 +59,6 @@ METRICS = {
     "late_growth": "cwnd growth in 2nd half",
 }
 TRAJECTORY = [f"cwnd@{u:g}" for u in GRID]
-
-
-def epoch_starts(flow: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The samples (positions) of one flow's cwnd table (columns snd_cwnd, ssthresh, snd_nxt,
-    snd_una, in time order) where a congestion epoch begins, and where its reduction ended
-    (-1: not within the table). An epoch begins where ssthresh or cwnd falls once the last
-    reduction is over (what was sent when it began is acked: Linux's recovery point), so a
-    loss whose ssthresh equals the last one's (H-TCP at a steady peak: 48 -> 24, again and
-    again) counts too, which ssthresh alone (analysis/tcp_probe.py congestion_events) does
-    not show, and cwnd's further falls within one reduction (PRR) do not."""
-    cwnd = flow.snd_cwnd.to_numpy(np.int64)
-    ssthresh = flow.ssthresh.to_numpy(np.int64)
-    nxt = flow.snd_nxt.to_numpy(np.int64)
-    una = flow.snd_una.to_numpy(np.int64)
-    fell = np.r_[False, (ssthresh[1:] < ssthresh[:-1]) | (cwnd[1:] < cwnd[:-1])]
-    starts: list[int] = []
-    for i in np.flatnonzero(fell):
-        if not starts or (una[i] - nxt[starts[-1]]) % 2**32 < 2**31:
-            starts.append(int(i))
-    ended = np.full(len(starts), -1, dtype=np.int64)
-    for k, i in enumerate(starts):
-        passed = np.flatnonzero((una[i + 1 :] - nxt[i]) % 2**32 < 2**31)
-        if len(passed):
-            ended[k] = i + 1 + passed[0]
-    return np.array(starts, dtype=np.int64), ended
 
 
 def epoch_shapes(cwnd: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

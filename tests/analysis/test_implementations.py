@@ -20,9 +20,9 @@ from analysis.implementations import (
     batch_metrics,
     compare,
     epoch_shapes,
-    epoch_starts,
     main,
 )
+from analysis.tcp_probe import epoch_starts
 
 RTT_S = 0.1  # one step of the model: an RTT
 BETA = 0.5
