@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "nightly":
             return run_nightly(args)
         if args.command == "validate-htcp":
-            return validate_htcp.run(args, run_batch, lambda m: print(m, flush=True))
+            return validate_htcp.validate(args, run_batch, lambda m: print(m, flush=True))
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
         refuse_before_a_rack(plan, trials, virtual=args.command == "check" or not args.inventory)

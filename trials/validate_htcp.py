@@ -69,7 +69,7 @@ def refusal(args: argparse.Namespace) -> str | None:
     return None
 
 
-def run(
+def validate(
     args: argparse.Namespace, run_batch: Callable[[argparse.Namespace], int], say: Callable
 ) -> int:
     """The batch (run_batch: trials/__main__.py's), then the comparison; its exit code: 0
