@@ -93,6 +93,11 @@ def test_the_flow_selects_the_name_the_kernel_knows(rack, implementation, flow_c
     ctx = TrialContext(rack, net, None, trial.experiment.duration, host_cc(settings))  # type: ignore[arg-type]
     flow = BulkTcp(trial.experiment.traffic[0], "tcp", 0, ctx)
     assert flow.cc_selected() == selected
+    socket = BulkTcp(
+        trial.experiment.traffic[0].model_copy(update={"tool": "socket"}), "tcp", 0, ctx
+    )
+    args = socket.socket_args(0.0)
+    assert (args[args.index("--cc") + 1] if "--cc" in args else None) == selected
     assert cc_kernel_name("htcp", implementation) == (selected or "htcp")
 
 
