@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -44,6 +44,10 @@ class TrialContext:
     network: ResolvedNetwork
     daemons: Daemons
     duration_ns: int  # of the whole trial, from T0
+    # Per node: its host's own congestion control (hosts.*.cc, None: the host's default) and
+    # the implementation asked for (hosts.*.cc_implementation, None: auto), which decides the
+    # name a flow selects (core/link_rules.py cc_kernel_name).
+    host_cc: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
 
 
 class TrafficGenerator:

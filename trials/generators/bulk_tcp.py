@@ -13,6 +13,7 @@ from pydantic import Field, StrictBool, model_validator
 from core.command import Command, command
 from core.dscp import parse_dscp
 from core.hostside import BULK_SOCKET, program_command, remote_dir
+from core.link_rules import cc_kernel_name
 from trials.fields import CongestionControl, Dscp, Flows, Port, TrafficDuration, TransferBytes
 from trials.generators.base import GeneratorSpec, TrafficGenerator
 
@@ -108,7 +109,7 @@ class BulkTcp(TrafficGenerator):
             return
         words = ["iperf3", "-c", str(self.dst), "-B", str(self.src), "-p", str(self.port)]
         words += ["-n", str(s.bytes)] if s.bytes else ["-t", f"{self.duration_ns / 1e9:g}"]
-        words += ["-P", str(s.flows), *(["-C", s.cc] if s.cc else [])]
+        words += ["-P", str(s.flows), *(["-C", cc] if (cc := self.cc_selected()) else [])]
         words += ["--fq-rate", str(PACING_CAP_BPS)] if s.pacing else []
         # iperf3 -S takes the whole ToS byte: the DSCP is its upper six bits.
         words += ["-S", str(parse_dscp(s.dscp) << 2)] if s.dscp is not None else []
@@ -125,10 +126,23 @@ class BulkTcp(TrafficGenerator):
             if s.bytes
             else ["--duration-s", f"{self.duration_ns / 1e9:g}"]
         )
-        words += ["--start-at", repr(start_at), *(["--cc", s.cc] if s.cc else [])]
+        cc = self.cc_selected()
+        words += ["--start-at", repr(start_at), *(["--cc", cc] if cc else [])]
         words += ["--pacing-rate", str(PACING_CAP_BPS // 8)] if s.pacing else []  # bytes/s
         words += ["--tos", str(parse_dscp(s.dscp) << 2)] if s.dscp is not None else []
         return [*words, "--out", self.files("client")]
+
+    def cc_selected(self) -> str | None:
+        """The congestion control the flow's sockets select (iperf3 -C, bulk_socket.py --cc),
+        by the name the sender's kernel knows it by: the flow's own cc, or its host's where that
+        runs as another implementation than the host's default (cc_implementation bpf:
+        bpf_<cc>); None: the host's default."""
+        own, implementation = self.ctx.host_cc.get(self.spec.from_, (None, None))
+        cc = self.spec.cc or own
+        if cc is None:
+            return None
+        name = cc_kernel_name(cc, implementation)
+        return name if self.spec.cc or name != cc else None
 
     @property
     def runs_to_its_end(self) -> bool:

@@ -196,7 +196,7 @@ def need_cc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
     """host -> {"cc": {cc: the key that selects it}, "params": {cc: {param: key}}}."""
 
     def of(node: str) -> dict[str, dict]:
-        return wants.setdefault(view.net.host_of(node), {"cc": {}, "params": {}})
+        return wants.setdefault(view.net.host_of(node), {"cc": {}, "params": {}, "impl": {}})
 
     for i, gen in enumerate(view.exp.traffic):
         cc = getattr(gen, "cc", None)
@@ -204,6 +204,9 @@ def need_cc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
             if chosen := cc or view.settings[node].cc:
                 key = f"traffic[{i}].cc" if cc else cc_key(view.trial, view.exp, node)
                 of(node)["cc"][chosen] = key
+                if impl := view.settings[node].cc_implementation:
+                    impl_key = cc_key(view.trial, view.exp, node, "cc_implementation")
+                    of(node)["impl"][chosen] = (impl, impl_key)
     for node, s in view.settings.items():
         for cc, params in s.cc_params.items():
             for param in params:
@@ -212,12 +215,20 @@ def need_cc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
 
 
 def missing_cc(ctx: Context, wants: Wants) -> list[str]:
-    """Congestion controls a host's kernel lacks, then module parameters its loaded module
-    lacks (one not loaded yet is checked by the role after loading it)."""
+    """Congestion controls a host's kernel lacks (or lacks as the implementation asked for),
+    then module parameters its loaded module lacks (one not loaded yet is checked by the role
+    after loading it)."""
     problems = []
     for host, want in wants.items():
         f = ctx.facts[host]
         for cc, key in want["cc"].items():
+            impl, impl_key = want.get("impl", {}).get(cc, ("auto", None))
+            if impl != "auto" and (problem := bpf_cc_problem(f, cc, impl)):
+                problems.append(
+                    f"{ctx.source}: key '{impl_key}': {cc!r} cannot run as {impl} on host "
+                    f"{host}: {problem}."
+                )
+                continue
             if problem := bpf_cc_problem(f, cc):
                 modules = ", ".join(f["cc_modules"]) or "none"
                 problems.append(

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictBool, field_validator, model_validator
 
+from core.link_rules import CC_IMPLEMENTATIONS
 from core.units import parse_duration_ns
 from trials.fields import (
     AfClass,
@@ -102,6 +103,14 @@ class HostSettings(Strict):
     cc: CongestionControl | None = None
     cc_params: dict[CongestionControl, dict[CcParamName, CcParamValue]] = Field(
         default_factory=dict, description="module parameters per congestion control"
+    )
+    cc_implementation: Literal[CC_IMPLEMENTATIONS] | None = Field(  # type: ignore[valid-type]
+        None,
+        description="which implementation runs the host's congestion controls: auto (the "
+        "default: the kernel's own, built in or a module, where it has one, else the BPF one "
+        "of hostside/bpf_cc), module (the kernel's own; a kernel without it is an error) or "
+        "bpf (hostside/bpf_cc's even where the kernel has its own: registered beside it as "
+        "bpf_<cc>, which the host's bulk_tcp flows select; the record still says cc <cc>)",
     )
     initcwnd: InitCwnd | None = Field(None, description="route initcwnd")
     rto_min: Timeout | None = Field(None, description="route rto_min, whole milliseconds")
