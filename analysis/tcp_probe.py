@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -522,3 +523,16 @@ def epoch_starts(flow: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         if len(passed):
             ended[k] = i + 1 + passed[0]
     return np.array(starts, dtype=np.int64), ended
+
+
+def epoch_counts(cwnd: pd.DataFrame, sports: Iterable[int]) -> list[int]:
+    """Congestion epochs of each flow (by its source port) in a cwnd table: epoch_starts, so a
+    loss whose ssthresh equals the last one's counts too. A recording without sequence
+    numbers (SIFTR: snd_nxt and snd_una are zero) cannot tell a new loss from a reduction's
+    further steps: there the ssthresh reductions (congestion_events) count."""
+    sports = list(sports)
+    if cwnd.empty or not cwnd["snd_nxt"].to_numpy().any():
+        events = congestion_events(cwnd)
+        return [int((events.sport == p).sum()) for p in sports]
+    port = cwnd["sport"].to_numpy()
+    return [len(epoch_starts(cwnd[port == p])[0]) for p in sports]

@@ -37,7 +37,7 @@ from analysis.metrics import RETRANSMISSION_COLUMNS, goodput_frame
 from analysis.pcap import int_to_ip, ip_to_int
 from analysis.siftr import read_siftr
 from analysis.startup import Flows, at_step, delivered_rows, loss_counts, loss_event_rows
-from analysis.tcp_probe import congestion_events, read_tcp_probe
+from analysis.tcp_probe import congestion_events, epoch_counts, read_tcp_probe
 from analysis.tcpflows import acked, goodput, goodput_queries, in_sequence
 from core.link_rules import ETHERNET_HEADER
 from core.units import parse_duration_ns, parse_offset_ns
@@ -394,12 +394,9 @@ class Analysis:
         tables = {"flows": flows.assign(generator=self.name)}
         job = self.cwnd_job() if cwnd is None else None
         if cwnd is not None or job is not None:
-            table, epochs = cwnd.result() if cwnd is not None else job()
+            table, _ = cwnd.result() if cwnd is not None else job()
             tables["cwnd"] = table.assign(generator=self.name)
-            out.update(
-                cwnd_events=len(table),
-                congestion_epochs=[int((epochs.sport == p).sum()) for p in flows.sport],
-            )
+            out.update(cwnd_events=len(table), congestion_epochs=epoch_counts(table, flows.sport))
         return out, tables
 
 

@@ -22,7 +22,7 @@ from analysis.implementations import (
     epoch_shapes,
     main,
 )
-from analysis.tcp_probe import epoch_starts
+from analysis.tcp_probe import epoch_counts, epoch_starts
 
 RTT_S = 0.1  # one step of the model: an RTT
 BETA = 0.5
@@ -126,6 +126,20 @@ def test_a_loss_with_the_same_ssthresh_is_an_epoch_and_a_reduction_is_one():
     ss = [2**31 - 1] * 3 + [24] * 16
     starts, ended = epoch_starts(table(cwnd, ss, una_lag=5))
     assert (starts.tolist(), ended.tolist()) == ([3, 8, 15], [8, 13, -1])
+
+
+def test_a_trials_epoch_count_is_every_loss_of_each_flow():
+    """The trial summary's congestion_epochs (the paper's 20-epoch rule): two flows, one with
+    three losses at one ssthresh (ssthresh falls once), one with one; without sequence numbers
+    (SIFTR) a flow's count falls back to its ssthresh reductions."""
+    cwnd = [10, 20, 40, 30, 24, 30, 40, 48, 46, 41, 42, 33, 24, 30, 48, 40, 24, 25, 26]
+    ss = [2**31 - 1] * 3 + [24] * 16
+    first = table(cwnd, ss, una_lag=5)
+    i = np.arange(30)
+    second = table(20 + i % 20, np.where(i < 20, 2**31 - 1, 20)).assign(sport=2)
+    both = pd.concat([first, second], ignore_index=True)
+    assert epoch_counts(both, [1, 2]) == [3, 1]
+    assert epoch_counts(both.assign(snd_nxt=0, snd_una=0), [1, 2]) == [1, 1]
 
 
 def test_two_implementations_of_one_algorithm_agree(tmp_path, capsys):
