@@ -104,6 +104,19 @@ def _joined(values: Iterable[str]) -> str | None:
     return ", ".join(sorted(set(values))) or None
 
 
+def queue_implementation(egress: dict[str, Any], delay: dict[str, Any]) -> str:
+    """What implemented a shaped egress' queue (a trial record's network.egress entry; its
+    record's ``delay`` says the router's backend): dummynet's, tc's qdisc, or for rio on a
+    kernel without GRED the BPF program."""
+    q = QDISCS.get(qdisc_of(egress))
+    router = delay.get(egress.get("host")) or {}
+    if router.get("backend") == "dummynet":
+        return f"dummynet ({q.dummynet})" if q and q.dummynet else "dummynet"
+    if qdisc_of(egress) == "rio" and router.get("rio_implementation") == "bpf":
+        return "bpf (hostside/bpf_tc/rio)"  # roles/linux_router: a kernel without GRED
+    return f"tc {q.linux_qdisc}" if q and q.linux_qdisc else "tc fifo"
+
+
 def provenance(record: dict[str, Any]) -> dict[str, Any]:
     """The provenance columns of a trial: commit and dirty flag, the hosts' kernels, the rack
     (its inventory files), each congestion control's implementation (the kernel's module or
@@ -123,18 +136,10 @@ def provenance(record: dict[str, Any]) -> dict[str, Any]:
             if s.get("cc") and facts:
                 bpf = s["cc"] in (facts.get("bpf_cc") or {})
                 impls.append(f"{s['cc']}={'bpf' if bpf else 'module'}")
-    queues = []
-    for e in (record.get("network") or {}).get("egress") or []:
-        qdisc = qdisc_of(e)
-        backend = (delay.get(e.get("host")) or {}).get("backend")
-        q = QDISCS.get(qdisc)
-        if backend == "dummynet":
-            impl = f"dummynet ({q.dummynet})" if q and q.dummynet else "dummynet"
-        elif qdisc == "rio" and (delay.get(e.get("host")) or {}).get("rio_implementation") == "bpf":
-            impl = "bpf (hostside/bpf_tc/rio)"  # roles/linux_router: a kernel without GRED
-        else:
-            impl = f"tc {q.linux_qdisc}" if q and q.linux_qdisc else "tc fifo"
-        queues.append(f"{e.get('link')}={qdisc}:{impl}")
+    queues = [
+        f"{e.get('link')}={qdisc_of(e)}:{queue_implementation(e, delay)}"
+        for e in (record.get("network") or {}).get("egress") or []
+    ]
     return {
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),

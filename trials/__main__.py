@@ -10,8 +10,11 @@ preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]... [--results DIR]
                                               (reads only; one line per problem with its fix)
 report results/<batch>                        analyse again and print
 results list|query SQL|backfill               the results catalog (trials/cli_results.py)
+record results/<batch> docs/reproductions/<family>
+                                              a batch's reproduction record (make record)
 nightly install|remove|status|run EXPERIMENT  nightly batches (exit 3: ran, a change found)
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
+validate-htcp [--repetitions N] [--batch DIR] H-TCP's kernel module against its BPF implementation
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from analysis.report import analyse_batch, print_batch
 from analysis.workers import jobs_setting
 from core.layout import BatchDir, new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
-from trials import cli_results, nightly, rack_kind
+from trials import cli_record, cli_results, nightly, rack_kind, validate_htcp
 from trials.ansible import PlaybookError, run_playbook
 from trials.batch import Batch, batch_name_problem
 from trials.batch_watch import watch
@@ -300,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="analyse a results/<batch> directory again and print it")
     report.add_argument("batch", type=Path)
     cli_results.add_parser(sub)
+    cli_record.add_parser(sub)
+    validate_htcp.add_parser(sub)
     args = parser.parse_args(argv)
     try:  # the analysis at the end runs on this setting: refused before any host is touched
         jobs_setting()
@@ -315,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             return show(args.inventory, Console(width=width), as_json=args.json)
         if args.command == "results":
             return cli_results.run(args, console)
+        if args.command == "record":
+            return cli_record.run(args, console)
         if args.command == "report":
             return report_batch(args.batch, console)
         if args.command == "worker":
@@ -332,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_batch(args)
         if args.command == "nightly":
             return run_nightly(args)
+        if args.command == "validate-htcp":
+            return validate_htcp.validate(args, run_batch, lambda m: print(m, flush=True))
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
         refuse_before_a_rack(plan, trials, virtual=args.command == "check" or not args.inventory)
