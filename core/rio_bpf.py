@@ -9,15 +9,20 @@ compare the two packet by packet fail on any difference.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.hostside import SOURCE as HOSTSIDE
+from core.hostside import shipped_files, sums_text
 from core.rio import HIGH, VirtualQueue, high_dscp, in_dscp, virtual_queues
 from core.units import parse_rate
 
 SOURCE = "bpf_tc/rio/rio.bpf.c"  # under hostside/
+# Every file the object is built from (the program and the header of every tc program here).
+SOURCES = (SOURCE, "bpf_tc/bpf_tc.h")
 LOADER = "bpf_tc/rio/trialbed_rio.py"  # under hostside/: attach, detach, show
 # The runner's snapshots of the loader's `show`, per rio egress, in the router's trial folder.
 SHOWN = "rio_bpf_{iface}_{tag}.json"
@@ -62,6 +67,13 @@ STATS_AS_GRED = {
 
 class RioBpfError(ValueError):
     """Settings the BPF RIO cannot take; the message names the key."""
+
+
+def source_sha256(root: Path = HOSTSIDE) -> str:
+    """The sha256 of the SOURCES' sha256sum lines (hostside/`root`): what the object is
+    built from, named in its record and in the router's build (one object per source)."""
+    files = shipped_files(root)
+    return hashlib.sha256(sums_text({p: files[p] for p in SOURCES}).encode()).hexdigest()
 
 
 def fixed_wq(w_q: float) -> int:

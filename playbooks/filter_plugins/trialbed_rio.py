@@ -47,6 +47,14 @@ def rio_links(links: list[dict]) -> list[dict]:
     return [link for link in links if link_rules.qdisc_of(link) == "rio"]
 
 
+def rio_bpf_source_sha256(folder: str) -> str:
+    """The BPF RIO's source digest (core/rio_bpf.source_sha256: its program and the header it
+    includes), called on its folder under hostside/ ('bpf_tc/rio')."""
+    if folder != rio_bpf.SOURCE.rsplit("/", 1)[0]:
+        raise AnsibleFilterError(f"trialbed_rio_bpf_source_sha256: {folder!r} is not the BPF RIO")
+    return rio_bpf.source_sha256()
+
+
 def rio_bpf_params(link: dict) -> list[str]:
     """The BPF RIO's parameters for the link, as its loader takes them (NAME=VALUE)."""
     try:
@@ -76,5 +84,6 @@ class FilterModule:
             "trialbed_rio_record": rio_record,
             "trialbed_rio_links": rio_links,
             "trialbed_rio_bpf_params": rio_bpf_params,
+            "trialbed_rio_bpf_source_sha256": rio_bpf_source_sha256,
             "trialbed_rio_bpf_record": rio_bpf_record,
         }

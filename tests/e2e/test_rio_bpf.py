@@ -8,7 +8,6 @@ Written with the BPF RIO (issue 50, item 2); not run where it was written (no ra
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -17,7 +16,6 @@ import pytest
 
 from analysis.bottleneck import tc_drops
 from core import rio_bpf
-from core.hostside import SOURCE
 from tests.e2e.conftest import PROJECT, only_batch
 
 pytestmark = pytest.mark.rack
@@ -67,8 +65,7 @@ def test_the_bpf_rio_ran_and_its_record_says_so(trial):
     ((where, rio),) = record["rio"].items()
     host = where.split(":")[0]
     assert rio["implementation"] == "bpf", rio
-    source = hashlib.sha256((SOURCE / rio_bpf.SOURCE).read_bytes()).hexdigest()
-    assert rio["bpf"]["source_sha256"] == source
+    assert rio["bpf"]["source_sha256"] == rio_bpf.source_sha256()
     assert (
         rio["bpf"]["params"]["in_min"] == 9 * 1500 and rio["bpf"]["params"]["rate_bps"] == 1500000
     )

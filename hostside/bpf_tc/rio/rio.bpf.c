@@ -16,42 +16,10 @@
  *         the drain in dt ns is rate_bps x dt, exactly;
  *   avg:  bytes << AVG_SHIFT;  w_q: << W_SHIFT;  max_p: << P_SHIFT.
  *
- * Declared by hand (the UAPI prefix of __sk_buff, the constants used), as ../../bpf_cc/bpf_cc.h
- * does: <linux/bpf.h> needs the build machine's multiarch include directory.
+ * The UAPI structures and constants it reads, and BPF_TC_PARAM (a .rodata constant, set by
+ * name before loading), are those of every program here (../bpf_tc.h).
  */
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-typedef signed char __s8;
-typedef short __s16;
-typedef int __s32;
-typedef long long __s64;
-typedef __u16 __be16;
-typedef __u32 __be32;
-typedef __u32 __wsum;
-
-#include <bpf/bpf_helpers.h>
-
-/* include/uapi/linux/bpf.h: struct __sk_buff, its first member (the rest is not read). */
-struct __sk_buff {
-	__u32 len;
-};
-
-struct bpf_spin_lock {
-	__u32 val;
-};
-
-#define BPF_MAP_TYPE_ARRAY 2
-#define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define TC_ACT_OK 0
-#define TC_ACT_SHOT 2
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-
-/* A parameter: a constant of .rodata, set by name before loading (the loader reads the
- * object's BTF); the verifier then knows it. */
-#define RIO_PARAM const volatile
+#include "../bpf_tc.h"
 
 #define LEVELS 3		/* IN, OUT, and high (RFC 2597's AFx3) when `levels` is 3 */
 #define RING_BITS 16
@@ -85,25 +53,25 @@ enum rio_backlog {
 	BACKLOG_FLUID = 1,
 };
 
-RIO_PARAM __u64 rate_bps = 0;		/* the link (HTB's rate), bits/s */
-RIO_PARAM __u32 limit_bytes = 0;	/* the FIFO's size (the bfifo's limit) */
-RIO_PARAM __u32 mean_packet = 1500;	/* bytes: the idle decay's packet time */
-RIO_PARAM __u32 levels = 2;
-RIO_PARAM __u64 in_dscp = 0;		/* bit d set: DSCP d is level 0 (IN) */
-RIO_PARAM __u64 high_dscp = 0;		/* bit d set: level 2 (with levels 3); others: 1 */
-RIO_PARAM enum rio_mode mode = RIO_GRED;
-RIO_PARAM enum rio_backlog backlog = BACKLOG_QUEUED;
+BPF_TC_PARAM __u64 rate_bps = 0;		/* the link (HTB's rate), bits/s */
+BPF_TC_PARAM __u32 limit_bytes = 0;	/* the FIFO's size (the bfifo's limit) */
+BPF_TC_PARAM __u32 mean_packet = 1500;	/* bytes: the idle decay's packet time */
+BPF_TC_PARAM __u32 levels = 2;
+BPF_TC_PARAM __u64 in_dscp = 0;		/* bit d set: DSCP d is level 0 (IN) */
+BPF_TC_PARAM __u64 high_dscp = 0;		/* bit d set: level 2 (with levels 3); others: 1 */
+BPF_TC_PARAM enum rio_mode mode = RIO_GRED;
+BPF_TC_PARAM enum rio_backlog backlog = BACKLOG_QUEUED;
 /* 1: as ns-2's RED (the seed-004 paper's simulator), no RED drop of a packet that arrives
  * while at most one packet waits (`qlen > 1`); GRED has no such guard (0), and an average
  * left above max then drops every packet into the empty queue (analysis/gred_lockout.py). */
-RIO_PARAM __u32 ns2_guard = 0;
+BPF_TC_PARAM __u32 ns2_guard = 0;
 /* Per level: thresholds in bytes, max_p << P_SHIFT, w_q << W_SHIFT. */
-RIO_PARAM __u32 in_min = 0, in_max = 0, in_wq = 0;
-RIO_PARAM __u64 in_maxp = 0;
-RIO_PARAM __u32 out_min = 0, out_max = 0, out_wq = 0;
-RIO_PARAM __u64 out_maxp = 0;
-RIO_PARAM __u32 high_min = 0, high_max = 0, high_wq = 0;
-RIO_PARAM __u64 high_maxp = 0;
+BPF_TC_PARAM __u32 in_min = 0, in_max = 0, in_wq = 0;
+BPF_TC_PARAM __u64 in_maxp = 0;
+BPF_TC_PARAM __u32 out_min = 0, out_max = 0, out_wq = 0;
+BPF_TC_PARAM __u64 out_maxp = 0;
+BPF_TC_PARAM __u32 high_min = 0, high_max = 0, high_wq = 0;
+BPF_TC_PARAM __u64 high_maxp = 0;
 
 /* Tests only (0 in a trial): the clock, and the random value of each packet. */
 __u64 test_now_ns = 0;
