@@ -431,25 +431,3 @@ def test_bad_file_is_refused_with_file_key_and_allowed_values(tmp_path):
     message = " ".join(done.stderr.split())
     assert f"{exp_file}: key 'network.links[0].rate'" in message
     assert "bit, kbit, mbit, gbit" in message
-
-
-def test_rio_on_a_kernel_without_gred_points_to_the_vm_rack(test_rack, tmp_path):
-    """qdisc rio (GRED in RIO mode) on the namespace rack, whose kernel here lacks sch_gred:
-    refused by preflight, before any host is touched, with what is missing and RACK=vm."""
-    has_gred = subprocess.run(
-        "test -d /sys/module/sch_gred || modprobe -n sch_gred", shell=True, check=False
-    )
-    if has_gred.returncode == 0:
-        pytest.skip("this kernel has sch_gred: RIO runs here (tested on the VM rack)")
-    exp_file = tmp_path / "rio.yml"
-    exp_file.write_text(EXPERIMENT)
-    results = tmp_path / "results"
-    done = run_cli(
-        "run", str(exp_file), "--set", "network.links[0].qdisc=rio",
-        "-i", str(test_rack.inventory), "--results", str(results),
-    )  # fmt: skip
-    assert done.returncode == 2
-    message = " ".join(done.stderr.split())
-    assert f"{exp_file}: link downstream: qdisc 'rio' is not in the kernel of host R" in message
-    assert "sch_gred" in message and "RACK=vm" in message
-    assert not results.exists()
