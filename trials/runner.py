@@ -85,8 +85,12 @@ class TrialRunner:
         self.run_on(hc.snapshot_commands(net, daemons, tag), skip)
 
     def delay_backends(self, net: ResolvedNetwork) -> dict[str, Any]:
+        """The router role's record (delay_backend.json) of each host that delays a link or
+        runs rio on one (the record says which RIO ran, GRED or the BPF program, and its
+        source's sha256)."""
         out = {}
-        for host in sorted({e.host for e in net.egress if e.shaping.delay}):
+        wanted = {e.host for e in net.egress if e.shaping.delay or e.shaping.qdisc == "rio"}
+        for host in sorted(wanted):
             record = f"{self.rack.host(host).workdir}/router/delay_backend.json"
             text = self.rack.run(host, command("cat", record))
             out[host] = json.loads(text)
@@ -251,7 +255,7 @@ class TrialRunner:
             before=lambda h: command("mkdir", "-p", remote[h]),
             static=self.static_facts,
         )
-        record["delay"] = self.delay_backends(net) if delayed else {}
+        record["delay"] = self.delay_backends(net)
         if (vm := vm_record(self.rack)) is not None:
             record["vm"] = vm  # the VM rack: its VM, calibration, clock offset now
             clock = vm["clock_at_trial"]

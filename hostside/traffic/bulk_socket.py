@@ -16,10 +16,12 @@ right after the handshake's last ACK, one round trip after its SYN.
                         [--tos TOS] [--pacing-rate BYTES_PER_S] --out REPORT.json
       waits until --start-at (default: now), opens N connections from ADDR at once (each
       socket's options set before its SYN: TCP_CONGESTION, IP_TOS, SO_MAX_PACING_RATE) and
-      writes to each as soon as it is connected: until the duration ends (then closes them;
-      the kernel sends what their buffers hold), or B bytes in all (split evenly, the first
-      flows taking the remainder; each is then shut down and the sender waits for the
-      receiver to close it: the transfer's end). On SIGTERM it stops where it is. Then it
+      writes to each as soon as it is connected: until the duration ends, or B bytes in all
+      (split evenly, the first flows taking the remainder). Either way each flow is then shut
+      down and the sender waits for the receiver to close it (the transfer's end: what the
+      socket buffer held is delivered, so no packet of the flow passes a capture after the
+      sender exits; a close at the deadline left the kernel sending for seconds on a long
+      path). On SIGTERM it stops where it is. Then it
       writes REPORT.json: {"program", "version", "role": "sender", "start_ns", "end_ns",
       "settings", "flows": [{"flow", "local_port", "connect_ns", "connected_ns",
       "first_send_ns", "last_send_ns", "closed_ns", "bytes_sent", "bytes_wanted", "cc",
@@ -281,13 +283,26 @@ def send(args):
                 continue
             except OSError as exc:
                 fail(key.data, exc, sel)
-    for flow in flows:  # those still open: the duration ended, or a signal came
-        if flow.status != "open" or flow.sock is None:
-            continue
-        if end_ns is not None and not stop:
-            flow.status = "done" if flow.connected_ns is not None else "error"
-            flow.error = None if flow.connected_ns is not None else "not connected by the end"
-        close(flow, sel)
+    if end_ns is not None and not stop:  # the duration ended: shut down, wait for the ends
+        for flow in flows:
+            if flow.status == "open" and flow.sock is not None and not flow.shut:
+                if flow.connected_ns is None:
+                    fail(flow, OSError(errno.ETIMEDOUT, "not connected by the end"), sel)
+                    continue
+                flow.sock.shutdown(socket.SHUT_WR)
+                flow.shut = True
+                sel.modify(flow.sock, selectors.EVENT_READ, flow)
+        while not stop and sel.get_map():
+            for key, _ in sel.select(timeout=0.5):
+                try:
+                    step(key.data, sel)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as exc:
+                    fail(key.data, exc, sel)
+    for flow in flows:  # those still open: a signal came
+        if flow.status == "open" and flow.sock is not None:
+            close(flow, sel)
     settings = {k: getattr(args, k) for k in ("flows", "bytes", "duration_s", "cc", "tos")}
     settings["pacing_rate"] = args.pacing_rate
     report = {"program": PROGRAM, "version": VERSION, "role": "sender"}
