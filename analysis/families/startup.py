@@ -296,7 +296,8 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
          _sums(r, TRANSFERRED, SINCE_SYN))
     )  # fmt: skip
     rows.append(("acknowledged since the first data SYN", _sums(r, ACKED, SINCE_SYN)))
-    rows.append(("acknowledged since T0 (launch, with iperf3's set-up)", _sums(r, ACKED, SINCE_T0)))
+    since_t0 = "acknowledged since T0 (the launch; iperf3's set-up included where it ran)"
+    rows.append((since_t0, _sums(r, ACKED, SINCE_T0)))
     rows.append(("bottleneck payload capacity", f"{fmt(r.payload_capacity_bps / 1e6, 3)} Mbit/s"))
     for name, idle in (r.timeouts_by_sender or {}).items():
         exits = (r.slow_start_exit_s or {}).get(name) or []

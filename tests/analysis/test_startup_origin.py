@@ -205,7 +205,7 @@ def test_tables_and_report_say_their_origin(tmp_path: Path) -> None:
     lines = dict(family.trial_rows(pd.Series(summary)))  # as `trials report` rows are
     assert any(k.startswith("transferred since the first data SYN (T0 + 0.300 s)") for k in lines)
     assert "acknowledged since the first data SYN" in lines
-    assert "acknowledged since T0 (launch, with iperf3's set-up)" in lines
+    assert "acknowledged since T0 (the launch; iperf3's set-up included where it ran)" in lines
     page = write_report(batch, previous=None).read_text()
     assert "elapsed time since the first data SYN" in page
     assert "passed the capture after the bottleneck in sequence" in " ".join(page.split())
