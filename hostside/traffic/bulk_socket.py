@@ -259,6 +259,22 @@ def step(flow, sel):
         sel.modify(s, selectors.EVENT_READ, flow)
 
 
+def pump(sel, stop, end_ns=None):
+    """Step every ready socket until none is left, a signal came, or end_ns (if given)."""
+    while not stop and sel.get_map():
+        now = time.time_ns()
+        if end_ns is not None and now >= end_ns:
+            return
+        timeout = 0.5 if end_ns is None else min(0.5, (end_ns - now) / 1e9)
+        for key, _ in sel.select(timeout=timeout):
+            try:
+                step(key.data, sel)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as exc:
+                fail(key.data, exc, sel)
+
+
 def send(args):
     stop = stop_on_signals()
     start_ns = time.time_ns() if args.start_at is None else int(args.start_at * 1e9)
@@ -271,18 +287,7 @@ def send(args):
         for flow in flows:
             open_flow(flow, args, sel)
         log(f"started: {args.flows} flows to {args.connect}:{args.port}")
-    while not stop and sel.get_map():
-        now = time.time_ns()
-        if end_ns is not None and now >= end_ns:
-            break
-        timeout = 0.5 if end_ns is None else min(0.5, (end_ns - now) / 1e9)
-        for key, _ in sel.select(timeout=timeout):
-            try:
-                step(key.data, sel)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError as exc:
-                fail(key.data, exc, sel)
+    pump(sel, stop, end_ns)
     if end_ns is not None and not stop:  # the duration ended: shut down, wait for the ends
         for flow in flows:
             if flow.status == "open" and flow.sock is not None and not flow.shut:
@@ -292,14 +297,7 @@ def send(args):
                 flow.sock.shutdown(socket.SHUT_WR)
                 flow.shut = True
                 sel.modify(flow.sock, selectors.EVENT_READ, flow)
-        while not stop and sel.get_map():
-            for key, _ in sel.select(timeout=0.5):
-                try:
-                    step(key.data, sel)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError as exc:
-                    fail(key.data, exc, sel)
+        pump(sel, stop)
     for flow in flows:  # those still open: a signal came
         if flow.status == "open" and flow.sock is not None:
             close(flow, sel)
