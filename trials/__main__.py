@@ -28,7 +28,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from analysis.families import FAMILIES
-from analysis.html_report import write_report
 from analysis.regressions import NIGHTS, judge
 from analysis.report import analyse_batch, print_batch
 from analysis.workers import jobs_setting
@@ -526,6 +525,8 @@ def run_nightly(args: argparse.Namespace) -> int:
         print("\n".join(verdict.lines()), file=f)
     out.print(escape("\n".join(verdict.lines())), highlight=False)
     out.print(f"report: {report}")
+    from analysis.html_report import write_report  # matplotlib: only where a page is drawn
+
     page = write_report(args.batch, nights=args.baseline_nights, baseline=args.baseline)
     out.print(f"report: {page}")
     for batch in nightly.prune(args.experiment, args.keep_captures):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
@@ -34,10 +35,14 @@ def report(batch_dir: Path, console: Console) -> int:
     except NotABatch as exc:  # before any trial is read
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
-    problems = file_problems(batch_dir)
+    # The files are checked while the trials are analysed (sha256 lets go of the GIL, and
+    # the analysis leaves a CPU idle for some of its time); a trial's row waits for them.
+    with ThreadPoolExecutor(1, thread_name_prefix="manifest") as pool:
+        checked = pool.submit(file_problems, batch_dir)
+        table = analyse_batch(batch_dir, _Checked(checked))
+        problems = dict(checked.result())
     for line in problems.pop("", []):
         console.print(f"[red]error:[/red] {escape(line)}", highlight=False)
-    table = analyse_batch(batch_dir, problems)
     print_batch(table)
     analysed = {t.name for t in batch_trials(batch_dir)}
     for name, lines in problems.items():
@@ -54,6 +59,25 @@ def report(batch_dir: Path, console: Console) -> int:
         )
         return 1
     return 0
+
+
+class _Checked(Mapping[str, list[str]]):
+    """file_problems' answer as a mapping, waited for on first use."""
+
+    def __init__(self, future: Future) -> None:
+        self._future = future
+
+    def _found(self) -> dict[str, list[str]]:
+        return self._future.result()
+
+    def __getitem__(self, trial: str) -> list[str]:
+        return self._found()[trial]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._found())
+
+    def __len__(self) -> int:
+        return len(self._found())
 
 
 def file_problems(batch_dir: Path) -> dict[str, list[str]]:

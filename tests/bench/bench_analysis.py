@@ -52,17 +52,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from collect.fetch import sha256_file  # noqa: E402 (this checkout's, from ROOT)
+from core.layout import MANIFEST, RECORD  # noqa: E402
+
 TSHARK_FIELDS = (
     "frame.time_epoch ip.src ip.dst tcp.srcport tcp.dstport tcp.seq_raw tcp.ack_raw tcp.len "
     "tcp.analysis.retransmission udp.srcport udp.dstport"
 )
 WARM_CALLS = 4  # analyses after the first in the warm process (their times vary)
-# What `trials report BATCH` runs (trials/__main__.py): the batch analysed again, printed.
-REPORT = (
-    "import sys; from pathlib import Path; "
-    "from analysis.report import analyse_batch, print_batch; "
-    "print_batch(analyse_batch(Path(sys.argv[1])))"
-)
+# `trials report BATCH` as the console command runs it (pyproject.toml's [project.scripts]):
+# every file checked against its trial's manifest, the batch analysed again, printed.
+REPORT = "import sys; from trials.__main__ import main; sys.exit(main(['report', sys.argv[1]]))"
 # A batch worker's loop: the same trial analysed again and again (the first pays imports).
 WARM = """
 import json, sys, time
@@ -131,10 +131,20 @@ def link_batch(trial: Path, batch: Path, n: int) -> list[Path]:
         shutil.copytree(
             trial, dst, copy_function=os.link, ignore=shutil.ignore_patterns("analysis")
         )
-        record = json.loads((dst / "trial.json").read_text())
+        record = json.loads((dst / RECORD).read_text())
         record["trial"] = dst.name
-        (dst / "trial.json").unlink()  # (a link: the original's stays as it is)
-        (dst / "trial.json").write_text(json.dumps(record))
+        (dst / RECORD).unlink()  # (a link: the original's stays as it is)
+        (dst / RECORD).write_text(json.dumps(record))
+        manifest = (
+            (dst / MANIFEST)
+            .read_text()
+            .replace(
+                f"{sha256_file(trial / RECORD)}  {RECORD}\n",
+                f"{sha256_file(dst / RECORD)}  {RECORD}\n",
+            )
+        )
+        (dst / MANIFEST).unlink()
+        (dst / MANIFEST).write_text(manifest)  # the copy's record as collected
         dirs.append(dst)
     return dirs
 
@@ -257,7 +267,19 @@ def stages(trial_dir: Path) -> dict[str, float]:
     return spent
 
 
+def check_alone(batch: Path) -> tuple[float, float]:
+    """(wall s, CPU s) of `trials report`'s check of the files against their manifests,
+    alone (the report runs it in a thread beside the analysis)."""
+    from trials.results_check import file_problems
+
+    t, c = time.perf_counter(), time.process_time()
+    if file_problems(batch):
+        raise SystemExit(f"{batch}: files not as collected")
+    return time.perf_counter() - t, time.process_time() - c
+
+
 def bench(args) -> str:
+    from collect.fetch import write_manifest
     from tests.analysis.trialgen import write_trial
 
     workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
@@ -265,6 +287,7 @@ def bench(args) -> str:
         batch = workdir / "one"
         t = time.perf_counter()
         trial = write_trial(batch / "trials" / "t1", packets=args.packets)
+        write_manifest(trial.dir)  # as collected: `trials report` checks every file against it
         before, after = trial.captures
         sizes = [p.stat().st_size for p in trial.captures]
         captures_mb = sum(sizes) / 1e6
@@ -326,22 +349,27 @@ def bench(args) -> str:
                 scaling[jobs] = run(
                     _python(code, REPORT, many), _env(code, TRIALBED_ANALYSIS_JOBS=str(jobs))
                 )
-        breakdown = {}
+        breakdown, check = {}, None
         if code == ROOT:
-            breakdown = json.loads(
+            staged = json.loads(
                 run(
                     [str(ROOT / ".venv" / "bin" / "python"), __file__, "--stages", str(trial.dir)],
                     _env(code),
                     out=True,
                 )[3]
             )
+            breakdown, check = staged["stages"], staged["check"]
+        listed = [line.split("  ", 1)[1] for line in (trial.dir / MANIFEST).read_text().split("\n")
+                  if line]  # fmt: skip
+        checked_mb = sum((trial.dir / name).stat().st_size for name in listed) / 1e6
         figures = {
             "packets": trial.truth.before_packets, "sizes": sizes, "captures_mb": captures_mb,
             "probe_mb": probe_mb, "samples_mb": samples_mb, "minutes": minutes,
             "fresh": fresh[:3], "cold": cold[:3], "first": first, "warm": warm,
             "later": later, "tools": {k: v[:3] for k, v in tools.items()},
             "scaling": {k: v[:3] for k, v in scaling.items()}, "batch": args.batch,
-            "breakdown": breakdown, "tcptrace_agrees": same_tcptrace, "truth_agrees": same_truth,
+            "breakdown": breakdown, "check": check, "checked_mb": checked_mb,
+            "tcptrace_agrees": same_tcptrace, "truth_agrees": same_truth,
             "wrong": wrong, "code": str(code),
         }  # fmt: skip
         text = report_text(figures)
@@ -402,6 +430,12 @@ def report_text(f: dict) -> str:
         out.append(f"where a warm analysis's {total:.2f} s go:")
         for stage, s in sorted(f["breakdown"].items(), key=lambda x: -x[1]):
             out.append(f"  {stage:56} {s:6.2f} s  {100 * s / total:3.0f} %")
+    if f["check"]:
+        wall, cpu = f["check"]
+        out.append(
+            f"checking the trial's files against its manifest (sha256 of {f['checked_mb']:.0f} "
+            f"MB), alone: {wall:.2f} s, CPU {cpu:.2f} s (the report runs it beside the analysis)"
+        )
     largest = max(f["sizes"]) / 1e6
     out.append(
         f"peak RSS of the fresh process {f['fresh'][2]:.0f} MB: captures {f['captures_mb']:.0f} "
@@ -559,7 +593,8 @@ def main() -> None:
     ap.add_argument("--stages", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stages:
-        print(json.dumps(stages(args.stages)))
+        batch = args.stages.parents[1]  # <batch>/trials/<trial>
+        print(json.dumps({"stages": stages(args.stages), "check": check_alone(batch)}))
         return
     args.code = args.code.resolve()
     if args.code != ROOT:
