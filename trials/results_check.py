@@ -17,9 +17,7 @@ from rich.markup import escape
 
 from analysis.batches import NotABatch, batch_trials
 from analysis.report import UNREADABLE, analyse_batch, print_batch
-from collect.fetch import sha256_file
-from core.layout import MANIFEST, BatchDir, TrialDir
-from trials.nightly import pruned_files
+from core.layout import MANIFEST, BatchDir, TrialDir, pruned_files, sha256_file
 
 _LINE = re.compile(r"([0-9a-f]{64})  (.+)")
 # A manifest lists a trial's files: some hundred lines. A larger file is not one.

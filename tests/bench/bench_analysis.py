@@ -52,8 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from collect.fetch import sha256_file  # noqa: E402 (this checkout's, from ROOT)
-from core.layout import MANIFEST, RECORD  # noqa: E402
+from core.layout import MANIFEST, RECORD, sha256_file  # noqa: E402 (this checkout's, from ROOT)
 
 TSHARK_FIELDS = (
     "frame.time_epoch ip.src ip.dst tcp.srcport tcp.dstport tcp.seq_raw tcp.ack_raw tcp.len "
