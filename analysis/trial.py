@@ -107,11 +107,13 @@ def lost_service(
         summary.update(judge_lost_service(owd, lost, summary.get("router_stalls_from")))
 
 
-def analyse_trial(trial_dir: Path) -> dict[str, Any]:
+def analyse_trial(trial_dir: Path, catalog: bool = True) -> dict[str, Any]:
     """Analyse the trial into ``analysis/`` (its tables and summary.json). The tables are
     written into a directory beside it that replaces it only once the summary is written: a
     run that fails keeps the earlier analysis whole (tables and summary of one run), and
-    tables the current code no longer writes do not stay beside new ones."""
+    tables the current code no longer writes do not stay beside new ones. ``catalog``: its
+    rows put into its batch's files of the results catalog (False: the caller writes the
+    whole batch's once its trials are analysed)."""
     record = load_record(trial_dir / RECORD)
     final = trial_dir / "analysis"
     out_dir = trial_dir / ".analysis.new"
@@ -128,9 +130,10 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         final.rename(old)
     out_dir.rename(final)
     shutil.rmtree(old, ignore_errors=True)
-    from analysis.dataset import add_trial  # pandas: only once the captures are read
+    if catalog:
+        from analysis.dataset import add_trial  # pandas: only once the captures are read
 
-    add_trial(trial_dir)  # the trial's rows in its results' catalog (none outside a batch)
+        add_trial(trial_dir)  # the trial's rows in its results' catalog (none outside a batch)
     return summary
 
 
