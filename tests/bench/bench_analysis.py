@@ -62,6 +62,11 @@ WARM_CALLS = 4  # analyses after the first in the warm process (their times vary
 # `trials report BATCH` as the console command runs it (pyproject.toml's [project.scripts]):
 # every file checked against its trial's manifest, the batch analysed again, printed.
 REPORT = "import sys; from trials.__main__ import main; sys.exit(main(['report', sys.argv[1]]))"
+# What a fresh `trials report` imports before and while it analyses, alone (no analysis).
+IMPORTS = (
+    "import trials.__main__, trials.results_check, analysis.trial, analysis.report, pandas, "
+    "pyarrow.parquet"
+)
 # A batch worker's loop: the same trial analysed again and again (the first pays imports).
 WARM = """
 import json, sys, time
@@ -320,6 +325,7 @@ def bench(args) -> str:
             cold = run(report, _env(code, NUMBA_CACHE_DIR=cache))
         run(report, _env(code))  # fills the checkout's own cache (a fresh clone has none)
         fresh = best(report, args.repeat, _env(code))
+        imports = best(_python(code, IMPORTS), args.repeat, _env(code))
         warm_calls = json.loads(
             run(_python(code, WARM, trial.dir, WARM_CALLS + 1), _env(code), out=True)[3]
         )
@@ -364,8 +370,8 @@ def bench(args) -> str:
         figures = {
             "packets": trial.truth.before_packets, "sizes": sizes, "captures_mb": captures_mb,
             "probe_mb": probe_mb, "samples_mb": samples_mb, "minutes": minutes,
-            "fresh": fresh[:3], "cold": cold[:3], "first": first, "warm": warm,
-            "later": later, "tools": {k: v[:3] for k, v in tools.items()},
+            "fresh": fresh[:3], "imports": imports[:3], "cold": cold[:3], "first": first,
+            "warm": warm, "later": later, "tools": {k: v[:3] for k, v in tools.items()},
             "scaling": {k: v[:3] for k, v in scaling.items()}, "batch": args.batch,
             "breakdown": breakdown, "check": check, "checked_mb": checked_mb,
             "tcptrace_agrees": same_tcptrace, "truth_agrees": same_truth,
@@ -404,6 +410,7 @@ def report_text(f: dict) -> str:
     rows = [
         ("trials report, fresh process (best)", *f["fresh"]),
         ("trials report, fresh process, no numba cache", *f["cold"]),
+        ("  its imports alone (no analysis)", *f["imports"]),
         ("in a process that analysed it before (best)", *f["warm"], float("nan")),
         ("  its first analysis (imports, cache loaded)", *f["first"], float("nan")),
         *[(f"{name} over both files", *v) for name, v in f["tools"].items()],
@@ -533,8 +540,8 @@ def _goals(f: dict, read_s) -> str:
         f"{'met' if rss < f['captures_mb'] else 'not met'}; below the largest capture, "
         f"{largest:.0f} MB: {'yes' if rss < largest else 'no'}). tcptrace reads the two "
         f"captures only; `trials report` also reads the senders' tcp_probe recordings "
-        f"({f['probe_mb']:.0f} MB) and the tc samples, and writes the tables (parquet) and "
-        "the summary."
+        f"({f['probe_mb']:.0f} MB) and the tc samples, writes the tables (parquet) and the "
+        f"summary, and checks every file ({f['checked_mb']:.0f} MB) against the trial's manifest."
     )
     if read_s:
         text += (
@@ -563,12 +570,22 @@ def _where(f: dict, read_s, probe_s) -> str:
     fresh, warm = f["fresh"][0], f["warm"][0]
     lines += [
         "",
-        f"A fresh process adds {fresh - warm:.2f} s to the warm analysis: the interpreter, "
-        "numpy and numba, numba's compiled code loaded from its disk cache, pandas and pyarrow "
-        f"(imported once the captures are read), rich; the first analysis in a process took "
-        f"{f['first'][0]:.2f} s. Without a numba cache (the first run of a fresh clone) the "
-        f"compiling takes {f['cold'][0] - fresh:.0f} s more, once.",
+        f"A fresh process adds {fresh - warm:.2f} s to the warm analysis (CPU: "
+        f"{f['fresh'][1]:.2f} s against {f['warm'][1]:.2f} s). Importing what it imports takes "
+        f"{f['imports'][0]:.2f} s alone (CPU {f['imports'][1]:.2f} s: the interpreter, the "
+        "command line, numpy, numba, pydantic, rich, pandas and pyarrow; pandas and pyarrow "
+        "are imported once the captures are read). numba's compiled code is loaded from its "
+        f"disk cache at each kernel's first call: the first analysis in a process took "
+        f"{f['first'][0]:.2f} s, CPU {f['first'][1]:.2f} s. Without a numba cache (the first "
+        f"run of a fresh clone) the compiling takes {f['cold'][0] - fresh:.0f} s more, once.",
     ]
+    if f["check"]:
+        wall, cpu = f["check"]
+        lines.append(
+            f"`trials report` checks every file of the trial against its manifest ("
+            f"{f['checked_mb']:.0f} MB hashed with sha256: {wall:.2f} s alone, CPU {cpu:.2f} s) "
+            "in a thread beside the analysis; a warm analysis (a batch worker's) does not."
+        )
     if read_s:
         mb_s = f["captures_mb"] / read_s
         lines.append(f"Reading the captures runs at {mb_s:.0f} MB/s (cat: "
