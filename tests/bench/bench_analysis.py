@@ -503,7 +503,11 @@ its regular expressions over ipfw's text, analysis/ipfw_samples.py). The DataFra
 parquet tables, `analysis.load`) are built from the arrays at the end and written by a thread
 of their own (analysis/tables.py). `analysis.pcap.read_pcap` (a DataFrame
 of a capture, for tests and notebooks) reads through the same reader and the DataFrame
-functions of analysis/metrics.py call the same kernels.
+functions of analysis/metrics.py call the same kernels. `trials report` (trials/results_check.py)
+also checks every file of each trial against its MANIFEST.sha256, in a thread beside the
+analysis (sha256 lets go of the GIL); each trial's row waits for it. Its command line imports
+only what the report needs (trials/__main__.py; the other commands' rack, plan and Ansible
+machinery is in trials/commands.py).
 
 ## Where the time goes
 
