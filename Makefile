@@ -23,7 +23,7 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help docs setup lock rack-up rack-down configure teardown status trial preflight batch nightly-install nightly-remove nightly-status nightly-run test test-long lint bench
+.PHONY: help docs setup lock rack-up rack-down configure teardown status trial preflight batch validate-htcp nightly-install nightly-remove nightly-status nightly-run test test-long lint bench
 
 help:  ## every target, with what it does (the default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,13 @@ batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable
 	@$(TRIALBED) batch $(EXPERIMENT) --rack-kind $(RACK) $(if $(BATCH),--batch $(BATCH)) \
 	  $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES) $(foreach s,$(SET),--set $(call shell_word,$(s))) \
 	  $(if $(ONLY),$(foreach o,$(ONLY),--only '$(o)'))
+
+# REPETITIONS: trials of each implementation; BATCH=results/NAME resumes (or only compares) that
+# batch; RACK: the VM rack unless given (this machine's kernel has no tcp_htcp module).
+REPETITIONS ?= 5
+validate-htcp: setup  ## H-TCP's kernel module against its BPF implementation (hostside/bpf_cc/htcp) on the VM rack: $(REPETITIONS) trials of each as one batch, then goodput, UDP median OWD, congestion-epoch length and cwnd shape per implementation; exit 1 when one differs by more than 2 pooled sd
+	@$(TRIALBED) validate-htcp --repetitions $(REPETITIONS) $(if $(BATCH),--batch $(BATCH)) \
+	  --rack-kind $(if $(filter auto,$(RACK)),vm,$(RACK)) $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES)
 
 # Nightly: AT=HH:MM, KEEP_CAPTURES=days a batch keeps its captures (its tables stay);
 # NIGHTLY_VARS: the make variables the nightly run gets (default: SET, RACKS and RACK as given now).
@@ -152,3 +159,10 @@ report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, fi
 	@$(PYTHON) -m analysis.html_report $(BATCH) $(if $(PREVIOUS),--previous $(PREVIOUS)) \
 	  $(if $(OUT),--out $(OUT)) $(if $(REANALYSE),--reanalyse) --nights $(NIGHTS) \
 	  $(if $(BASELINE),--baseline $(BASELINE))
+
+# A reproduction record to commit: BATCH=results/<batch> RECORD=docs/reproductions/<family>.
+RECORD ?=
+.PHONY: record
+record: setup  ## write $(RECORD)/ from $(BATCH): the report (standalone), summary.csv (a row per planned trial), provenance.json, a README with the command; reads the batch only
+	@test -n "$(BATCH)" -a -n "$(RECORD)" || { echo "usage: make record BATCH=results/<batch> RECORD=docs/reproductions/<family>"; exit 2; }
+	@$(TRIALBED) record $(call shell_word,$(BATCH)) $(call shell_word,$(RECORD))

@@ -103,6 +103,15 @@ def _joined(values: Iterable[str]) -> str | None:
     return ", ".join(sorted(set(values))) or None
 
 
+def queue_implementation(egress: dict[str, Any], delay: dict[str, Any]) -> str:
+    """What implemented a shaped egress' queue (a trial record's network.egress entry; its
+    record's ``delay`` says the router's backend): dummynet's, or tc's qdisc."""
+    q = QDISCS.get(qdisc_of(egress))
+    if (delay.get(egress.get("host")) or {}).get("backend") == "dummynet":
+        return f"dummynet ({q.dummynet})" if q and q.dummynet else "dummynet"
+    return f"tc {q.linux_qdisc}" if q and q.linux_qdisc else "tc fifo"
+
+
 def provenance(record: dict[str, Any]) -> dict[str, Any]:
     """The provenance columns of a trial: commit and dirty flag, the hosts' kernels, the rack
     (its inventory files), each congestion control's implementation (the kernel's module or
@@ -122,16 +131,10 @@ def provenance(record: dict[str, Any]) -> dict[str, Any]:
             if s.get("cc") and facts:
                 bpf = s["cc"] in (facts.get("bpf_cc") or {})
                 impls.append(f"{s['cc']}={'bpf' if bpf else 'module'}")
-    queues = []
-    for e in (record.get("network") or {}).get("egress") or []:
-        qdisc = qdisc_of(e)
-        backend = (delay.get(e.get("host")) or {}).get("backend")
-        q = QDISCS.get(qdisc)
-        if backend == "dummynet":
-            impl = f"dummynet ({q.dummynet})" if q and q.dummynet else "dummynet"
-        else:
-            impl = f"tc {q.linux_qdisc}" if q and q.linux_qdisc else "tc fifo"
-        queues.append(f"{e.get('link')}={qdisc}:{impl}")
+    queues = [
+        f"{e.get('link')}={qdisc_of(e)}:{queue_implementation(e, delay)}"
+        for e in (record.get("network") or {}).get("egress") or []
+    ]
     return {
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),

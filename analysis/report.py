@@ -16,11 +16,10 @@ from analysis.families import FAMILIES
 from analysis.lazy import pd
 from analysis.workers import DATA_ERRORS, analyse_trials
 from core.layout import RECORD, BatchDir
-from core.trial_record import RecordError, load_record
+from core.trial_record import UNREADABLE, RecordError, load_record
 
 # Columns holding lists or dicts: kept in summary.json, left out of summary.parquet.
 _NESTED = (dict, list)
-UNREADABLE = "unreadable"  # the status of a trial whose record cannot be read
 
 
 def analyse_batch(batch_dir: Path, files: Mapping[str, list[str]] | None = None) -> pd.DataFrame:

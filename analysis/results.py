@@ -7,7 +7,8 @@
     flows = analysis.load_table("results", "flows")   # per-flow rows of every trial
 
 One row per trial: ``batch``, ``trial``, ``dir`` (where its files are), ``id``, ``status``
-(complete / interrupted / failed), ``family``, ``repetition``, git commit and dirty flag,
+(complete / interrupted / failed; ``unreadable`` with ``errors`` naming the file when its
+trial.json cannot be read), ``family``, ``repetition``, git commit and dirty flag,
 start time, every experiment parameter as ``param:<path>`` (e.g.
 ``param:network.links[bottleneck].rate``, ``param:duration``), the factors the matrix varied
 as ``factor:<key>``, and every scalar metric of the trial's analysis (analysis/summary.json)
@@ -38,7 +39,7 @@ from analysis.batches import (
 )
 from analysis.columns import flatten, summary_metrics
 from core.layout import RECORD, TrialDir
-from core.trial_record import load_record
+from core.trial_record import UNREADABLE, RecordError, load_record
 
 __all__ = [
     "NotABatch",
@@ -54,7 +55,17 @@ __all__ = [
 
 
 def _row(batch: Path, trial_dir: Path) -> dict[str, Any]:
-    record = load_record(trial_dir / RECORD)
+    try:
+        record = load_record(trial_dir / RECORD)
+    except RecordError as exc:  # a row that says so, naming the file; the others load as ever
+        return {
+            "batch": batch.name,
+            "trial": trial_dir.name,
+            "dir": str(trial_dir),
+            "status": UNREADABLE,
+            "errors": str(exc),
+            "analysed": False,
+        }
     row: dict[str, Any] = {
         "batch": batch.name,
         "trial": record.get("trial", trial_dir.name),

@@ -1,7 +1,7 @@
 """The TCP flow kernels every TCP metric reads (goodput and retransmissions in
 analysis/metrics.py, startup dynamics in analysis/startup.py, a trial's bulk_tcp analysis):
 two compiled passes (numba) over a capture's packets in time order, whether the packets come
-from a scan (analysis/scan.py) or from a frame's columns.
+from a scan (analysis/scan.py) or from a frame's columns, and a third on request.
 
 Definitions: a flow is a TCP direction that carried payload, numbered by its first payload
 packet in file order; packets are taken in time order (stable); sequence and ACK numbers are
@@ -15,6 +15,11 @@ unwrapped by summing signed 32-bit steps, the flow's first data-or-FIN packet an
 - The ACK pass (packets with the ACK flag of a flow's reverse direction): the highest ACK so
   far at given times (``acked_at``: ACKs at the time count), the time of the last ACK that
   advanced, and the duplicate ACKs (pure ACKs repeating the highest ACK so far).
+
+- The in-sequence pass (payload packets of chosen flows): where each packet moved its flow's
+  in-sequence point, the end of the payload contiguous from ``base`` that has passed the
+  capture (what a receiver there would have in order; a retransmission or an out-of-order
+  segment counts once, when it closes the gap).
 
 Bytes acknowledged in order by time t are that highest ACK clipped to [base, fin] (SYN and FIN
 take a sequence number each), or ``base`` when no ACK came by t.
@@ -42,6 +47,7 @@ __all__ = [
     "data_pass",
     "flow_order",
     "goodput",
+    "in_sequence",
 ]
 
 _ACK, _FIN, _SYN = 0x10, 0x01, 0x02
@@ -439,3 +445,99 @@ def goodput(queries: Queries, data: DataPass, name: str) -> tuple[np.ndarray, np
         hi = np.where(advanced, a.last_adv[flows], lo)
         a_hi = np.where(advanced, np.maximum(a.run[flows], data.base[flows]), a_lo)
     return np.maximum(a_hi - a_lo, 0), np.maximum(hi - lo, 0)
+
+
+def in_sequence(
+    p: TcpPackets, data: DataPass, directions: np.ndarray, until_ns: int = NEVER
+) -> dict[str, np.ndarray]:
+    """The in-sequence pass over the flows among ``directions`` (a bool per direction), up to
+    ``until_ns`` (the pass stops there): every payload packet that moved its flow's
+    in-sequence point (see the module docstring), in time order: its ``direction``, ``ts`` and
+    ``bytes`` (how far it moved the point). Over the whole capture a flow's sum of ``bytes``
+    is its payload contiguous from base."""
+    chosen = np.asarray(directions, np.bool_) & (p.first_data >= 0)
+    room = np.where(chosen, data.packets, 0)  # a flow's heap: at most its payload packets
+    at = np.concatenate([[0], np.cumsum(room)[:-1]]).astype(np.int64)
+    n = int(room.sum())
+    # Only segments beyond a gap enter a heap: its pages stay untouched, and so unallocated.
+    hs, he = alloc(n, np.int64, huge=False), alloc(n, np.int64, huge=False)
+    out = [alloc(n, np.int64, huge=False) for _ in range(3)]
+    k = _in_sequence(
+        p.order, p.ids, p.first_data, p.ts, p.flags, p.seq, p.plen, chosen, data.base, at,
+        np.int64(until_ns), hs, he, *out,
+    )  # fmt: skip
+    return dict(zip(("direction", "ts", "bytes"), (fit(a, k) for a in out), strict=True))
+
+
+@njit(cache=True, nogil=True)
+def _in_sequence(
+    order, ids, first_data, ts, flags, seq, plen, chosen, base, at, until, hs, he, d_out,
+    ts_out, b_out,
+):  # fmt: skip
+    """One pass in time order. Sequence numbers are unwrapped as the data pass does (each
+    data-or-FIN packet of the flow a step); each flow's segments beyond a gap wait in its heap
+    (hs/he from at[d]), keyed by their start, until the gap closes."""
+    m = len(first_data)
+    started = np.zeros(m, np.bool_)
+    prev_raw = np.zeros(m, np.int64)
+    cur = np.zeros(m, np.int64)
+    point = base.copy()
+    size = np.zeros(m, np.int64)
+    n = 0
+    for k in range(len(ids)):
+        i = row(order, k)
+        if ts[i] > until:
+            break
+        d = ids[i]
+        if d < 0 or first_data[d] < 0:
+            continue
+        p = np.int64(plen[i])
+        if p <= 0 and (flags[i] & _FIN) == 0:
+            continue
+        raw = np.int64(seq[i])
+        u = cur[d] + _s32(raw - prev_raw[d]) if started[d] else raw
+        started[d] = True
+        prev_raw[d], cur[d] = raw, u
+        if p <= 0 or not chosen[d]:
+            continue
+        o, before = at[d], point[d]
+        if u > before:  # beyond a gap: waits until the gap closes
+            _heap_push(hs[o:], he[o:], size[d], u, u + p)
+            size[d] += 1
+            continue
+        reach = max(before, u + p)
+        while size[d] > 0 and hs[o] <= reach:
+            reach = max(reach, he[o])
+            size[d] = _heap_pop(hs[o:], he[o:], size[d])
+        if reach > before:
+            point[d] = reach
+            d_out[n], ts_out[n], b_out[n] = d, ts[i], reach - before
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _heap_push(hs, he, h, s, e):
+    i = h
+    while i > 0 and hs[(i - 1) // 2] > s:
+        hs[i], he[i] = hs[(i - 1) // 2], he[(i - 1) // 2]
+        i = (i - 1) // 2
+    hs[i], he[i] = s, e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _heap_pop(hs, he, h):
+    """Remove the smallest start; returns the new size."""
+    h -= 1
+    s, e = hs[h], he[h]
+    i = 0
+    while 2 * i + 1 < h:
+        c = 2 * i + 1
+        if c + 1 < h and hs[c + 1] < hs[c]:
+            c += 1
+        if hs[c] >= s:
+            break
+        hs[i], he[i] = hs[c], he[c]
+        i = c
+    hs[i], he[i] = s, e
+    return h

@@ -57,7 +57,10 @@ RECORDERS = {
     "siftr": "recorders/siftr.py",
 }
 EDGE_MARKER = "markers/edge_marker.py"  # imports markers.py beside it
+BPF_EDGE_MARKER = "markers/bpf_edge_marker.py"  # builds and loads bpf_tc/edge_marker/
+BPF_TC_BUILD = "bpf_tc"  # <trialbed_dir>/bpf_tc/<sha256 of hostside/bpf_tc>/: what it built
 WEB_FLOWS = "traffic/web_flows.py"
+BULK_SOCKET = "traffic/bulk_socket.py"  # bulk_tcp's `tool: socket`: sends from connect
 PROBES = {"host_facts": "probes/host_facts.py", "status": "probes/status_probe.py"}
 
 

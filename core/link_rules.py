@@ -1,7 +1,8 @@
 """The rules of a shaped link, written once for the runner, the analysis and the roles: the
 queue disciplines of the link model and what Linux and dummynet make of each, the packet and
 frame sizes, the numbers roles/freebsd_router gives its ipfw rules, pipes and queues, the
-nftables table of the DSCP marking, and the configure.yml tag of each trial variable.
+nftables table of the DSCP marking, the implementations of a congestion control a host may
+be asked for, and the configure.yml tag of each trial variable.
 
 Python imports it; the roles read it through playbooks/filter_plugins/trialbed_link_rules.py
 (`'name' | trialbed_link_rule`, `trialbed_dummynet_numbers`); a program sent to a host as
@@ -176,6 +177,22 @@ def dummynet_fixed_point(value: float) -> float:
 DSCP_TABLE_FAMILY = "inet"
 DSCP_TABLE_NAME = "trialbed_dscp"
 
+# -- congestion controls (roles/testbed_host, trials/bpf_cc.py) ----------------------------
+# Which implementation of a congestion control a host runs (hosts.<key>.cc_implementation,
+# testbed_host_cc_implementation): auto, the kernel's own where it has one (built in or a
+# module) and else the BPF one of hostside/bpf_cc; module, the kernel's own or an error; bpf,
+# hostside/bpf_cc's even where the kernel has its own.
+CC_IMPLEMENTATIONS = ("auto", "module", "bpf")
+# What `bpf` registers hostside/bpf_cc/<cc>/ as, beside a kernel's own <cc> (a kernel refuses a
+# second congestion control of one name); the host's flows select it by this name.
+BPF_CC_PREFIX = "bpf_"
+
+
+def cc_kernel_name(cc: str, implementation: str | None) -> str:
+    """The name the kernel knows congestion control `cc` by when run as `implementation`."""
+    return BPF_CC_PREFIX + cc if implementation == "bpf" else cc
+
+
 # -- configure.yml's tags -------------------------------------------------------------------
 # The tag that applies each trial variable: when only these changed on a host since the
 # runner applied it, only their tags run there (`--tags cc,shaping`). tests/unit/
@@ -186,6 +203,7 @@ CONFIGURE_TAGS = {
     "testbed_host_cc_choices": "cc",
     "testbed_host_cc_choice_params": "cc",
     "trialbed_flow_cc": "cc",
+    "testbed_host_cc_implementation": "cc",
     "testbed_host_sysctls": "sysctls",
     "testbed_host_mtu": "mtu",
     "testbed_host_route_metrics": "routes",

@@ -22,6 +22,9 @@ Status = Literal["running", "complete", "failed", "interrupted"]
 MAX_RECORD_BYTES = 64 << 20
 
 
+UNREADABLE = "unreadable"  # the status given to a trial whose record cannot be read
+
+
 class RecordError(ValueError):
     """A trial.json that is not a trial record (missing, cut short, another file): the
     message names the file and what is wrong with it."""

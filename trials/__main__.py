@@ -10,8 +10,11 @@ preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]... [--results DIR]
                                               (reads only; one line per problem with its fix)
 report results/<batch>                        analyse again and print
 results list|query SQL|backfill               the results catalog (trials/cli_results.py)
+record results/<batch> docs/reproductions/<family>
+                                              a batch's reproduction record (make record)
 nightly install|remove|status|run EXPERIMENT  nightly batches (exit 3: ran, a change found)
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
+validate-htcp [--repetitions N] [--batch DIR] H-TCP's kernel module against its BPF implementation
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from rich.markup import escape
 from analysis.regressions import NIGHTS
 from analysis.workers import jobs_setting
 from core.layout import RESULTS_DIR
-from trials import cli_results, rack_kind
+from trials import cli_record, cli_results, rack_kind, validate_htcp
 from trials.console import console
 
 # What the commands do is in trials/commands.py, imported for them alone: `trials report`
@@ -143,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="analyse a results/<batch> directory again and print it")
     report.add_argument("batch", type=Path)
     cli_results.add_parser(sub)
+    cli_record.add_parser(sub)
+    validate_htcp.add_parser(sub)
     args = parser.parse_args(argv)
     try:  # the analysis at the end runs on this setting: refused before any host is touched
         jobs_setting()

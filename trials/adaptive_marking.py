@@ -7,11 +7,17 @@ iptables rules (one per marked interface, mangle PREROUTING, --queue-bypass) onc
 removes them when it stops. SIGTERM makes it write `<name>_stats.json` (packets, packets per
 second, DSCPs written, retransmissions seen, time per packet in it), which trial.json keeps
 under markers.<name>.stats.
+
+With `implementation: bpf` the daemon is hostside/markers/bpf_edge_marker.py instead: the same
+options, signals and stats file, but the marking is the tc BPF program hostside/bpf_tc/
+edge_marker/ on the interfaces' ingress (built on the router under <trialbed_dir>/bpf_tc/,
+attached on start, detached on SIGTERM); its stats add the sources' and the object's sha256.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,13 @@ from typing import Any
 from core.command import Command
 from core.daemons import Daemons
 from core.dscp import af_code_points
-from core.hostside import EDGE_MARKER, program_command, remote_dir
+from core.hostside import (
+    BPF_EDGE_MARKER,
+    BPF_TC_BUILD,
+    EDGE_MARKER,
+    program_command,
+    remote_dir,
+)
 from core.rack import Rack, RackError
 from trials.network import ResolvedNetwork, _shared_interfaces
 from trials.spec import EdgeMarker, Experiment
@@ -45,14 +57,20 @@ class MarkerSite:
         return f"{self.name}_stats.json"
 
     def marker_command(self, python: str, hostside_dir: str) -> Command:
-        """The marker run by `python` from the host's shipped programs (`hostside_dir`)."""
+        """The marker run by `python` from the host's shipped programs (`hostside_dir`, in
+        the host's trialbed_dir)."""
         s = self.spec
         code_points = ",".join(map(str, af_code_points(s.af_class)))
-        args = ["--queue", str(self.queue), "--marker", s.marker, "--stats", self.stats_file,
+        args = ["--marker", s.marker, "--stats", self.stats_file,
                 "--af-class", str(s.af_class), "--code-points", code_points, "--a0", str(s.a0),
                 "--alpha", str(s.alpha), "--ns", str(s.n_s), "--na", str(s.n_a)]  # fmt: skip
         for iface in self.ifaces:
             args += ["--iface", iface]
+        if s.implementation == "bpf":
+            build_dir = f"{posixpath.dirname(hostside_dir)}/{BPF_TC_BUILD}"
+            args += ["--build-dir", build_dir]
+            return program_command(hostside_dir, BPF_EDGE_MARKER, *args, python=python)
+        args = ["--queue", str(self.queue), *args]
         return program_command(hostside_dir, EDGE_MARKER, *args, python=python)
 
     def record(self) -> dict[str, Any]:
@@ -60,7 +78,7 @@ class MarkerSite:
             "node": self.node,
             "host": self.host,
             "interfaces": list(self.ifaces),
-            "queue": self.queue,
+            "queue": None if self.spec.implementation == "bpf" else self.queue,
             "daemon": self.daemon,
             "stats_file": f"{self.host}/{self.stats_file}",
             **self.spec.model_dump(mode="json", exclude={"name"}),

@@ -20,7 +20,7 @@ from analysis.regressions import judge
 from analysis.report import analyse_batch, print_batch
 from core.layout import BatchDir, new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
-from trials import cli_results, nightly, rack_kind
+from trials import cli_record, cli_results, nightly, rack_kind, validate_htcp
 from trials.ansible import PlaybookError, run_playbook
 from trials.batch import Batch, batch_name_problem
 from trials.batch_watch import watch
@@ -146,6 +146,7 @@ def plan_table(
     trials: list[Trial],
     status: dict[str, str] | None = None,
     overhead: int = OVERHEAD_S,
+    racks: int = 1,
 ) -> Table:
     table = Table(title=f"{plan.source}: {len(trials)} of {len(plan.trials)} trial(s)")
     cols = ["#", "trial", "id", "varies", "duration", *(["status"] if status else [])]
@@ -157,8 +158,13 @@ def plan_table(
         table.add_row(*row, *([status[t.name]] if status else []))
     left = [t for t in trials if not status or status[t.name] != "complete"]
     total = sum(t.experiment.duration / 1e9 + overhead for t in left)
+    # Racks share one plan: each claims the next trial, so the wall time divides (at most
+    # one trial per rack at a time; the last round may leave racks idle).
+    rounds = -(-len(left) // racks) if left else 0
+    wall = total * rounds / len(left) if left else 0
+    where = "one rack" if racks == 1 else f"{racks} racks"
     table.caption = (
-        f"estimated {total / 60:.0f} min on one rack for {len(left)} trial(s) "
+        f"estimated {wall / 60:.0f} min on {where} for {len(left)} trial(s) "
         f"(traffic + ~{overhead} s each)"
     )
     return table
@@ -175,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
             return show(args.inventory, Console(width=width), as_json=args.json)
         if args.command == "results":
             return cli_results.run(args, console)
+        if args.command == "record":
+            return cli_record.run(args, console)
         if args.command == "worker":
             run_worker(args.batch, args.inventory, args.label, args.retries, log=print_flush)
             return 0
@@ -190,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
             return run_batch(args)
         if args.command == "nightly":
             return run_nightly(args)
+        if args.command == "validate-htcp":
+            return validate_htcp.validate(args, run_batch, lambda m: print(m, flush=True))
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
         refuse_before_a_rack(plan, trials, virtual=args.command == "check" or not args.inventory)
@@ -297,7 +307,7 @@ def run_batch(args: argparse.Namespace) -> int:
         if batch.out_of_retries(name, args.retries):
             status[name] = f"failed ({batch.failed_attempts(name)} attempts)"
     out = Console(width=None if sys.stdout.isatty() else 200)
-    out.print(plan_table(plan, trials, status, overhead_s(racks)))
+    out.print(plan_table(plan, trials, status, overhead_s(racks), len(racks)))
     out.print(f"batch: {batch.path}" + (" (resumed)" if resumed else ""))
     todo = [t for t in trials if not batch.done(t.name)]
     if problems := controller_problems(PROJECT_DIR):

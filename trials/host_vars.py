@@ -68,6 +68,12 @@ def host_vars(
                 **({"rto_min": format_duration(s.rto_min)} if s.rto_min else {}),
             },
             "trialbed_flow_cc": sorted(set(flow_cc.get(host, []))),
+            # Only when asked: the role's default is auto.
+            **(
+                {"testbed_host_cc_implementation": s.cc_implementation}
+                if s.cc_implementation
+                else {}
+            ),
             # Always set, so that the next trial without pacing takes fq away again.
             "testbed_host_pacing_interfaces": sorted(net.hosts[host].interfaces)
             if s.pacing

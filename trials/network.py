@@ -400,6 +400,12 @@ def host_settings(
     return out
 
 
+def host_cc(settings: dict[str, HostSettings]) -> dict[str, tuple[str | None, str | None]]:
+    """Per node, its host's own congestion control and the implementation asked for (None:
+    the host's default; auto): a generator's TrialContext.host_cc."""
+    return {node: (s.cc, s.cc_implementation) for node, s in settings.items()}
+
+
 TOPOLOGIES = PROJECT_DIR / "inventory" / "virtual" / "topologies"
 
 

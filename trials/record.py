@@ -91,7 +91,9 @@ def cc_implementations(
     for node, s in settings.items():
         host = net.host_of(node)
         if s.cc and host in facts:
-            out.setdefault(host, {})[s.cc] = bpf_cc_provenance(facts[host], s.cc)
+            out.setdefault(host, {})[s.cc] = bpf_cc_provenance(
+                facts[host], s.cc, s.cc_implementation
+            )
     return out
 
 

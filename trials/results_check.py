@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from analysis.batches import NotABatch, batch_trials
-from analysis.report import UNREADABLE, analyse_batch, print_batch
+from analysis.report import analyse_batch, print_batch
 from core.layout import MANIFEST, BatchDir, TrialDir, pruned_files, sha256_file
+from core.trial_record import UNREADABLE
 
 _LINE = re.compile(r"([0-9a-f]{64})  (.+)")
 # A manifest lists a trial's files: some hundred lines. A larger file is not one.

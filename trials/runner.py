@@ -30,7 +30,7 @@ from trials.generators.base import TrialContext
 from trials.host_commands import Step, must, per_host
 from trials.host_vars import host_vars
 from trials.interrupts import Interrupted, ignore_signals
-from trials.network import ResolvedNetwork, host_settings, resolve_network
+from trials.network import ResolvedNetwork, host_cc, host_settings, resolve_network
 from trials.plan import Plan, Trial
 from trials.preflight import host_facts
 from trials.rack_kind import vm_record
@@ -120,7 +120,7 @@ class TrialRunner:
             for n, s in settings.items()
             if s.pacing
         }
-        ctx = TrialContext(self.rack, net, daemons, exp.duration)
+        ctx = TrialContext(self.rack, net, daemons, exp.duration, host_cc(settings))
         generators: list[TrafficGenerator] = [
             GENERATOR_TYPES[spec.type](spec, name, i, ctx)
             for i, (spec, name) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))

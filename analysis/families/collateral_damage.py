@@ -19,17 +19,43 @@ from core.units import parse_duration_ns
 GROUP = ["cc", "rtt_ms", "flows"]
 
 
-def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    _, tcp, tcp_gen = first_of(summary, record, "bulk_tcp")
-    udp_name, udp, udp_gen = first_of(summary, record, "cbr_udp")
+# A reproduction record's summary.csv (analysis/reproduction.py): the trial's keys, from its
+# record alone (record_keys: known before the analysis, also of a failed trial), and its
+# column for each summary metric (the summary's key).
+RECORD_KEYS = GROUP
+RECORD_METRICS = {
+    "goodput_kBps": "goodput_kBps",
+    "owd_median_ms": "owd_median_ms",
+    "owd_max_ms": "owd_max_ms",
+    "queue_full_per_min": "queue_full_events_per_min",
+    "retransmissions": "retransmitted_packets",
+}
+
+
+def _bulk(record: dict[str, Any]) -> dict[str, Any]:
+    return next(g for g in record["traffic"].values() if g["type"] == "bulk_tcp")
+
+
+def record_keys(record: dict[str, Any]) -> dict[str, Any]:
+    """cc, rtt_ms and flows of the TCP traffic, from the trial record (its congestion control:
+    the generator's own, else its sender's; the RTT of its path as the runner resolved it)."""
+    tcp_gen = _bulk(record)
     sender = tcp_gen["from"]
     cc = tcp_gen["spec"].get("cc") or record["host_settings"].get(sender, {}).get("cc") or "default"
-    queue = summary["queues"].get((tcp_gen["path"].get("bottleneck") or {}).get("link"), {})
-    b_host = (udp_gen["path"].get("bottleneck") or {}).get("host")
     return {
         "cc": cc,
         "rtt_ms": tcp_gen["path"]["rtt_ns"] / 1e6,
         "flows": tcp_gen["spec"]["flows"],
+    }
+
+
+def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    _, tcp, tcp_gen = first_of(summary, record, "bulk_tcp")
+    udp_name, udp, udp_gen = first_of(summary, record, "cbr_udp")
+    queue = summary["queues"].get((tcp_gen["path"].get("bottleneck") or {}).get("link"), {})
+    b_host = (udp_gen["path"].get("bottleneck") or {}).get("host")
+    return {
+        **record_keys(record),
         "udp_generator": udp_name,
         **{k: v for k, v in tcp.items() if k.startswith(("goodput", "flow_goodput", "retrans"))},
         **{k: v for k, v in udp.items() if k.startswith(("udp_", "owd_", "router_"))},

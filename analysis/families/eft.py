@@ -33,6 +33,14 @@ CARRIED = (
 )
 
 
+# A reproduction record's summary.csv (analysis/reproduction.py): no keys of the family's own
+# (the experiment's factors), then what the tables group by and show, as the summary holds it.
+RECORD_KEYS: tuple[str, ...] = ()
+RECORD_METRICS = {
+    k: k for k in ("rate_mbps", "send_bytes", "request_bytes", "tcp_window", "pairs", *CARRIED)
+}
+
+
 def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     _, s, gen = first_of(summary, record, "transaction")
     bottleneck = gen["path"].get("bottleneck") or {}

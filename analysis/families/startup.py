@@ -1,13 +1,18 @@
 """Seed 001 (Aron & Druschel 1998): effective throughput vs elapsed time (the Fig. 3 table:
-data delivered over all flows by 1, 5, 10, 20, 30 s after the trial's first data SYN, the
-start of the transfers, and its share of what the bottleneck could carry), and the late joiner
-(Figs. 7-8: data the late flow carried in the first 5 s after its own data SYN against its
-fair share; retransmission timeouts and their idle time per sender).
+the useful data transferred over all flows by 1, 5, 10, 20, 30 s after the trial's first data
+SYN, the start of the transfers, and its share of what the bottleneck could carry), and the late
+joiner (Figs. 7-8: data the late flow carried in the first 5 s after its own data SYN against
+its fair share; retransmission timeouts and their idle time per sender).
 
-The same sums from T0, the launch of the senders, are kept under names that say so
-(``delivered_since_t0_<c>``): they include iperf3's set-up (its control connection, three round
-trips before the data SYN). Trials analysed before the origin moved (2026-12-07) carry only
-those, as ``delivered_<c>``: the tables leave them out and say how many (``legacy_trials``)."""
+The table counts what the paper counts, "the total amount of useful data that was transferred":
+the bytes that passed the capture after the bottleneck in sequence
+(``transferred_since_first_syn_<c>``), not yet acknowledged. The bytes acknowledged at the
+senders' side, half a round trip later, are kept under names that say so: from the first data
+SYN (``acked_since_first_syn_<c>``) and from T0, the launch of the senders
+(``acked_since_t0_<c>``, with iperf3's set-up: its control connection, three round trips
+before the data SYN). Trials analysed before the table counted transferred bytes (2026-12-07)
+carry only acknowledged ones (``delivered_<c>`` from T0, or ``delivered_since_first_syn_<c>``):
+the tables leave them out and say how many (``legacy_trials``)."""
 
 from __future__ import annotations
 
@@ -22,7 +27,44 @@ from analysis.lazy import pd
 
 CUTOFFS = ("1s", "5s", "10s", "20s", "30s")
 LATE_WINDOW_S = 5
-SINCE_SYN, SINCE_T0 = "since_first_syn", "since_t0"  # the two origins' key suffixes
+SINCE_SYN, SINCE_T0 = "since_first_syn", "since_t0"  # the origins' key suffixes
+# What is counted: bytes past the capture after the bottleneck in sequence (the table's), or
+# acknowledged in order at the senders' side.
+TRANSFERRED, ACKED = "transferred", "acked"
+SUMS = ((TRANSFERRED, SINCE_SYN), (ACKED, SINCE_SYN), (ACKED, SINCE_T0))  # the sums kept
+# Keys of trials analysed before the table counted transferred bytes (see the docstring).
+LEGACY = ("delivered", f"delivered_{SINCE_SYN}")
+
+
+def bytes_key(measure: str, origin: str, cutoff: str) -> str:
+    """The trial summary's bytes over all flows by origin + cutoff."""
+    return f"{measure}_{origin}_{cutoff}"
+
+
+def share_key(measure: str, origin: str, cutoff: str) -> str:
+    """Their share of what the bottleneck could carry in cutoff."""
+    return f"utilization_{measure}_{origin}_{cutoff}"
+
+
+# A reproduction record's summary.csv (analysis/reproduction.py): no keys of the family's own
+# (the experiment's factors are the table's groups), and the table's figures as the trial
+# summary holds them (bytes, fractions of capacity, seconds after T0).
+RECORD_KEYS: tuple[str, ...] = ()
+RECORD_METRICS = {
+    k: k
+    for k in (
+        "first_data_syn_s",
+        *(bytes_key(m, o, c) for m, o in SUMS[:2] for c in CUTOFFS),
+        *(share_key(m, o, c) for m, o in SUMS[:2] for c in CUTOFFS),
+        "late_start_s",
+        "late_first_syn_s",
+        "late_first5s_bytes",
+        "late_fair_share_bytes",
+        "late_share_of_fair",
+        "timeouts",
+        "fast_retransmits",
+    )
+}
 
 
 def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -44,14 +86,19 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     syns = [x for x in syns if x[0] is not None]
     if syns:
         out["first_data_syn_s"], out["first_data_syn_seen"] = min(syns, key=lambda x: x[0])
-    for origin in (SINCE_SYN, SINCE_T0):
+    skipped = sorted(
+        {s["transferred_skipped"] for s in bulk.values() if "transferred_skipped" in s}
+    )
+    if skipped:
+        out["transferred_skipped"] = "; ".join(skipped)
+    for measure, origin in SUMS:
         for c in CUTOFFS:
-            # Data delivered by origin + c over all flows (a late joiner's from the origin too).
-            parts = [s.get(f"delivered_{origin}", {}).get(c) for s in bulk.values()]
+            # By origin + c over all flows (a late joiner's from the origin too).
+            parts = [s.get(f"{measure}_{origin}", {}).get(c) for s in bulk.values()]
             if all(p is not None for p in parts) and parts:
                 total = sum(parts)
-                out[f"delivered_{origin}_{c}"] = total
-                out[f"utilization_{origin}_{c}"] = total * 8 / (capacity * float(c[:-1]))
+                out[bytes_key(measure, origin, c)] = total
+                out[share_key(measure, origin, c)] = total * 8 / (capacity * float(c[:-1]))
     starts = {n: record["traffic"][n]["start_ns"] for n in bulk}
     late = max(starts, key=starts.get) if starts else None
     if late is not None and starts[late] > 0:
@@ -71,14 +118,14 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
 
 
 def legacy_trials(table: pd.DataFrame) -> int:
-    """Complete trials analysed before the table's origin moved to the first data SYN: they
-    hold ``delivered_<c>`` (from T0) and none of the figures since the first data SYN."""
+    """Complete trials analysed before the table counted transferred bytes: they hold
+    acknowledged ones only, under older names (LEGACY), and none of the sums kept now."""
     ok = table[table.status == "complete"]
-    old = f"delivered_{CUTOFFS[0]}"
-    if old not in ok:
+    old = [f"{k}_{CUTOFFS[0]}" for k in LEGACY if f"{k}_{CUTOFFS[0]}" in ok]
+    if not old:
         return 0
-    new = ok.get(f"delivered_{SINCE_SYN}_{CUTOFFS[0]}", pd.Series(index=ok.index, dtype=float))
-    return int((ok[old].notna() & new.isna()).sum())
+    now = ok.get(bytes_key(ACKED, SINCE_SYN, CUTOFFS[0]), pd.Series(index=ok.index, dtype=float))
+    return int((ok[old].notna().any(axis=1) & now.isna()).sum())
 
 
 def legacy_note(table: pd.DataFrame) -> str | None:
@@ -87,10 +134,20 @@ def legacy_note(table: pd.DataFrame) -> str | None:
     if not n:
         return None
     return (
-        f"{n} trial(s) were analysed before the table counted from the first data SYN (their "
-        "figures count from T0, with iperf3's set-up): left out of the table; analyse them again "
+        f"{n} trial(s) were analysed before the table counted the bytes that reached the "
+        "receivers from the first data SYN (their figures are acknowledged bytes, the oldest "
+        "from T0 with iperf3's set-up): left out of the table; analyse them again "
         "(`trials report <batch>`, or `make report REANALYSE=1`)."
     )
+
+
+def skipped_note(table: pd.DataFrame) -> str | None:
+    """Trials whose transferred bytes could not be counted, and why (the first reason)."""
+    ok = table[table.status == "complete"]
+    why = ok.get("transferred_skipped", pd.Series(dtype=object)).dropna()
+    if why.empty:
+        return None
+    return f"{len(why)} trial(s) have no transferred bytes: {why.iloc[0]}."
 
 
 def _groups(table: pd.DataFrame) -> list[str]:
@@ -112,11 +169,14 @@ def _key_columns(by: list[str], key: Any) -> dict[str, Any]:
 FIRST_SYN_COLUMN = "first data SYN, s after T0"
 
 
-def throughput_table(table: pd.DataFrame, origin: str = SINCE_SYN) -> pd.DataFrame:
+def throughput_table(
+    table: pd.DataFrame, measure: str = TRANSFERRED, origin: str = SINCE_SYN
+) -> pd.DataFrame:
     """Per group of complete trials: runs, when the first data SYN came (mean, s after T0), and
-    per cut-off t the mean data delivered over all flows by the first data SYN + t (``origin``
-    SINCE_T0: by T0 + t) in KB (1 KB = 1000 B) and its share of the bottleneck's capacity (%).
-    A mean is over the runs that have the figure (legacy_trials have none since the SYN)."""
+    per cut-off t the mean bytes over all flows that passed the capture after the bottleneck in
+    sequence by the first data SYN + t (``measure`` ACKED: acknowledged at the senders' side;
+    ``origin`` SINCE_T0: by T0 + t) in KB (1 KB = 1000 B) and their share of the bottleneck's
+    capacity (%). A mean is over the runs that have the figure (legacy_trials have none)."""
     keyed, by = _keyed(table)
     rows = []
     for key, rows_ in keyed.groupby(by, dropna=False):
@@ -124,8 +184,8 @@ def throughput_table(table: pd.DataFrame, origin: str = SINCE_SYN) -> pd.DataFra
         syn = rows_.get("first_data_syn_s", pd.Series(dtype=float))
         row[FIRST_SYN_COLUMN] = syn.mean() if syn.notna().any() else float("nan")
         for c in CUTOFFS:
-            got = rows_.get(f"delivered_{origin}_{c}", pd.Series(dtype=float))
-            share = rows_.get(f"utilization_{origin}_{c}", pd.Series(dtype=float))
+            got = rows_.get(bytes_key(measure, origin, c), pd.Series(dtype=float))
+            share = rows_.get(share_key(measure, origin, c), pd.Series(dtype=float))
             have = got.notna().any()
             row[f"{c} KB"] = got.mean() / 1000 if have else float("nan")
             row[f"{c} %"] = share.mean() * 100 if have else float("nan")
@@ -172,7 +232,7 @@ def scaled_note(table: pd.DataFrame) -> str | None:
 
 THROUGHPUT_TITLE = (
     "Effective throughput vs elapsed time since the first data SYN "
-    "(KB delivered, % of bottleneck capacity)"
+    "(KB that passed the bottleneck in sequence, % of its capacity)"
 )
 LATE_TITLE = (
     f"Late joiner: data it carried in the first {LATE_WINDOW_S} s after its data SYN, and timeouts"
@@ -196,9 +256,9 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
         first = fmt(row[FIRST_SYN_COLUMN], 3)
         t.add_row(*[first if k == FIRST_SYN_COLUMN else str(row[k]) for k in keys], *cells)
     console.print(t)
-    note = legacy_note(table)
-    if note:
-        console.print(note)
+    for note in (legacy_note(table), skipped_note(table)):
+        if note:
+            console.print(note)
     late = late_joiner_table(table)
     if not late.empty:
         t2 = Table(title=LATE_TITLE)
@@ -215,13 +275,13 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
         console.print(t2)
 
 
-def _delivered(r: pd.Series, origin: str) -> str:
+def _sums(r: pd.Series, measure: str, origin: str) -> str:
     return (
         ", ".join(
-            f"{c}: {r[f'delivered_{origin}_{c}'] / 1000:.0f} KB "
-            f"({r[f'utilization_{origin}_{c}'] * 100:.0f}%)"
+            f"{c}: {r[bytes_key(measure, origin, c)] / 1000:.0f} KB "
+            f"({r[share_key(measure, origin, c)] * 100:.0f}%)"
             for c in CUTOFFS
-            if pd.notna(r.get(f"delivered_{origin}_{c}"))
+            if pd.notna(r.get(bytes_key(measure, origin, c)))
         )
         or "-"
     )
@@ -231,8 +291,12 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
     rows = []
     syn = r.get("first_data_syn_s")
     at = f"T0 + {syn:.3f} s" if pd.notna(syn) else "-"
-    rows.append((f"delivered since the first data SYN ({at})", _delivered(r, SINCE_SYN)))
-    rows.append(("delivered since T0 (launch, with iperf3's set-up)", _delivered(r, SINCE_T0)))
+    rows.append(
+        (f"transferred since the first data SYN ({at}), past the bottleneck in sequence",
+         _sums(r, TRANSFERRED, SINCE_SYN))
+    )  # fmt: skip
+    rows.append(("acknowledged since the first data SYN", _sums(r, ACKED, SINCE_SYN)))
+    rows.append(("acknowledged since T0 (launch, with iperf3's set-up)", _sums(r, ACKED, SINCE_T0)))
     rows.append(("bottleneck payload capacity", f"{fmt(r.payload_capacity_bps / 1e6, 3)} Mbit/s"))
     for name, idle in (r.timeouts_by_sender or {}).items():
         exits = (r.slow_start_exit_s or {}).get(name) or []

@@ -37,6 +37,7 @@ from analysis.regressions import NIGHTS, judge
 from analysis.results import load
 from analysis.trends import trends
 from core.layout import RECORD, BatchDir, catalog_dir
+from core.trial_record import UNREADABLE
 from core.units import parse_duration_ns
 
 __all__ = ["AUTO", "FAMILIES", "write_report"]
@@ -60,6 +61,7 @@ def write_report(
     more: Sequence[str | Path] = (),
     nights: int = NIGHTS,
     baseline: str | Path | None = None,
+    standalone: bool = False,
 ) -> Path:
     """Write the report of ``batch_dir`` into ``out_dir`` (default: <batch>/report) and return
     the page's path. ``previous``: a batch to compare with, AUTO for the previous batch of the
@@ -69,7 +71,11 @@ def write_report(
     experiment files run as batches of their own: one frontier per marker in one figure);
     then ``out_dir`` is required, trials are named <batch>/<trial>, and no previous batch is
     compared. The regressions section tests the batch against the last ``nights`` batches of
-    its experiment in the results catalog, or against ``baseline`` (analysis.regressions)."""
+    its experiment in the results catalog, or against ``baseline`` (analysis.regressions).
+    ``standalone``: the batch alone, as a reproduction record holds it (analysis/reproduction):
+    it reads the batch and writes nothing into it or its catalog: no trial is analysed (those
+    without analysis are named), no other batch is compared, no regressions or trends, no
+    time of writing; the same batch gives the same page."""
     batches = [Path(batch_dir), *(Path(b) for b in more)]
     for b in batches:
         batch_trials(b)  # refuses a path that is not a batch before anything is written
@@ -85,7 +91,10 @@ def write_report(
     staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out.parent))
     try:
         judged = {"nights": nights, "baseline": baseline}
-        index = _write_report(batches, batch_dir, staging, previous, reanalyse, several, judged)
+        index = _write_report(
+            batches, batch_dir, staging, None if standalone else previous, reanalyse, several,
+            None if standalone else judged,
+        )  # fmt: skip
         _move_in(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -111,11 +120,13 @@ def _write_report(
     previous,
     reanalyse: bool,
     several: bool,
-    judged: dict,
+    judged: dict | None,
 ) -> Path:
+    """The report into ``out``; ``judged`` None: standalone (see write_report)."""
     listed = out / FILE_LIST
     failures = {}
-    for b in batches:
+    standalone = judged is None
+    for b in [] if standalone else batches:
         for trial, error in analyse(b, every=reanalyse).items():
             failures[provenance.named(b, trial, several)] = error
     trials = load(batches)
@@ -132,13 +143,17 @@ def _write_report(
     subtitle = (
         f"{', '.join(str(b) for b in batches)} — experiment {meta.get('experiment', '?')}"
         + (f" (set {', '.join(meta['sets'])})" if meta.get("sets") else "")
-        + f" — generated {datetime.now(UTC).isoformat(timespec='seconds')}"
+        + ("" if standalone else f" — generated {datetime.now(UTC).isoformat(timespec='seconds')}")
     )
     overview(page, batch_dir, trials, meta)
     status = dict(zip(trials.trial, trials.status, strict=True)) if len(trials) else {}
     for trial, error in failures.items():
         text = f"Trial {trial} ({status.get(trial)}): its analysis failed: {error}."
         (page.warn if status.get(trial) == "complete" else page.note)(text)
+    unreadable = trials[trials.status == UNREADABLE] if len(trials) else trials
+    for row in unreadable.itertuples():
+        page.warn(f"Trial {row.trial}: left out of every table and figure: {row.errors}.")
+    trials = trials.drop(unreadable.index)
     if not trials.empty:
         for family, rows in trials.groupby("family", dropna=False):
             module = FAMILIES.get(family)
@@ -150,13 +165,13 @@ def _write_report(
                 )
                 continue
             module.sections(page, batch_dir, rows)
-        if several:
+        if several and not standalone:
             page.section("This batch vs the previous batch")
             page.note(
                 f"A report of {len(batches)} batches together: no comparison with a previous "
                 "batch (make a report of each batch alone for that)."
             )
-        else:
+        elif judged is not None:
             compare.sections(page, batch_dir, trials, before_dir, before, FAMILIES)
             over_nights(page, batch_dir, trials, judged)
         trial_list(page, batches, trials)
@@ -164,6 +179,14 @@ def _write_report(
     index = page.write(subtitle)
     listed.write_text("\n".join([*page.files, index.name]) + "\n")
     return index
+
+
+def unreadable_records(batches: list[Path]) -> list[str]:
+    """Why each trial record of the batches that cannot be read is left out of the report."""
+    trials = load(batches)
+    if trials.empty:
+        return []
+    return list(trials[trials.status == UNREADABLE].errors)
 
 
 def over_nights(page: Page, batch_dir: Path, trials: pd.DataFrame, judged: dict) -> None:

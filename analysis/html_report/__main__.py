@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.html_report import AUTO, write_report
+from analysis.html_report import AUTO, unreadable_records, write_report
 from analysis.regressions import NIGHTS
 
 
@@ -66,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"report: {page}")
     print(f"tables (CSV) and figures (PNG): {page.parent}/")
-    return 0
+    bad = unreadable_records(args.batch)
+    for line in bad:
+        print(f"report: left out: {line}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 Table 1 and Table 2 (the same numbers as the terminal report, analysis/families), Fig. 2 (one
 trial: cwnd, UDP one-way delay and queue occupancy over about three congestion epochs),
 Fig. 3 (OWD CDF per CC, a panel per flow count), Fig. 4 (queue-full events per minute),
-Fig. 5 (retransmitted packets) and the paper's trial-length rule."""
+Fig. 5 (retransmitted packets) and the paper's trial-length rule; the paper's published
+values beside ours (analysis/html_report/paper.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pandas as pd
 from analysis.batches import trial_dir
 from analysis.families import collateral_damage as family
 from analysis.families.common import trimmed
+from analysis.html_report import paper
 from analysis.html_report.page import Page, plt
 from analysis.tcp_probe import congestion_events
 from core.layout import RECORD
@@ -24,6 +26,7 @@ from core.trial_record import load_record
 from core.units import parse_bytes, parse_duration_ns
 
 TITLE = "Collateral damage: TCP variants vs. VoIP latency (Stewart, Armitage, Huebner 2009)"
+FAMILY = "collateral_damage"  # its published values: analysis/families/collateral_damage_paper.yml
 GROUP = family.GROUP  # cc, rtt_ms, flows
 TRIMMING = (
     "Mean and σ are over the complete repetitions of each CC × RTT × flows group; with five "
@@ -102,6 +105,7 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "Fig. 5: retransmitted TCP packets per trial, summed over the flows (from the "
         "sender-side capture).",
     )
+    paper.orderings(page, FAMILY, ok, GROUP)
     page.section("Collateral damage: trial length")
     length_rule(page, batch_dir, trials)
 
@@ -116,6 +120,7 @@ def table_1(page: Page, ok: pd.DataFrame) -> None:
         csv="table1_goodput.csv",
         digits={"mean_kBps": 1, "std_kBps": 2, "rtt_ms": 0},
     )
+    paper.beside(page, FAMILY, "table1", t1, {"mean_kBps": 1, "std_kBps": 2, "rtt_ms": 0})
     if (t1.runs < 2).any():
         page.note(
             "Some groups have a single complete repetition: their σ is not defined (–), and "
@@ -147,6 +152,9 @@ def table_2(page: Page, batch_dir: Path, ok: pd.DataFrame) -> None:
         "queue are counted as lost and left out",
         csv="table2_owd.csv",
         digits={"median_ms": 1, "mean_ms": 1, "std_ms": 1, "rtt_ms": 0},
+    )
+    paper.beside(
+        page, FAMILY, "table2", t2, {"median_ms": 1, "mean_ms": 1, "std_ms": 1, "rtt_ms": 0}
     )
     owd_bounds(page, with_owd)
 

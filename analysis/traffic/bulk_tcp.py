@@ -2,16 +2,22 @@
 startup dynamics (sender side of the bottleneck), all from captures; cwnd from the sender's
 tcp_probe (or SIFTR) recording.
 
-Its flows are iperf3's data connections, never its control connection: the ports its report
-names (the record's ``client_json``), else, from the packets, every connection to the server's
-port but the first (iperf3 opens its control connection before any data connection). They are
+Its flows are its sender's data connections, never iperf3's control connection: the ports its
+sender's report names (the record's ``client_json``: iperf3's, or the socket sender's,
+hostside/traffic/bulk_socket.py), else, from the packets, every connection to the server's port
+(iperf3: but the first, its control connection, opened before any data connection). They are
 read from each capture's flow kernels (analysis.captures.Seen.flows), which the trial's other
 bulk_tcp generators share: one data pass and one ACK pass per capture.
 
-Times of the startup figures: per flow from its own SYN (``delivered_bytes``, slow-start exit);
-summed over the trial's bulk_tcp generators from the trial's first data SYN
-(``delivered_since_first_syn``: share_first_syn gives it to each once every capture is read);
-from T0, the launch (``delivered_since_t0``, labelled so: it includes iperf3's set-up)."""
+Startup figures. Bytes acknowledged in order, at the capture before the bottleneck (the
+senders' side): per flow from its own SYN (``delivered_bytes``, slow-start exit); summed over
+the trial's bulk_tcp generators from the trial's first data SYN (``acked_since_first_syn``) and
+from T0, the launch (``acked_since_t0``, labelled so: it includes iperf3's set-up). Bytes that
+passed the capture after the bottleneck in sequence (new payload contiguous from each flow's
+first byte: what reached the receivers, in order) from the trial's first data SYN
+(``transferred_since_first_syn``: the paper's useful data, the startup table's; it needs the
+capture of that SYN and the one after the bottleneck on one clock). share_first_syn gives every
+generator that origin once every capture is read."""
 
 from __future__ import annotations
 
@@ -31,8 +37,8 @@ from analysis.metrics import RETRANSMISSION_COLUMNS, goodput_frame
 from analysis.pcap import int_to_ip, ip_to_int
 from analysis.siftr import read_siftr
 from analysis.startup import Flows, at_step, delivered_rows, loss_counts, loss_event_rows
-from analysis.tcp_probe import congestion_events, read_tcp_probe
-from analysis.tcpflows import acked, goodput, goodput_queries
+from analysis.tcp_probe import congestion_events, epoch_counts, read_tcp_probe
+from analysis.tcpflows import acked, goodput, goodput_queries, in_sequence
 from core.link_rules import ETHERNET_HEADER
 from core.units import parse_duration_ns, parse_offset_ns
 
@@ -43,13 +49,21 @@ TCP_PROBE = "tcp_probe.txt"  # hostside/recorders/tcp_probe.py's output in the s
 SIFTR_LOG = "siftr.log"  # a FreeBSD sender's SIFTR log (net.inet.siftr.logfile) in its dir
 
 
-def data_ports(client_json: Path) -> set[int] | None:
-    """Local ports of iperf3's data connections (its control connection carries no bulk data);
-    None when iperf3 left no report (it writes it at its end: a killed one leaves none)."""
+def tool_of(gen: dict[str, Any]) -> str:
+    """The program that sent its data: iperf3 or socket (trials before the choice: iperf3)."""
+    return gen.get("tool") or gen["spec"].get("tool") or "iperf3"
+
+
+def data_ports(client_json: Path, tool: str = "iperf3") -> set[int] | None:
+    """Local ports of the sender's data connections as its report names them (iperf3's control
+    connection carries no bulk data); None when it left no report (both write it at their end:
+    a killed one leaves none)."""
     try:
         report = json.loads(client_json.read_text())
     except ValueError:
         return None
+    if tool == "socket":
+        return {f["local_port"] for f in report.get("flows", []) if f.get("local_port")}
     return {c["local_port"] for c in report.get("start", {}).get("connected", [])}
 
 
@@ -67,8 +81,10 @@ class Analysis:
         self.trial_dir, self.record, self.name, self.gen = trial_dir, record, name, gen
         hops, hop = gen["path"]["hops"], bottleneck_hop(gen)
         self.before, self.after = caps.before(hops, hop), caps.after(hops, hop)
-        client = trial_dir / gen["client_json"]
-        self.ports = data_ports(client) if client.exists() else None
+        self.clock_before = caps.clock(self.before) if self.before else None
+        self.clock_after = caps.clock(self.after) if self.after else None
+        client, self.tool = trial_dir / gen["client_json"], tool_of(gen)
+        self.ports = data_ports(client, self.tool) if client.exists() else None
         self.t0 = record["times"]["t0_ns"]
         self.start = self.t0 + gen["start_ns"]
         # The first bulk_tcp sender's launch: no data SYN of the trial comes before it.
@@ -76,6 +92,7 @@ class Analysis:
         self.launch = self.t0 + min(bulk)
         self.first_syn: tuple[int, bool] | None = None  # its flows' earliest start, a SYN?
         self.origin: tuple[int, bool] | None = None  # the trial's: share_first_syn's
+        self.origin_clock: str | None = None  # the clock of the capture that saw it
         self.end = self.start + gen["duration_ns"]
         self.warmup = parse_offset_ns(record["parameters"]["warmup"])
         self.duration = parse_duration_ns(record["parameters"]["duration"])
@@ -86,7 +103,7 @@ class Analysis:
             "type": "bulk_tcp",
             "capture_before": self.before,
             "capture_after": self.after,
-            "data_connections_from": "iperf3 report" if self.ports else "packets",
+            "data_connections_from": f"{self.tool} report" if self.ports else "packets",
         }
         self.after_side = self.before_side = None  # take()'s figures of either capture
         self.table: pd.DataFrame | None = None  # its flows' (finish)
@@ -101,14 +118,16 @@ class Analysis:
         return out
 
     def _mine(self, seen: Seen) -> np.ndarray:
-        """Its directions: TCP between its two hosts, on iperf3's data ports; without them,
-        every connection to its server port but the first, iperf3's control connection."""
+        """Its directions: TCP between its two hosts, on its sender's data ports; without them,
+        every connection to its server port (iperf3: but the first, its control connection)."""
         pair = {ip_to_int(self.gen["src"]), ip_to_int(self.gen["dst"])}
         tcp = seen.mask(proto=6, src=pair, dst=pair)
         if self.ports:
             return tcp & (seen.mask(sport=self.ports) | seen.mask(dport=self.ports))
         port = self.gen["port"]
         mine = tcp & (seen.mask(sport=port) | seen.mask(dport=port))
+        if self.tool == "socket":  # no control connection
+            return mine
         opened = np.flatnonzero(tcp & seen.mask(src=ip_to_int(self.gen["src"]), dport=port))
         if len(opened):
             control = opened[np.argmin(seen.directions["first"][opened])]
@@ -164,6 +183,8 @@ class Analysis:
                 "ends": ends,
                 "steady": goodput(f.queries, d, self.steady),
                 "lifetime": goodput(f.queries, d, self.lifetime),
+                **self._passed(f, ends, seen.end_ns),
+                "capture_end_ns": seen.end_ns,
             }
         if seen.point == self.before:
             configured = self.record.get("host_settings", {}).get(self.gen["from"], {})
@@ -187,6 +208,21 @@ class Analysis:
                 "capacity": self._capacity(seen) if self.rate else None,
             }
 
+    def _passed(self, f: Flows, ends: dict[str, np.ndarray], end_ns: int) -> dict[str, Any]:
+        """The bytes its data directions passed this capture in sequence, summed, at each time
+        they grew (the in-sequence pass), up to its flows' first SYN here + the last cut-off:
+        the trial's first data SYN comes no later (the SYN passes this capture after the one
+        before the bottleneck), so every count from it lies within."""
+        data = f.flows[ends["src"] == ip_to_int(self.gen["src"])]
+        if not len(data):
+            return {"passed": (np.zeros(0, np.int64),) * 2, "horizon_ns": -1}
+        horizon = int(f.starts()["start_ns"][np.isin(f.flows, data)].min() + self.cutoffs[-1])
+        mine = np.zeros(f.p.directions, bool)
+        mine[data] = True
+        moved = in_sequence(f.p, f.data, mine, horizon)
+        times, total = moved["ts"], np.cumsum(moved["bytes"])
+        return {"passed": (times, total), "horizon_ns": min(horizon, end_ns)}
+
     def _goodput(self) -> tuple[pd.DataFrame, dict[str, Any]]:
         """Its flows' goodput in the steady window and over their lifetime, and the summary's
         figures of them."""
@@ -203,6 +239,7 @@ class Analysis:
         )
         window = [(self.start + self.warmup - self.t0) / 1e9, (self.end - self.t0) / 1e9]
         return flows, {
+            **self._transferred(side),
             "flows_seen": len(flows),
             "goodput_kBps": float(flows.steady_goodput_bps.sum() / 8000) if steady_ok else None,
             "steady_window_s": window if steady_ok else None,
@@ -238,10 +275,10 @@ class Analysis:
             },
             "first_data_syn_s": None if self.first_syn is None else self._after_t0(self.first_syn),
             "first_data_syn_seen": None if self.first_syn is None else self.first_syn[1],
-            # From the trial's first data SYN: the startup table's (the family sums them).
-            "delivered_since_first_syn": self._since_first_syn(side),
+            # Acknowledged from the trial's first data SYN (the family sums them).
+            "acked_since_first_syn": self._since_first_syn(side),
             # From T0, the launch: with iperf3's set-up before the data SYN (labelled so).
-            "delivered_since_t0": side["since_t0"],
+            "acked_since_t0": side["since_t0"],
             "payload_capacity_bps": side["capacity"],
         }
 
@@ -262,6 +299,27 @@ class Analysis:
             if got is not None:  # None: a SYN before the launch (clocks apart)
                 out[f"{c // 10**9}s"] = got
         return out
+
+    def _transferred(self, side: dict[str, Any]) -> dict[str, Any]:
+        """Bytes its flows passed the capture after the bottleneck in sequence from the
+        trial's first data SYN to it + c, per cut-off c that capture covers (a generator
+        without data flows there: 0); why not, where the two captures do not share a clock."""
+        if self.origin is None:
+            return {}
+        if self.origin_clock != self.clock_after:
+            return {
+                "transferred_skipped": f"the first data SYN's capture (clock "
+                f"{self.origin_clock}) and {self.after} (clock {self.clock_after}) do not share "
+                "a clock"
+            }
+        times, total = side["passed"]
+        out = {}
+        for c in self.cutoffs:
+            at = self.origin[0] + c
+            if at <= side["horizon_ns"] or (not len(times) and at <= side["capture_end_ns"]):
+                i = int(np.searchsorted(times, at, side="right"))
+                out[f"{c // 10**9}s"] = int(total[i - 1]) if i else 0
+        return {"transferred_since_first_syn": out}
 
     def _flow_table(self) -> pd.DataFrame:
         """A row per flow: its goodput (the capture after the bottleneck) and its sender's
@@ -336,12 +394,9 @@ class Analysis:
         tables = {"flows": flows.assign(generator=self.name)}
         job = self.cwnd_job() if cwnd is None else None
         if cwnd is not None or job is not None:
-            table, epochs = cwnd.result() if cwnd is not None else job()
+            table, _ = cwnd.result() if cwnd is not None else job()
             tables["cwnd"] = table.assign(generator=self.name)
-            out.update(
-                cwnd_events=len(table),
-                congestion_epochs=[int((epochs.sport == p).sum()) for p in flows.sport],
-            )
+            out.update(cwnd_events=len(table), congestion_epochs=epoch_counts(table, flows.sport))
         return out, tables
 
 
@@ -350,10 +405,11 @@ def share_first_syn(analyses: Iterable[Any]) -> None:
     their data flows (each seen at the capture before its bottleneck, read one at a time), the
     origin of the startup table. Call it once every capture is read, before finish."""
     bulk = [a for a in analyses if isinstance(a, Analysis)]
-    starts = [a.first_syn for a in bulk if a.first_syn is not None]
-    origin = min(starts, key=lambda s: s[0]) if starts else None
+    seen = [a for a in bulk if a.first_syn is not None]
+    first = min(seen, key=lambda a: a.first_syn[0]) if seen else None
     for a in bulk:
-        a.origin = origin
+        a.origin = None if first is None else first.first_syn
+        a.origin_clock = None if first is None else first.clock_before
 
 
 def sender_state(

@@ -37,6 +37,21 @@ typedef __u32 __wsum;
  * module parameter, it is read at each use). Integers only. */
 #define BPF_CC_PARAM __attribute__((section(".data.params"))) volatile
 
+/* The congestion control's name and its struct_ops table's: the folder's, or the one build.sh
+ * CC:NAME gives (-DBPF_CC_RENAME=NAME), so that one source can be registered beside a kernel's
+ * own congestion control of the folder's name (a kernel refuses a second one of one name):
+ *   SEC(".struct_ops") struct tcp_congestion_ops BPF_CC_OPS(htcp) = { .name = BPF_CC_NAME(htcp) }
+ */
+#define BPF_CC_TEXT_(x) #x
+#define BPF_CC_TEXT(x) BPF_CC_TEXT_(x)
+#ifdef BPF_CC_RENAME
+#define BPF_CC_OPS(folder) BPF_CC_RENAME
+#define BPF_CC_NAME(folder) BPF_CC_TEXT(BPF_CC_RENAME)
+#else
+#define BPF_CC_OPS(folder) folder
+#define BPF_CC_NAME(folder) #folder
+#endif
+
 /* include/net/inet_connection_sock.h: the congestion control's own per-socket area. */
 #define ICSK_CA_PRIV_BYTES 104 /* 13 u64 since 6.0 (88 before); a state must fit in 88 */
 

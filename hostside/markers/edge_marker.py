@@ -62,6 +62,19 @@ def checksum_update(old_sum, old_word, new_word):
     return ~s & 0xFFFF
 
 
+def tcp_fields(raw):
+    """(key, seq, payload length, flags) of the IPv4 TCP packet `raw` as the marker takes them
+    (markers.py's Marker.mark), or None for another packet."""
+    if len(raw) < 20 or raw[0] >> 4 != 4 or raw[9] != TCP:
+        return None
+    ihl = (raw[0] & 0x0F) * 4
+    total = (raw[2] << 8) | raw[3]
+    sport, dport, seq = struct.unpack_from("!HHI", raw, ihl)
+    doff = (raw[ihl + 12] >> 4) * 4
+    flags = raw[ihl + 13]
+    return (raw[12:16], raw[16:20], sport, dport), seq, total - ihl - doff, flags
+
+
 def remark(raw, dscp):
     """The IPv4 packet `raw` with DSCP `dscp` (ECN kept) and its header checksum fixed; the
     same object when the DSCP is already right."""
@@ -108,14 +121,9 @@ class EdgeMarker:
     def packet(self, pkt):
         t = time.monotonic_ns()
         raw = pkt.get_payload()
-        if len(raw) >= 20 and raw[0] >> 4 == 4 and raw[9] == TCP:
-            ihl = (raw[0] & 0x0F) * 4
-            total = (raw[2] << 8) | raw[3]
-            sport, dport, seq = struct.unpack_from("!HHI", raw, ihl)
-            doff = (raw[ihl + 12] >> 4) * 4
-            flags = raw[ihl + 13]
-            key = (raw[12:16], raw[16:20], sport, dport)
-            p = self.marker.mark(key, seq, total - ihl - doff, flags, t)
+        fields = tcp_fields(raw)
+        if fields:
+            p = self.marker.mark(*fields, t)
             dscp = self.dscp[p]
             out = remark(raw, dscp)
             if out is not raw:

@@ -31,6 +31,8 @@ RULES = {
     "dscp_names": dict(dscp.DSCP_NAMES),
     "dscp_table_family": link_rules.DSCP_TABLE_FAMILY,
     "dscp_table_name": link_rules.DSCP_TABLE_NAME,
+    "cc_implementations": list(link_rules.CC_IMPLEMENTATIONS),
+    "bpf_cc_prefix": link_rules.BPF_CC_PREFIX,
 }
 
 

@@ -11,16 +11,18 @@ connection: its sender opens a control connection to the same server port first 
 parameters, the server's CREATE_STREAMS: three round trips), the data SYN follows, and the
 control connection stays open through the transfer (TEST_START and TEST_RUNNING two round trips
 after the data SYN, when the data begins; the results exchanged after its FIN), as iperf3's
-client does (the data connection's 37-byte cookie is left out). A UDP constant-bit-rate stream
-shares the bottleneck. One-way delay = propagation + a queue that wanders. By default each flow and
-the UDP stream has a queue of its own (each one FIFO: departures in its arrival order, but
-flows overtake one another, which tests of reordered departures need); ``shared_queue``
-gives them one FIFO queue, as at a real bottleneck router: the capture after it lists every
-crossing packet in the order the capture before it did.
+client does (the data connection's 37-byte cookie is left out). With ``socket``, each flow's
+sender writes from connect, as hostside/traffic/bulk_socket.py does: no control connection, its
+first data segment one round trip after its SYN, right after the handshake's last ACK. A UDP
+constant-bit-rate stream shares the bottleneck. One-way delay = propagation + a queue that
+wanders. By default each flow and the UDP stream has a queue of its own (each one FIFO:
+departures in its arrival order, but flows overtake one another, which tests of reordered
+departures need); ``shared_queue`` gives them one FIFO queue, as at a real bottleneck router:
+the capture after it lists every crossing packet in the order the capture before it did.
 
 The generator knows the truth for every flow (``Truth``): unique bytes, retransmitted packets
 and bytes, its launch and data SYN, the bytes its ACKs acknowledge in order as they reach the
-sender, UDP packets lost.
+sender, the bytes in order past the capture after the router, UDP packets lost.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class Truth:
     retransmitted_at: list[np.ndarray] = field(default_factory=list)
     # Per TCP flow: when its ACKs reach the sender and the bytes each acknowledges in order.
     acked_at_sender: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # Per TCP flow: when each data segment passed the capture after the router, and the bytes
+    # in order (contiguous from the first) after it: the receiver's in-order point.
+    in_order_after: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def acked_by(self, t_ns: int, flows: list[int] | None = None) -> int:
         """Bytes every TCP flow's receiver (or those of ``flows``, by index) had acknowledged in
@@ -68,6 +73,16 @@ class Truth:
                 continue
             seen = acked[at <= t_ns]
             got += int(seen.max()) if len(seen) else 0
+        return got
+
+    def passed_by(self, t_ns: int, flows: list[int] | None = None) -> int:
+        """Bytes of every TCP flow (or of ``flows``, by index) that had passed the capture
+        after the router in order (contiguous from each flow's first byte) by t_ns."""
+        got = 0
+        for f, (at, point) in enumerate(self.in_order_after):
+            if flows is None or f in flows:
+                seen = point[at <= t_ns]
+                got += int(seen.max()) if len(seen) else 0
         return got
 
     def queue(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,6 +134,7 @@ def _flow(
     queue_at=None,
     iperf3: bool = False,
     launch: int | None = None,
+    socket: bool = False,
 ) -> None:
     src, dst = _addr(f"198.18.1.{10 + f}"), _addr(f"198.18.2.{10 + f}")
     sport, dport = 40000 + f, 5201
@@ -130,6 +146,9 @@ def _flow(
     # iperf3's data SYN comes three round trips after its control connection's SYN; its data
     # begins two round trips after the data SYN (here 3 * delay_ns = 2 * rtt: the same).
     start = launch + (_CONTROL_RTTS * rtt if iperf3 else 0)
+    # The handshake's SYN-ACK and last ACK at the sender side, after the SYN: a socket
+    # sender's data leaves as the SYN-ACK is in, right behind that ACK.
+    synack, handshake = (rtt - 2, rtt - 1) if socket else (delay_ns, 2 * delay_ns)
 
     # The third duplicate ACK reaches the sender about an RTT after the segment after the
     # loss: the fast retransmission goes out `window` segments after the lost one.
@@ -150,7 +169,8 @@ def _flow(
     seg = seg[order]
     retx = order >= segments
     n = len(seg)
-    t_send = start + 3 * delay_ns + np.arange(n, dtype=np.int64) * gap_ns
+    first = start + (rtt if socket else 3 * delay_ns)
+    t_send = first + np.arange(n, dtype=np.int64) * gap_ns
     t_send += rng.integers(0, gap_ns // 4, n)
     dropped = np.zeros(n, dtype=bool)
     dropped[np.flatnonzero(~retx)[np.isin(seg[~retx], lost)]] = True
@@ -210,8 +230,8 @@ def _flow(
     t_fin = max(t_send[-1], t_ack[-1] + rev) + 1_000_000
     ctl = [  # ts at the sender side, direction, seq, ack, flags
         (start, 0, isn, 0, SYN),
-        (start + delay_ns, 1, risn, isn + 1, SYN | ACK),
-        (start + 2 * delay_ns, 0, isn + 1, risn + 1, ACK),
+        (start + synack, 1, risn, isn + 1, SYN | ACK),
+        (start + handshake, 0, isn + 1, risn + 1, ACK),
         (t_fin, 0, end_seq, risn + 1, FIN | ACK),
         (t_fin + delay_ns, 1, risn + 1, (end_seq + 1) % 2**32, FIN | ACK),
         (t_fin + 2 * delay_ns, 0, (end_seq + 1) % 2**32, risn + 2, ACK),
@@ -224,6 +244,7 @@ def _flow(
         after.add(ts=np.array([ts + (rev if back else delay_ns) // 2]), **pk)
     # In-order bytes acknowledged as the ACKs reach the sender (the FIN's ACK adds none).
     truth.acked_at_sender.append((t_ack + rev, ack_seg[send_ack] * MSS))
+    truth.in_order_after.append((t_arr, ack_seg * MSS))
     control = {}
     if iperf3:
         control = _iperf3_control(
@@ -407,11 +428,13 @@ def generate(
     shared_queue: bool = False,
     iperf3: bool = False,
     launches_ns: list[int] | None = None,
+    socket: bool = False,
 ) -> Truth:
     """Write the two captures; ``packets`` is the approximate count in the one before the
     router (data ~ 2/3, ACKs ~ 1/3, a UDP stream at 1 kpkt/s) over about ``duration_ns``;
     ``shared_queue``: one FIFO queue for every flow (else one per flow: see above);
     ``iperf3``: each flow an iperf3 data connection behind its control connection;
+    ``socket``: each flow's sender writing from connect (see above);
     ``launches_ns``: when each flow's sender starts, after T0 (default: 7 ms apart)."""
     rng = np.random.default_rng(seed)
     before, after, truth = _Packets(), _Packets(), Truth()
@@ -423,7 +446,10 @@ def generate(
     queue_at = _shared_queue(rng, ends) if shared_queue else None
     for f in range(flows):
         at = None if launches_ns is None else T0_NS + launches_ns[f]
-        _flow(rng, f, per_flow, loss, gap, delay_ns, before, after, truth, queue_at, iperf3, at)
+        _flow(
+            rng, f, per_flow, loss, gap, delay_ns, before, after, truth, queue_at, iperf3, at,
+            socket,
+        )  # fmt: skip
     duration_ms = int(per_flow * gap / 1e6) + 1
     _udp(rng, duration_ms, loss * 5, delay_ns, before, after, truth, queue_at)
     truth.before_packets = _write(before_path, before.frame())

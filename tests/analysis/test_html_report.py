@@ -159,6 +159,20 @@ def test_a_trial_whose_analysis_fails_is_named(tmp_path: Path) -> None:
     assert pd.read_csv(batch / "report" / "table1_goodput.csv").runs[0] == 2
 
 
+def test_a_trial_record_cut_short_is_named_and_the_rest_reported(tmp_path, capsys) -> None:
+    batch = copy(SMOKE, tmp_path / "cut")
+    record = batch / "trials" / "r3" / "trial.json"
+    record.write_bytes(record.read_bytes()[:40])  # the disk filled as it was written
+    assert main([str(batch), "--previous", "none"]) == 1
+    said = capsys.readouterr().err
+    assert f"report: left out: {record}: not JSON (" in said
+    page = (batch / "report" / "index.html").read_text()
+    assert "Trial r3: left out of every table and figure: " in page
+    assert f"{record}: not JSON (" in page
+    table = pd.read_csv(batch / "report" / "table1_goodput.csv")
+    assert table.runs[0] == 2  # r1 and r2
+
+
 def test_comparison_with_the_previous_nightly_batch(tmp_path: Path) -> None:
     nightly = tmp_path / "results" / "nightly" / "collateral_damage"
     before = copy(SMOKE, nightly / "2026-11-21")
@@ -245,7 +259,9 @@ def test_startup_batch_has_its_tables(tmp_path: Path) -> None:
     assert table["runs"].tolist() == [1]
     assert table[[c for c in table if c.endswith((" KB", " %"))]].isna().all().all()
     assert startup_family.legacy_trials(analysis.load(batch)) == 1
-    assert "analysed before the table counted from the first data SYN" in " ".join(page.split())
+    assert "analysed before the table counted the bytes that reached the receivers" in " ".join(
+        page.split()
+    )
     assert (batch / "report" / "startup_utilization.png").read_bytes().startswith(PNG)
 
 

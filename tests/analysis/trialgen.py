@@ -5,8 +5,10 @@ iperf3 report and tcp_probe recording, the router's `tc -s` samples and snapshot
 The captures are tests/analysis/tcpgen.py's (its TCP flows through one shared FIFO queue,
 and its UDP stream); each flow is a bulk_tcp generator of its own (sender A<f>, receiver C<f>,
 as seed 001's pairs), the UDP stream a cbr_udp generator (B to D). With ``iperf3``, each flow
-comes after its iperf3 control connection, as a real trial's do; each sender's iperf3 report
-names its data connection unless ``reports`` is False (a killed iperf3 leaves none).
+comes after its iperf3 control connection, as a real trial's do; with ``socket``, each is the
+socket sender's (tool: socket, writing from connect); each sender's report (iperf3's or
+bulk_socket.py's) names its data connection unless ``reports`` is False (a killed sender
+leaves none).
 trial.json has the shape the runner writes (trials/runner.py, trials/network.py's
 path_summary), with what analysis/ reads of it. The tcp_probe recordings hold one event per
 ACK reaching the sender (a sender at a high rate records about that many), in the kernel's
@@ -67,7 +69,7 @@ def _path(sender: str, receiver: str, delay_ns: int, rate_bps: int) -> dict:
 
 def _record(
     name: str, truth: Truth, duration_ns: int, family: str, delay_ns: int, rate_bps: int,
-    starts_ns: list[int],
+    starts_ns: list[int], tool: str,
 ) -> dict:  # fmt: skip
     traffic, addresses, interfaces = (
         {},
@@ -86,8 +88,9 @@ def _record(
             "metrics": ["goodput", "retransmissions", "startup"],
             "spec": {"type": "bulk_tcp", "name": f"tcp{f}", "from": sender, "to": receiver,
                      "flows": 1, "cc": None, "start": f"{starts_ns[f] / 1e9:g}s",
-                     "pacing": False},
-            "proto": 6, "port": flow["dport"], "client_json": f"{sender}/tcp{f}_client.json",
+                     "pacing": False, "tool": tool},
+            "proto": 6, "port": flow["dport"], "tool": tool,
+            "client_json": f"{sender}/tcp{f}_client.json",
             "path": _path(sender, receiver, delay_ns, rate_bps),
         }  # fmt: skip
     src, dst = (_ip(a) for a in truth.udp)
@@ -210,11 +213,12 @@ def write_trial(
     trial_dir: Path, *, packets: int, seed: int = 1, duration_ns: int = 60 * 10**9,
     probe_every: int = 1, family: str = "collateral_damage", flows: int = 8,
     delay_ns: int = DELAY_NS, rate_bps: int = RATE_BPS, iperf3: bool = False,
-    reports: bool = True, starts_ns: list[int] | None = None,
+    reports: bool = True, starts_ns: list[int] | None = None, socket: bool = False,
 ) -> GeneratedTrial:  # fmt: skip
     """A trial directory with about ``packets`` packets in the capture before the router;
     a tcp_probe event for every ``probe_every`` ACKs reaching a sender; ``flows`` bulk_tcp
-    pairs (``iperf3``: behind their control connections; ``reports``: with iperf3's reports;
+    pairs (``iperf3``: behind their control connections; ``socket``: the socket sender's;
+    ``reports``: with their senders' reports;
     ``starts_ns``: each one's start after T0, default 0, its sender launched then) through a
     bottleneck of ``rate_bps`` after a link of ``delay_ns``."""
     router = trial_dir / "R"
@@ -222,16 +226,21 @@ def write_trial(
     before, after = router / f"{BEFORE}.pcap", router / f"{AFTER}.pcap"
     truth = generate(
         before, after, packets=packets, seed=seed, shared_queue=True, duration_ns=duration_ns,
-        delay_ns=delay_ns, flows=flows, iperf3=iperf3, launches_ns=starts_ns,
+        delay_ns=delay_ns, flows=flows, iperf3=iperf3, launches_ns=starts_ns, socket=socket,
     )  # fmt: skip
     starts = starts_ns or [0] * flows
-    record = _record(trial_dir.name, truth, duration_ns, family, delay_ns, rate_bps, starts)
+    tool = "socket" if socket else "iperf3"
+    record = _record(trial_dir.name, truth, duration_ns, family, delay_ns, rate_bps, starts, tool)
     (trial_dir / "trial.json").write_text(json.dumps(record, indent=1) + "\n")
     epochs = []
     for f, flow in enumerate(truth.flows):
         sender = trial_dir / f"A{f}"
         sender.mkdir()
-        report = {"start": {"connected": [{"local_port": flow["sport"]}]}}
+        report = (
+            {"flows": [{"flow": 0, "local_port": flow["sport"], "status": "done"}], "error": None}
+            if socket
+            else {"start": {"connected": [{"local_port": flow["sport"]}]}}
+        )
         if reports:
             (sender / f"tcp{f}_client.json").write_text(json.dumps(report))
         epochs.append(

@@ -4,8 +4,9 @@ and the trial's teardown unregisters it. Judged from the trial's own files: the 
 congestion control as iperf3 read it, goodput from the captures, cwnd from tcp_probe.
 
 The registration module alone (roles/testbed_host/library/testbed_host_bpf_cc.py) is run on
-this kernel too, as Ansible runs it, under another name (a copy of htcp renamed), so that it
-never meets a registration of htcp by a rack that is up."""
+this kernel too, as Ansible runs it, under another name (htcp's folder built as tbhtcp, as
+cc_implementation bpf builds it as bpf_htcp), so that it never meets a registration of htcp by
+a rack that is up."""
 
 from __future__ import annotations
 
@@ -40,18 +41,10 @@ def registration_module():
     return module
 
 
-def sources(rename: str | None = None) -> dict[str, str]:
-    """hostside/bpf_cc's sources as the role passes them (path -> text); with `rename`, htcp's
-    folder as a congestion control of that name."""
+def sources() -> dict[str, str]:
+    """hostside/bpf_cc's sources as the role passes them (path -> text)."""
     files = [*BPF_CC_DIR.glob("*.[ch]"), *BPF_CC_DIR.glob("*.sh"), *BPF_CC_DIR.glob("*/*.[ch]")]
-    out = {str(f.relative_to(BPF_CC_DIR)): f.read_text() for f in files}
-    if rename:
-        text = out.pop("htcp/htcp.bpf.c")
-        text = text.replace(
-            "struct tcp_congestion_ops htcp = {", f"struct tcp_congestion_ops {rename} = {{"
-        )
-        out[f"{rename}/{rename}.bpf.c"] = text.replace('.name = "htcp"', f'.name = "{rename}"')
-    return out
+    return {str(f.relative_to(BPF_CC_DIR)): f.read_text() for f in files}
 
 
 def registered(struct_ops_id: int) -> bool:
@@ -90,10 +83,11 @@ def test_one_registration_per_kernel_shared_by_its_users(call, tmp_path):
     cc = "tbhtcp"
     if cc in AVAILABLE.read_text().split():
         pytest.skip(f"{cc} is registered already (another test session)")
-    src = sources(rename=cc)
+    src = sources()
+    renamed = {"folders": {cc: "htcp"}}  # built from htcp/ under the name cc
     one, two = tmp_path / "host-one", tmp_path / "host-two"
     one.mkdir(), two.mkdir()
-    first = call("present", one, {cc: {"use_bandwidth_switch": 0}}, sources=src)
+    first = call("present", one, {cc: {"use_bandwidth_switch": 0}}, sources=src, **renamed)
     try:
         assert first["changed"] and first["providers"] == {cc: "bpf"}, first
         record = first["registered"][cc]
@@ -104,25 +98,26 @@ def test_one_registration_per_kernel_shared_by_its_users(call, tmp_path):
             "use_adaptive_backoff": "1",
         }
         module = registration_module()
-        assert record["source_sha256"] == module.source_sha256(module.source_files(src, cc))
-        again = call("present", one, {cc: {"use_bandwidth_switch": 0}}, sources=src)
+        assert record["source_sha256"] == module.source_sha256(module.source_files(src, "htcp"))
+        assert record["source"] == "htcp"
+        again = call("present", one, {cc: {"use_bandwidth_switch": 0}}, sources=src, **renamed)
         assert not again["changed"] and again["registered"][cc]["id"] == record["id"]
 
         # A second host of this kernel finds it (no second registration), and may not ask for
         # another value of a parameter the first asked for: parameters are kernel-wide.
-        joined = call("present", two, {cc: {}}, sources=src)
+        joined = call("present", two, {cc: {}}, sources=src, **renamed)
         assert joined["changed"] and joined["registered"][cc]["id"] == record["id"]
-        clash = call("present", two, {cc: {"use_bandwidth_switch": 1}}, sources=src)
+        clash = call("present", two, {cc: {"use_bandwidth_switch": 1}}, sources=src, **renamed)
         assert (
             clash["failed"]
             and str(one) in clash["msg"]
             and "use_bandwidth_switch=0" in clash["msg"]
         )
-        unknown = call("present", two, {cc: {"beta": 1}}, sources=src)
+        unknown = call("present", two, {cc: {"beta": 1}}, sources=src, **renamed)
         assert unknown["failed"] and "has no parameter beta" in unknown["msg"], unknown
 
         # Live: a parameter set on the registered one is read back from its map.
-        live = call("present", two, {cc: {"use_adaptive_backoff": 0}}, sources=src)
+        live = call("present", two, {cc: {"use_adaptive_backoff": 0}}, sources=src, **renamed)
         assert live["changed"] and live["registered"][cc]["id"] == record["id"]
         loader = record["loader"]
         shown = subprocess.run(

@@ -1,12 +1,14 @@
-"""The NFQUEUE edge marker (hostside/markers/edge_marker.py) on three namespaces of its own:
-tz-msnd -> tz-mrtr (marker) -> tz-mrcv.
+"""The NFQUEUE edge marker (hostside/markers/edge_marker.py) and the BPF one
+(hostside/markers/bpf_edge_marker.py: hostside/bpf_tc/edge_marker/ on the ingress) on three
+namespaces of their own: tz-msnd -> tz-mrtr (marker) -> tz-mrcv.
 
 Captures on the router's ingress and on the receiver (what it wrote): every packet must carry
 the DSCP the pure state machine (markers.py beside it) gives to the packet sequence that entered
-the marker, with retransmissions forced by a drop rule ahead of it (raw PREROUTING),
-and the transfer must complete (the kernel drops packets whose IP checksum is wrong). Then the
-marker's added latency (transit ingress -> receiver with and without it) and the packet rate
-it carries. Run with `pytest -s` to see the numbers.
+the marker, with retransmissions forced by a drop rule (raw PREROUTING: after the BPF marker's
+tc ingress, before the NFQUEUE marker's mangle rule, so the BPF marker also sees the packets
+it drops), and the transfer must complete (the kernel drops packets whose IP checksum is
+wrong). Then the NFQUEUE marker's added latency (transit ingress -> receiver with and without
+it) and the packet rate it carries. Run with `pytest -s` to see the numbers.
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ import pytest
 
 from analysis.pcap import ip_to_int, read_pcap
 from core.dscp import af_code_points
-from core.hostside import EDGE_MARKER, SOURCE
+from core.hostside import BPF_EDGE_MARKER, EDGE_MARKER, SOURCE
+from tests import bpf_tc
 from tests.hostside import load
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = SOURCE / EDGE_MARKER
+BPF_PROGRAM = SOURCE / BPF_EDGE_MARKER
+IMPLEMENTATIONS = [
+    "python",
+    pytest.param("bpf", marks=pytest.mark.skipif(bool(bpf_tc.missing()), reason="no BPF build")),
+]
 DAEMON = SOURCE / "daemon/trialbed_daemon.py"
 markers = load("markers/markers.py")
 Marker = markers.Marker
@@ -178,24 +186,32 @@ class Capture:
 
 
 class MarkerProc:
-    def __init__(self, tmp_path, kind):
+    def __init__(self, tmp_path, kind, implementation="python"):
         self.stats = tmp_path / f"marker-{kind}.json"
+        self.bpf = implementation == "bpf"
+        common = ["--marker", kind, "--code-points", ",".join(map(str, af_code_points(1))),
+                  "--stats", str(self.stats), "--iface", "r0"]  # fmt: skip
+        if self.bpf:
+            own = [str(BPF_PROGRAM), *common, "--build-dir", str(tmp_path.parent / "bpf_tc")]
+        else:
+            own = [str(PROGRAM), "--queue", str(QUEUE), *common]
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", RTR, PYTHON, str(PROGRAM), "--queue", str(QUEUE),
-             "--marker", kind, "--code-points", ",".join(map(str, af_code_points(1))),
-             "--stats", str(self.stats), "--iface", "r0"],
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        line = self.proc.stderr.readline()  # once bound and its rule is in place
+            ["ip", "netns", "exec", RTR, PYTHON, *own], stderr=subprocess.PIPE, text=True
+        )
+        line = self.proc.stderr.readline()  # once bound (attached) and its rule is in place
         assert "ready" in line, line
-        assert "NFQUEUE" in sh("iptables", "-t", "mangle", "-S", "PREROUTING", ns=RTR).stdout
+        assert self.in_place()
+
+    def in_place(self) -> bool:
+        if self.bpf:
+            return "bpf" in sh("tc", "filter", "show", "dev", "r0", "ingress", ns=RTR).stdout
+        return "NFQUEUE" in sh("iptables", "-t", "mangle", "-S", "PREROUTING", ns=RTR).stdout
 
     def stop(self) -> dict:
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.wait(timeout=10) == 0
         self.proc.stderr.close()
-        # it removed its own rule
-        assert "NFQUEUE" not in sh("iptables", "-t", "mangle", "-S", "PREROUTING", ns=RTR).stdout
+        assert not self.in_place()  # it removed its own rule (filter)
         return json.loads(self.stats.read_text())
 
 
@@ -204,7 +220,7 @@ def transfer(total, chunk=1448, gap=0.0):
     return int(out[0]), int(out[1])  # bytes the server received, the client's port
 
 
-def run(tmp_path, kind, total, drop_every=0, chunk=1448, gap=0.0):
+def run(tmp_path, kind, total, drop_every=0, chunk=1448, gap=0.0, implementation="python"):
     """One transfer through the marker `kind` (None: no marker); returns the captures before
     (router ingress) and after (receiver), the marker's stats and the bytes received."""
     if drop_every:  # lose some packets as they enter the router, before the marker
@@ -214,7 +230,7 @@ def run(tmp_path, kind, total, drop_every=0, chunk=1448, gap=0.0):
     tag = kind or "none"
     before = Capture(RTR, "r0", tmp_path / f"{tag}-r0.pcap")
     after = Capture(RCV, "c0", tmp_path / f"{tag}-c0.pcap")
-    marker = MarkerProc(tmp_path, kind) if kind else None
+    marker = MarkerProc(tmp_path, kind, implementation) if kind else None
     try:
         received, sport = transfer(total, chunk, gap)
     finally:
@@ -240,20 +256,33 @@ def expected_precedence(seen: pd.DataFrame, kind: str) -> tuple[np.ndarray, Mark
     return np.array(marks), marker
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("kind", ["APM", "WPM", "MPM", "NM"])
-def test_dscp_in_the_capture_is_the_state_machines(rack, tmp_path, kind):
+def test_dscp_in_the_capture_is_the_state_machines(rack, tmp_path, kind, implementation):
     total = 400 * 1448
-    before, after, stats, received = run(tmp_path, kind, total, drop_every=37)
+    before, after, stats, received = run(
+        tmp_path, kind, total, drop_every=37, implementation=implementation
+    )
     assert received == total  # every packet's IP checksum was right
-    # The marker saw the packets the drop rule let through: those that reached the receiver
-    # (it never drops). Their order is the receiver's: one thread gives the verdicts, while
-    # the ingress capture may order packets sent from two CPUs otherwise (seen: a
-    # retransmission and a new segment 0.2 us apart swapped).
     both = before.merge(after, on=["ip_id", "seq", "payload_len"], suffixes=("", "_out"))
-    both = both.sort_values("ts_ns_out")
     assert len(both) == len(after) and len(before) - len(both) >= total // 1448 // 37
-    expected, pure = expected_precedence(both, kind)
-    both = both.assign(want=[AF1[int(p)] for p in expected])
+    if implementation == "bpf":
+        # It saw every packet that came in, in the ingress capture's order (the same softirq
+        # on the one RPS CPU runs the capture's tap and then tc), the dropped ones too.
+        seen = before.sort_values("ts_ns")
+        expected, pure = expected_precedence(seen, kind)
+        want = seen.assign(want=[AF1[int(p)] for p in expected])
+        both = both.merge(want[["ip_id", "seq", "payload_len", "want"]])
+        stats_packets = len(before)
+    else:
+        # The packets the drop rule let through: those that reached the receiver (it never
+        # drops). Their order is the receiver's: one thread gives the verdicts, while the
+        # ingress capture may order packets sent from two CPUs otherwise (seen: a
+        # retransmission and a new segment 0.2 us apart swapped).
+        both = both.sort_values("ts_ns_out")
+        expected, pure = expected_precedence(both, kind)
+        both = both.assign(want=[AF1[int(p)] for p in expected])
+        stats_packets = len(both)
     got = both.tos_out.to_numpy() >> 2
     assert (got == both.want.to_numpy()).all(), both[got != both.want][["seq", "want", "tos_out"]]
     assert (both.tos_out & 3).eq(both.tos & 3).all()  # ECN bits untouched
@@ -267,15 +296,18 @@ def test_dscp_in_the_capture_is_the_state_machines(rack, tmp_path, kind):
     assert retrans == pure.retransmissions
     if kind != "NM":  # (NM keeps no state)
         assert retrans > 5  # the drop rule made the marker see retransmissions
-    assert sum(stats["precedence"].values()) == len(both) == stats["packets"]
+    assert sum(stats["precedence"].values()) == stats_packets
+    if implementation == "python":  # (the BPF marker's packets count ARP and the like too)
+        assert stats["packets"] == stats_packets
     if kind == "NM":
         assert set(got) == {AF1[1]}
     else:
         assert set(got) >= {AF1[1], AF1[2]}
 
 
-def test_apm_without_loss_outs_at_7_22_53_116(rack, tmp_path):
-    before, after, stats, received = run(tmp_path, "APM", 150 * 1448)
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_apm_without_loss_outs_at_7_22_53_116(rack, tmp_path, implementation):
+    before, after, stats, received = run(tmp_path, "APM", 150 * 1448, implementation=implementation)
     assert received == 150 * 1448
     resent = before[(before.payload_len > 0) & before.duplicated("seq")]
     assert stats["retransmissions"] == 0, f"the sender retransmitted without loss:\n{resent}"

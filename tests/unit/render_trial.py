@@ -27,7 +27,7 @@ from trials.batch_worker import stop_leftovers
 from trials.configure import switch_commands
 from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
-from trials.network import host_settings, resolve_network
+from trials.network import host_cc, host_settings, resolve_network
 from trials.plan import Trial
 from trials.preflight import host_facts
 
@@ -117,7 +117,7 @@ def trial_commands(
     remote = {h: remote_trial_dir(rack.host(h).workdir, batch, name) for h in hosts}
     daemons = RecordingDaemons(rack, remote)
     host_facts(rack, hosts, before=lambda h: command("mkdir", "-p", remote[h]))
-    ctx = TrialContext(rack, net, daemons, exp.duration)
+    ctx = TrialContext(rack, net, daemons, exp.duration, host_cc(settings))
     generators = [
         GENERATOR_TYPES[spec.type](spec, label, i, ctx)
         for i, (spec, label) in enumerate(zip(exp.traffic, exp.generator_names(), strict=True))

@@ -3,6 +3,7 @@ topology's hosts, no SSH)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,13 @@ import yaml
 
 from core.hostside import remote_dir
 from core.rack import Rack, RackError
+from tests.hostside import load
 from tests.unit.render_trial import topology_hosts
 from trials.adaptive_marking import marker_sites, router_python
 from trials.network import resolve_network
 from trials.plan import load_plan
+from trials.preflight import checks
+from trials.preflight.context import Context, TrialView
 from trials.spec import SpecError
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -91,3 +95,46 @@ def test_bad_markers_are_refused_naming_the_key(tmp_path: Path, change: dict, sa
         load_plan(path)
     message = " ".join(str(exc.value).split())
     assert str(path) in message and said in message, message
+
+
+def test_a_bpf_marker_runs_its_own_daemon_with_the_same_options(tmp_path: Path) -> None:
+    exp = load_plan(experiment_file(tmp_path, implementation="bpf")).trials[0].experiment
+    rack = chain2_rack()
+    (site,) = marker_sites(exp, resolve_network(exp, rack, "x"), "x")
+    shipped = remote_dir(rack.host("R1").workdir)
+    command = site.marker_command(router_python(rack, "R1"), shipped)
+    assert command.startswith(
+        f"/opt/tb/.venv/bin/python {shipped}/markers/bpf_edge_marker.py --marker APM"
+    )
+    assert "--queue" not in command and "--code-points 10,12,14" in command
+    assert command.endswith("--iface a4 --build-dir /srv/R1/bpf_tc")
+    assert (site.record()["queue"], site.record()["implementation"]) == (None, "bpf")
+    # the daemon takes every option the runner gives it
+    args = load("markers/bpf_edge_marker.py").parse_args(shlex.split(command)[2:])
+    assert (args.marker, args.code_points, args.a0) == ("APM", (10, 12, 14), exp.markers[0].a0)
+    assert args.iface == ["a1", "a2", "a3", "a4"] and args.build_dir == "/srv/R1/bpf_tc"
+    python = load_plan(experiment_file(tmp_path)).trials[0].experiment.markers[0]
+    assert python.implementation == "python"  # the default
+
+
+def test_preflight_names_what_a_router_lacks_to_build_a_bpf_marker(tmp_path: Path) -> None:
+    exp_file = experiment_file(tmp_path, implementation="bpf")
+    trial = load_plan(exp_file).trials[0]
+    rack = chain2_rack()
+    net = resolve_network(trial.experiment, rack, "x")
+    view = TrialView(trial, net, {})
+    ctx = Context(rack, "exp.yml", [trial], [trial], None)
+    wants: dict = {}
+    assert checks.need_bpf_tc(ctx, view, wants) == []
+    assert wants == {"R1": {"markers[0].implementation": "APM"}}
+    tools = {"clang": "/usr/bin/clang", "cc": "/usr/bin/cc", "bpftool": None}
+    ctx.facts["R1"] = {"bpf_cc_kernel": {"tools": tools, "libbpf_headers": True}}
+    assert checks.missing_bpf_tc(ctx, wants) == []  # bpftool is not needed
+    ctx.facts["R1"]["bpf_cc_kernel"] = {"tools": {**tools, "clang": None}, "libbpf_headers": False}
+    (problem,) = checks.missing_bpf_tc(ctx, wants)
+    assert problem.startswith("exp.yml: key 'markers[0].implementation': bpf runs marker APM")
+    assert "host R1, which lacks clang, libbpf-dev" in problem and "set it to python" in problem
+    python = load_plan(experiment_file(tmp_path)).trials[0]
+    wants = {}
+    checks.need_bpf_tc(ctx, TrialView(python, net, {}), wants)
+    assert wants == {}

@@ -79,6 +79,7 @@ def test_provenance_says_which_implementation(facts):
     assert kernel == {
         "cc": own,
         "implementation": "module",
+        "asked": "auto",
         "kernel": facts["kernel"],
         "params": facts["cc_params"].get(own, {}),
     }

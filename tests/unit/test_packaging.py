@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[2]
-SUBCOMMANDS = ("run", "batch", "report", "results", "nightly", "preflight", "status")
+SUBCOMMANDS = ("run", "batch", "report", "results", "record", "nightly", "preflight", "status")
 
 
 def _name(requirement: str) -> str:

@@ -141,7 +141,7 @@ def test_a_second_router_that_sends_replies_straight_on_is_refused(tmp_path, mon
 
 
 def test_module_parameters_of_a_flows_own_congestion_control_are_refused(tmp_path, monkeypatch):
-    """rack_capacity's flows select cubic themselves (traffic[bulk].cc, iperf3 -C); no trial
+    """rack_capacity's flows select cubic themselves (traffic[bulk].cc); no trial
     selects it for a host (hosts.*.cc). Module parameters are set for the congestion controls
     the plan selects for a host only, so cubic's would silently not apply: refused, once,
     naming the key."""

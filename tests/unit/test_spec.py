@@ -301,7 +301,8 @@ def test_nodes_and_host_groups_beyond_the_virtual_topology_are_refused_before_a_
 
 def test_more_mistakes_get_the_key_and_what_is_allowed(tmp_path):
     message = error_of(tmp_path, GOOD.replace("initcwnd: 10, rto_min", "initcwind: 10, rto_min"))
-    assert "unknown key 'hosts.senders.initcwind'; allowed here: cc, cc_params, initcwnd" in message
+    allowed = "allowed here: cc, cc_params, cc_implementation, initcwnd"
+    assert f"unknown key 'hosts.senders.initcwind'; {allowed}" in message
     message = error_of(tmp_path, GOOD.replace("{type: cbr_udp, from: S2", "{from: S2"))
     assert "key 'traffic[2]': needs a type; the types are: bulk_tcp, cbr_udp" in message
     long_late = write(tmp_path, GOOD.replace("start: 15s", "start: 15s, duration: 20s"))

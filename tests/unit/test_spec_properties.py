@@ -334,8 +334,10 @@ def hostile_trial(draw: Any) -> tuple[str, Any, dict[str, str]]:
     marks: dict[str, str] = {}
 
     def hostile(where: str) -> str:
-        # '#' and a number: each string is unique, and sh would act on it unquoted
-        text = f"{draw(hostile_text)}#{len(marks)}"
+        # '#', a number and '#': each string is unique, and sh would act on it unquoted; the
+        # closing '#' keeps one ('x #1#') from being found inside another ('#13#' after a
+        # word's separating space)
+        text = f"{draw(hostile_text)}#{len(marks)}#"
         marks[text] = where
         return text
 

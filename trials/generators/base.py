@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import Field
 
@@ -13,7 +14,6 @@ from trials.fields import Name, StartOffset, Strict
 if TYPE_CHECKING:
     from core.daemons import Daemons
     from core.rack import Rack
-    from trials.network import ResolvedNetwork
 
 
 class GeneratorSpec(Strict):
@@ -36,14 +36,29 @@ class GeneratorSpec(Strict):
         raise NotImplementedError
 
 
+class TrialNetwork(Protocol):
+    """What a generator asks of the trial's resolved network (trials.network.ResolvedNetwork
+    has it; the generators do not import that module, which imports them)."""
+
+    def host_of(self, node: str) -> str: ...
+
+    def address_of(self, node: str) -> ipaddress.IPv4Address: ...
+
+    def path_summary(self, src: str, dst: str) -> dict[str, Any]: ...
+
+
 @dataclass
 class TrialContext:
     """What a generator may use during a trial."""
 
     rack: Rack
-    network: ResolvedNetwork
+    network: TrialNetwork
     daemons: Daemons
     duration_ns: int  # of the whole trial, from T0
+    # Per node: its host's own congestion control (hosts.*.cc, None: the host's default) and
+    # the implementation asked for (hosts.*.cc_implementation, None: auto), which decides the
+    # name a flow selects (core/link_rules.py cc_kernel_name).
+    host_cc: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
 
 
 class TrafficGenerator:

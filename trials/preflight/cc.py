@@ -57,15 +57,16 @@ def params_layer(exp: Experiment, node: str, cc: str) -> str:
     return "all"
 
 
-def cc_key(trial: Trial, exp: Experiment, node: str) -> str:
-    """The key a node's congestion control came from (a factor, or the hosts block)."""
+def cc_key(trial: Trial, exp: Experiment, node: str, field: str = "cc") -> str:
+    """The key a node's congestion control (or another of its host settings: `field`, e.g.
+    cc_implementation) came from (a factor, or the hosts block)."""
     for key in trial.overrides:
-        if key.startswith("hosts.") and key.endswith(".cc"):
+        if key.startswith("hosts.") and key.endswith(f".{field}"):
             return f"factors.{key}"
     for layer in (node, "senders", "receivers", "all"):
-        if layer in exp.hosts and exp.hosts[layer].cc:
-            return f"hosts.{layer}.cc"
-    return "hosts.cc"
+        if layer in exp.hosts and getattr(exp.hosts[layer], field) is not None:
+            return f"hosts.{layer}.{field}"
+    return f"hosts.{field}"
 
 
 def layer_of(trials: list[Trial], cc: str, param: str) -> str:

@@ -8,7 +8,7 @@ import yaml
 
 from core.rack import PROJECT_DIR, RackError
 from core.units import format_rate, parse_rate
-from trials.bpf_cc import bpf_cc_problem
+from trials.bpf_cc import BUILD_TOOLS, bpf_cc_problem
 from trials.preflight.cc import cc_key, layer_of, params_layer, siftr_senders
 from trials.preflight.clocks import clock_problems
 from trials.preflight.context import Check, Context, TrialView, Wants
@@ -196,7 +196,7 @@ def need_cc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
     """host -> {"cc": {cc: the key that selects it}, "params": {cc: {param: key}}}."""
 
     def of(node: str) -> dict[str, dict]:
-        return wants.setdefault(view.net.host_of(node), {"cc": {}, "params": {}})
+        return wants.setdefault(view.net.host_of(node), {"cc": {}, "params": {}, "impl": {}})
 
     for i, gen in enumerate(view.exp.traffic):
         cc = getattr(gen, "cc", None)
@@ -204,6 +204,9 @@ def need_cc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
             if chosen := cc or view.settings[node].cc:
                 key = f"traffic[{i}].cc" if cc else cc_key(view.trial, view.exp, node)
                 of(node)["cc"][chosen] = key
+                if impl := view.settings[node].cc_implementation:
+                    impl_key = cc_key(view.trial, view.exp, node, "cc_implementation")
+                    of(node)["impl"][chosen] = (impl, impl_key)
     for node, s in view.settings.items():
         for cc, params in s.cc_params.items():
             for param in params:
@@ -212,12 +215,20 @@ def need_cc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
 
 
 def missing_cc(ctx: Context, wants: Wants) -> list[str]:
-    """Congestion controls a host's kernel lacks, then module parameters its loaded module
-    lacks (one not loaded yet is checked by the role after loading it)."""
+    """Congestion controls a host's kernel lacks (or lacks as the implementation asked for),
+    then module parameters its loaded module lacks (one not loaded yet is checked by the role
+    after loading it)."""
     problems = []
     for host, want in wants.items():
         f = ctx.facts[host]
         for cc, key in want["cc"].items():
+            impl, impl_key = want.get("impl", {}).get(cc, ("auto", None))
+            if impl != "auto" and (problem := bpf_cc_problem(f, cc, impl)):
+                problems.append(
+                    f"{ctx.source}: key '{impl_key}': {cc!r} cannot run as {impl} on host "
+                    f"{host}: {problem}."
+                )
+                continue
             if problem := bpf_cc_problem(f, cc):
                 modules = ", ".join(f["cc_modules"]) or "none"
                 problems.append(
@@ -274,6 +285,43 @@ def missing_tools(ctx: Context, wants: Wants) -> list[str]:
                     "INVENTORY=... runs)"
                 )
             problems.append(f"host {host} lacks {tool} (needed by {why}): {fix}")
+    return problems
+
+
+def need_bpf_tc(ctx: Context, view: TrialView, wants: Wants) -> list[str]:
+    """host -> the key of each marker it runs as a tc BPF program (hostside/bpf_tc/, built on
+    the host by hostside/markers/bpf_edge_marker.py when it starts)."""
+    for i, m in enumerate(view.exp.markers):
+        if m.implementation == "bpf" and m.at in view.net.routers:
+            wants.setdefault(view.net.host_of(m.at), {})[f"markers[{i}].implementation"] = m.marker
+    return []
+
+
+def missing_bpf_tc(ctx: Context, wants: Wants) -> list[str]:
+    """What a host lacks to build a tc BPF program: clang, a C compiler, libbpf's headers."""
+    problems = []
+    for host, keys in wants.items():
+        support = ctx.facts[host].get("bpf_cc_kernel")
+        if support is None:
+            lacking = "a Linux kernel (no bpf_cc_kernel fact: not a Linux host?)"
+        else:
+            tools = [
+                pkg
+                for name, pkg in BUILD_TOOLS.items()
+                if name != "bpftool" and not support["tools"].get(name)
+            ]
+            if not support["libbpf_headers"]:
+                tools.append("libbpf-dev")
+            lacking = ", ".join(tools)
+        if not lacking:
+            continue
+        for key, marker in keys.items():
+            problems.append(
+                f"{ctx.source}: key '{key}': bpf runs marker {marker} as a tc BPF program "
+                f"built on host {host}, which lacks {lacking} (Debian packages; the virtual "
+                "rack: make setup): install them there, or set it to python (the NFQUEUE "
+                "marker)"
+            )
     return problems
 
 
@@ -440,6 +488,7 @@ CHECKS = [
     Check("congestion controls", need=need_cc, judge=missing_cc),
     Check("tools", need=need_tools, judge=missing_tools),
     Check("siftr", need=need_siftr, judge=missing_siftr),
+    Check("BPF markers", need=need_bpf_tc, judge=missing_bpf_tc),
     Check("qdiscs", need=need_qdiscs, judge=missing_qdiscs),
     Check("host disk", need=need_capture_disk, judge=full_disks),
     Check("clocks", need=need_clock_domain, judge=clocks_apart),

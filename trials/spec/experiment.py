@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictBool, field_validator, model_validator
 
+from core.link_rules import CC_IMPLEMENTATIONS
 from core.units import parse_duration_ns
 from trials.fields import (
     AfClass,
@@ -44,9 +45,10 @@ Switch = whole(0, 1, "a sysctl switch: 0 off, 1 on")
 
 class EdgeMarker(Strict):
     """A per-flow adaptive marker of seed 004 at an ingress edge router
-    (hostside/markers/markers.py, run on the packet path by hostside/markers/edge_marker.py):
-    the TCP packets `at` receives over
-    `links` get the DSCP AF<af_class><p> of the drop precedence p the marker gives them."""
+    (hostside/markers/markers.py, run on the packet path by hostside/markers/edge_marker.py,
+    or as the tc BPF program hostside/bpf_tc/edge_marker/ checked against it): the TCP packets
+    `at` receives over `links` get the DSCP AF<af_class><p> of the drop precedence p the
+    marker gives them."""
 
     name: Name | None = Field(None, description="label in results (default: marker<index>)")
     at: Name = Field(description="the edge router that marks (a router node)")
@@ -57,6 +59,11 @@ class EdgeMarker(Strict):
     alpha: FilterWeight = Field(0.5, description="APM: filter weight of A_IN")
     n_s: ProtectedPackets = Field(5, description="WPM: packets protected at a flow's start")
     n_a: ProtectedPackets = Field(5, description="WPM: packets protected after a loss")
+    implementation: Literal["python", "bpf"] = Field(
+        "python",
+        description="python: the NFQUEUE program; bpf: the tc BPF program on the router's "
+        "ingress (built there: clang, libbpf-dev, gcc)",
+    )
 
     def label(self, index: int) -> str:
         return self.name or f"marker{index}"
@@ -96,6 +103,14 @@ class HostSettings(Strict):
     cc: CongestionControl | None = None
     cc_params: dict[CongestionControl, dict[CcParamName, CcParamValue]] = Field(
         default_factory=dict, description="module parameters per congestion control"
+    )
+    cc_implementation: Literal[CC_IMPLEMENTATIONS] | None = Field(  # type: ignore[valid-type]
+        None,
+        description="which implementation runs the host's congestion controls: auto (the "
+        "default: the kernel's own, built in or a module, where it has one, else the BPF one "
+        "of hostside/bpf_cc), module (the kernel's own; a kernel without it is an error) or "
+        "bpf (hostside/bpf_cc's even where the kernel has its own: registered beside it as "
+        "bpf_<cc>, which the host's bulk_tcp flows select; the record still says cc <cc>)",
     )
     initcwnd: InitCwnd | None = Field(None, description="route initcwnd")
     rto_min: Timeout | None = Field(None, description="route rto_min, whole milliseconds")

@@ -283,14 +283,14 @@ __u32 BPF_PROG(htcp_undo_cwnd, struct sock *sk)
 }
 
 SEC(".struct_ops")
-struct tcp_congestion_ops htcp = {
+struct tcp_congestion_ops BPF_CC_OPS(htcp) = {
 	.init = (void *)htcp_init,
 	.ssthresh = (void *)htcp_ssthresh,
 	.cong_avoid = (void *)htcp_cong_avoid,
 	.set_state = (void *)htcp_set_state,
 	.pkts_acked = (void *)htcp_pkts_acked,
 	.undo_cwnd = (void *)htcp_undo_cwnd,
-	.name = "htcp",
+	.name = BPF_CC_NAME(htcp),
 };
 
 char _license[] SEC("license") = "GPL";

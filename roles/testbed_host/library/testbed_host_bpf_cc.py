@@ -10,11 +10,12 @@ and who needs it (users: a host's working directory or a rack's state directory,
 the parameters it asked for). Updated under an exclusive lock:
 
 - state=present: for each congestion control the kernel offers itself (a module, built in,
-  or registered by something else), nothing (provider C(kernel)). Otherwise the source is
-  built (once per source hash, under build_dir) and registered with the parameters, or the
-  registered one is kept and its parameters set (a BPF parameter is kernel-wide and live, as a
-  module parameter is); this user is added. Refused, naming both: parameters or a source that
-  differ from what another user asked for.
+  or registered by something else), nothing (provider C(kernel)). Otherwise its source folder
+  (the name's own, or the one `folders` gives: bpf_htcp from htcp/, to run beside the kernel's
+  own htcp) is built (once per source hash, under build_dir) and registered with the
+  parameters, or the registered one is kept and its parameters set (a BPF parameter is
+  kernel-wide and live, as a module parameter is); this user is added. Refused, naming both:
+  parameters or a source that differ from what another user asked for.
 - state=absent: this user (and every user below it) is removed, and users whose directory is
   gone; a congestion control nobody needs any more is unregistered (by id) and its record goes.
 """
@@ -43,6 +44,11 @@ options:
       given keeps its value); absent - ignored (every record is looked at).
     type: dict
     default: {}
+  folders:
+    description: present - congestion control -> the folder of hostside/bpf_cc it is built
+      from, when that is not its own name (it is then built under this name, build.sh CC:NAME).
+    type: dict
+    default: {}
   user: {description: Who needs them (a directory; absent also removes the users below it).,
          type: path, required: true}
   sources: {description: The sources (present), path relative to hostside/bpf_cc -> text.,
@@ -59,8 +65,8 @@ providers:
   returned: always
   type: dict
 registered:
-  description: Congestion control -> its record (id, params_map_id, params, source_sha256,
-    object_sha256, users), for those provided as BPF.
+  description: Congestion control -> its record (id, params_map_id, params, source (its
+    folder), source_sha256, object_sha256, users), for those provided as BPF.
   returned: always
   type: dict
 """
@@ -122,8 +128,9 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build(build_dir: Path, cc: str, files: dict[str, str], sha: str) -> Path:
-    """The directory holding <cc>.bpf.o and the loader built from `files` (built once)."""
+def build(build_dir: Path, cc: str, files: dict[str, str], sha: str, folder: str) -> Path:
+    """The directory holding <cc>.bpf.o (from `folder`) and the loader built from `files`
+    (built once)."""
     done = build_dir / f"{cc}-{sha[:16]}"
     if (done / f"{cc}.bpf.o").is_file() and (done / LOADER).is_file():
         return done
@@ -140,7 +147,8 @@ def build(build_dir: Path, cc: str, files: dict[str, str], sha: str) -> Path:
     for path, text in files.items():
         (work / "src" / path).parent.mkdir(parents=True, exist_ok=True)
         (work / "src" / path).write_text(text)
-    run(["sh", str(work / "src/build.sh"), str(work), cc], f"{cc}: building it failed")
+    build_sh = ["sh", str(work / "src/build.sh"), str(work), f"{folder}:{cc}"]
+    run(build_sh, f"{cc}: building it failed")
     shutil.rmtree(done, ignore_errors=True)
     os.replace(work, done)
     return done
@@ -223,7 +231,8 @@ def provide(p: dict, check: bool) -> tuple[bool, dict, dict]:
                     continue
             if record is None and (problem := kernel_problem(cc)):
                 raise Failure(problem)
-            files = source_files(p["sources"], cc)
+            folder = (p["folders"] or {}).get(cc, cc)
+            files = source_files(p["sources"], folder)
             sha = source_sha256(files)
             if record is not None:
                 users = live_users(record["users"])
@@ -246,7 +255,7 @@ def provide(p: dict, check: bool) -> tuple[bool, dict, dict]:
                 if check:
                     providers[cc] = "bpf"
                     continue
-                out = build(build_dir, cc, files, sha)
+                out = build(build_dir, cc, files, sha, folder)
                 given = [f"{k}={v}" for k, v in sorted(params.items())]
                 loaded = json.loads(
                     run([str(out / LOADER), "register", str(out / f"{cc}.bpf.o"), *given],
@@ -254,6 +263,7 @@ def provide(p: dict, check: bool) -> tuple[bool, dict, dict]:
                 )  # fmt: skip
                 record = {
                     "cc": cc,
+                    "source": folder,
                     "id": loaded["id"],
                     "params_map_id": loaded["params_map_id"],
                     "params": {k: str(v) for k, v in loaded["params"].items()},
@@ -330,6 +340,7 @@ def main() -> None:
         argument_spec={
             "state": {"type": "str", "required": True, "choices": ["present", "absent"]},
             "ccs": {"type": "dict", "default": {}},
+            "folders": {"type": "dict", "default": {}},
             "user": {"type": "path", "required": True},
             "sources": {"type": "dict", "default": {}},
             "build_dir": {"type": "path", "default": "/var/lib/trialbed/bpf_cc"},

@@ -1,0 +1,119 @@
+"""The paper's published values beside ours in a family's report (analysis/families/published):
+a table of ours with the paper's columns next to it, each labelled "paper", and the orderings
+the paper's text states of its figures against the order of our means. Display only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from analysis.families.common import trimmed
+from analysis.families.published import Published, published
+from analysis.html_report.page import Page
+
+__all__ = ["PAPER", "beside", "orderings"]
+
+PAPER = "paper"  # the label of every published value on the page and in the CSV
+
+
+def _our_cc(pub: Published, frame: pd.DataFrame) -> pd.DataFrame:
+    """Our congestion control names as the published table's (newreno and reno alike)."""
+    if "cc" not in frame:
+        return frame
+    return frame.assign(cc=[pub.ours(pub.label(c)) for c in frame.cc])
+
+
+def beside(page: Page, family: str, name: str, ours: pd.DataFrame, digits: dict) -> None:
+    """Our table (indexed or with columns by the published table's keys) and the paper's
+    values of the same cells, as "paper <column>", with our value minus the paper's for the
+    first value; cells only one side has show – on the other."""
+    pub = published(family)
+    table = pub.tables.get(name) if pub else None
+    if table is None:
+        return
+    flat = ours.reset_index() if any(n is not None for n in ours.index.names) else ours
+    mine = _our_cc(pub, flat)
+    theirs = table.rows.rename(columns={v: f"{PAPER} {v}" for v in table.values})
+    merged = mine.merge(theirs, on=table.keys, how="outer", sort=True)
+    for c in flat.columns:  # counts stay whole where only the paper has the cell
+        if pd.api.types.is_integer_dtype(flat[c]) and c in merged:
+            merged[c] = merged[c].astype("Int64")
+    first = table.values[0]
+    if first in merged:
+        merged[f"ours − {PAPER} {first}"] = merged[first] - merged[f"{PAPER} {first}"]
+    shown = [c for c in merged.columns if c in flat.columns or c.startswith(PAPER)]
+    shown += [f"ours − {PAPER} {first}"] if first in merged else []
+    more = {f"{PAPER} {v}": digits.get(v, 1) for v in table.values}
+    page.table(
+        merged[shown],
+        f"{table.title}, from the paper ({pub.citation}), beside ours: the columns labelled "
+        f"'{PAPER}' are the paper's published values (display only)",
+        csv=f"{name}_vs_{PAPER}.csv",
+        digits={**digits, **more, f"ours − {PAPER} {first}": digits.get(first, 1)},
+    )
+
+
+def _flag(holds: object) -> str | None:
+    """Rows where ours does not have the paper's ordering are flagged."""
+    return "flag" if holds is not None and not bool(holds) else None
+
+
+def _order(means: pd.Series) -> str:
+    return " > ".join(f"{k} {v:.3g}" for k, v in means.sort_values(ascending=False).items())
+
+
+def trimmed_mean(values: pd.Series) -> float:
+    """The mean of a group's runs as the collateral-damage figures' bars (trimmed at five)."""
+    return float(trimmed(values.astype(float)).mean())
+
+
+def orderings(
+    page: Page,
+    family: str,
+    ok: pd.DataFrame,
+    groups: list[str],
+    average: Callable[[pd.Series], float] = trimmed_mean,
+    averaged: str = "trimmed means",
+) -> None:
+    """Per statement of the paper and group of ours it is about (``groups``: the columns a
+    group is made of): the paper's ordering, ours (``average`` of each level's runs, the
+    figures' ``averaged``), and whether ours has it."""
+    pub = published(family)
+    if pub is None or not pub.orderings:
+        return
+    rows = []
+    for o in pub.orderings:
+        if o.metric not in ok or o.by not in ok:
+            continue
+        data = _our_cc(pub, ok[ok[o.metric].notna()])
+        for k, levels in o.where.items():
+            data = data[data[k].isin(levels)] if k in data else data.iloc[:0]
+        by = [c for c in groups if c != o.by and c in data]
+        named = pub.ours if o.by == "cc" else (lambda level: level)
+        more, than = [named(n) for n in o.more], [named(n) for n in o.than]
+        for key, g in data.groupby(by, sort=True, dropna=False) if by else [((), data)]:
+            means = g.groupby(o.by)[o.metric].apply(average)
+            have = all(c in means for c in more + than)
+            rows.append(
+                {
+                    "figure": o.figure,
+                    **dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
+                    f"{PAPER}: more": ", ".join(map(str, o.more)),
+                    f"{PAPER}: than": ", ".join(map(str, o.than)),
+                    f"ours ({averaged})": _order(means),
+                    f"ours as the {PAPER}": (min(means[more]) > max(means[than])) if have else None,
+                }
+            )
+    if not rows:
+        return
+    page.heading(f"Orderings the paper states ({pub.citation})")
+    page.items([f"{o.figure}: “{o.says}”" for o in pub.orderings])
+    page.table(
+        pd.DataFrame(rows),
+        f"The paper's orderings (labelled '{PAPER}': its text, display only) beside the order "
+        f"of our {averaged} per group; – where a level has no trial",
+        csv=f"orderings_vs_{PAPER}.csv",
+        digits={"rtt_ms": 0, "rate_mbps": 0},
+        row_class=lambda r: _flag(r[f"ours as the {PAPER}"]),
+    )

@@ -1,0 +1,407 @@
+"""Reproduction records (analysis/reproduction.py, `trialbed record`, `make record`) of recorded
+batches (tests/data/report_*: a real batch's records and analysis, without captures):
+summary.csv holds a row per planned trial with what each trial's summary.json holds, the
+record is the same when written again, the report shows the paper's values labelled beside
+ours, and a path that cannot be a batch or a record is refused by name."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.families import FAMILIES
+from analysis.families import startup as startup_family
+from analysis.families.published import published
+from analysis.html_report.paper import PAPER
+from analysis.reproduction import (
+    FILE_LIST,
+    NOT_RUN,
+    PROVENANCE,
+    README,
+    REPORT,
+    SUMMARY,
+    Planned,
+    write_record,
+)
+from core.layout import ATTEMPT_LABEL, RECORD, BatchDir
+from core.layout import SUMMARY as TRIAL_SUMMARY
+
+DATA = Path(__file__).parent.parent / "data"
+SMOKE = DATA / "report_smoke"  # collateral_damage, cubic, 1 flow, 3 x 8 s, one interrupted attempt
+SAMPLE = DATA / "report_sample"  # collateral_damage, reno/cubic, 1-2 flows, 60 s
+STARTUP = DATA / "report_startup"  # startup (LS-WAN), one trial, no batch.json
+# The columns issue 48 asks of a collateral-damage record's summary.csv, each with the trial
+# summary's key it holds (the family's keys and metrics; repetition and status from the record).
+COLLATERAL = {
+    "cc": "cc",
+    "rtt_ms": "rtt_ms",
+    "flows": "flows",
+    "repetition": None,
+    "status": None,
+    "goodput_kBps": "goodput_kBps",
+    "owd_median_ms": "owd_median_ms",
+    "owd_max_ms": "owd_max_ms",
+    "queue_full_per_min": "queue_full_events_per_min",
+    "retransmissions": "retransmitted_packets",
+}
+
+
+def rows(record: Path) -> list[dict[str, str]]:
+    with (record / SUMMARY).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def field_of(text: str):
+    """A summary.csv field as the value it was written from."""
+    if text in ("", "True", "False"):
+        return None if text == "" else text == "True"
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def records_of(batch: Path) -> dict[str, dict]:
+    return {t.name: json.loads(t.record.read_text()) for t in BatchDir(batch).trial_dirs()}
+
+
+def summary_of(batch: Path, name: str) -> dict | None:
+    f = BatchDir(batch).trial(name).summary
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    """report_sample with what a batch leaves besides complete, analysed trials: one failed
+    (its analysis gone), one given up (only a failed attempt kept), one stopped by the user
+    (only an interrupted attempt kept), one complete without analysis, one planned and never
+    run."""
+    batch = shutil.copytree(SAMPLE, tmp_path / "results" / "sample")
+    layout = BatchDir(batch)
+    failed = layout.trial("cc-reno_delay-25ms_flows-2_r1")
+    record = json.loads(failed.record.read_text())
+    record.update(status="failed", errors=["host A unreachable"])
+    failed.record.write_text(json.dumps(record))
+    shutil.rmtree(failed.analysis)
+    given_up = layout.trial("cc-cubic_delay-25ms_flows-2_r1")
+    kept = layout.attempts(given_up.name) / "1-failed"
+    kept.parent.mkdir(parents=True)
+    given_up.path.rename(kept)
+    (kept / ATTEMPT_LABEL).write_text(json.dumps({"status": "failed", "trial": given_up.name}))
+    stopped = layout.trial("cc-reno_delay-50ms_flows-1_r1")
+    kept = layout.attempts(stopped.name) / "1-interrupted"
+    kept.parent.mkdir(parents=True)
+    stopped.path.rename(kept)
+    shutil.rmtree(layout.trial("cc-cubic_delay-50ms_flows-1_r1").analysis)
+    meta = json.loads(layout.meta.read_text())
+    meta["trials"].append({"name": "cc-reno_delay-25ms_flows-1_r2", "id": "x", "duration_s": 60})
+    layout.meta.write_text(json.dumps(meta))
+    return batch
+
+
+def test_summary_has_a_row_per_planned_trial_with_what_each_summary_holds(
+    sample: Path, tmp_path: Path
+) -> None:
+    first = records_of(sample)["cc-reno_delay-25ms_flows-1_r1"]
+    planned = [Planned(t["name"]) for t in json.loads(BatchDir(sample).meta.read_text())["trials"]]
+    planned[-1] = Planned(planned[-1].name, 2, first["overrides"])  # the one never run
+    record = write_record(sample, tmp_path / "record", planned=planned)
+    got = rows(record)
+    header = (record / SUMMARY).read_text().splitlines()[0].split(",")
+    assert header[0] == "trial" and header[1 : 1 + len(COLLATERAL)] == list(COLLATERAL)
+    assert sorted(r["trial"] for r in got) == sorted(p.name for p in planned)
+    status = {r["trial"]: r["status"] for r in got}
+    assert status.pop("cc-reno_delay-25ms_flows-2_r1") == "failed"
+    assert status.pop("cc-cubic_delay-25ms_flows-2_r1") == "failed"  # given up
+    assert status.pop("cc-reno_delay-25ms_flows-1_r2") == NOT_RUN
+    assert status.pop("cc-reno_delay-50ms_flows-1_r1") == "interrupted"
+    assert set(status.values()) == {"complete"}
+
+    measured = {c: k for c, k in COLLATERAL.items() if k}
+    for r in got:
+        summary = summary_of(sample, r["trial"])
+        if summary is not None:
+            for column, key in measured.items():
+                assert field_of(r[column]) == summary[key], (r["trial"], column)
+            assert int(r["repetition"]) == records_of(sample)[r["trial"]]["repetition"]
+        else:  # no metric but a complete trial's
+            assert all(r[c] == "" for c in measured if c not in ("cc", "rtt_ms", "flows")), r
+    by_name = {r["trial"]: r for r in got}
+    # The given-up trial's keys from its attempt's record; the failed one's from its own; the
+    # never-run one's from the record of the repetition of its cell, its repetition the plan's.
+    assert by_name["cc-cubic_delay-25ms_flows-2_r1"]["flows"] == "2"
+    assert (
+        "attempts/cc-cubic_delay-25ms_flows-2_r1/"
+        in by_name["cc-cubic_delay-25ms_flows-2_r1"]["note"]
+    )
+    assert by_name["cc-reno_delay-25ms_flows-2_r1"]["note"] == "host A unreachable"
+    assert by_name["cc-cubic_delay-50ms_flows-1_r1"]["note"].startswith("not analysed")
+    assert by_name["cc-reno_delay-50ms_flows-1_r1"]["flows"] == "1"  # its attempt's record
+    never = by_name["cc-reno_delay-25ms_flows-1_r2"]
+    sibling = by_name["cc-reno_delay-25ms_flows-1_r1"]
+    assert [never[k] for k in ("cc", "rtt_ms", "flows")] == [
+        sibling[k] for k in ("cc", "rtt_ms", "flows")
+    ]
+    assert never["repetition"] == "2"
+    # In key order: cc, then RTT, then flows.
+    keys = [(r["cc"], float(r["rtt_ms"]), int(r["flows"]), int(r["repetition"])) for r in got]
+    assert keys == sorted(keys)
+
+
+def test_the_record_is_the_same_when_written_again(sample: Path, tmp_path: Path) -> None:
+    one = write_record(sample, tmp_path / "one", command="make record BATCH=x RECORD=y")
+    two = write_record(sample, tmp_path / "two", command="make record BATCH=x RECORD=y")
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert {SUMMARY, PROVENANCE, README, FILE_LIST, f"{REPORT}/index.html"} <= {
+        str(f) for f in files
+    }
+    assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
+    for f in files:
+        assert (one / f).read_bytes() == (two / f).read_bytes(), f
+    # Written again over itself: the same bytes; a file of the user's stays.
+    (one / "NOTES.md").write_text("ours\n")
+    before = (one / SUMMARY).read_bytes()
+    write_record(sample, one, command="make record BATCH=x RECORD=y")
+    assert (one / SUMMARY).read_bytes() == before
+    assert (one / "NOTES.md").read_text() == "ours\n"
+    assert "make record BATCH=x RECORD=y" in (one / README).read_text()
+
+
+def test_the_record_reads_the_batch_only(sample: Path, tmp_path: Path) -> None:
+    before = {p: p.stat().st_mtime_ns for p in sample.rglob("*")}
+    write_record(sample, tmp_path / "record")
+    assert {p: p.stat().st_mtime_ns for p in sample.rglob("*")} == before
+    assert not (sample / "report").exists() and not (sample.parent / "catalog").exists()
+
+
+def test_provenance_says_what_the_records_say(sample: Path, tmp_path: Path) -> None:
+    record = write_record(sample, tmp_path / "record")
+    rack = json.loads((record / PROVENANCE).read_text())
+    recs = records_of(sample)
+    assert rack["trials"] == len(recs)
+    commits = {(r["git"]["commit"], r["git"]["dirty"]) for r in recs.values()}
+    assert {(c["commit"], c["dirty"]) for c in rack["code"]} == commits
+    assert sum(c["trials"] for c in rack["code"]) == len(recs)
+    kernels = {(h, f["kernel"]) for r in recs.values() for h, f in r["hosts"].items()}
+    assert {(k["host"], k["kernel"]) for k in rack["kernels"]} == kernels
+    queues = {(e["link"], e["qdisc"]) for r in recs.values() for e in r["network"]["egress"]}
+    assert {(q["link"], q["qdisc"]) for q in rack["queues"]} == queues
+    backends = {d["backend"] for r in recs.values() for d in r["delay"].values()}
+    assert {d["backend"] for d in rack["delay"]} == backends
+    starts = sorted(r["times"]["started"] for r in recs.values())
+    assert rack["first_started"] == starts[0]
+
+
+def test_the_report_shows_the_papers_values_labelled(sample: Path, tmp_path: Path) -> None:
+    record = write_record(sample, tmp_path / "record")
+    report = record / REPORT
+    page = (report / "index.html").read_text()
+    pub = published("collateral_damage")
+    keys = ["cc", "rtt_ms", "flows"]
+    for name, ours_csv in (("table1", "table1_goodput.csv"), ("table2", "table2_owd.csv")):
+        table = pub.tables[name]
+        beside = pd.read_csv(report / f"{name}_vs_{PAPER}.csv")
+        for v in table.values:
+            assert f"<th>{PAPER} {v}</th>" in page and f"<th>{v}</th>" in page
+        # The paper's columns hold the data file's values, ours our table's, cell by cell.
+        theirs = table.rows.set_index(keys).sort_index()
+        shown = beside.set_index(keys).sort_index()
+        for v in table.values:
+            pd.testing.assert_series_equal(
+                shown.loc[theirs.index, f"{PAPER} {v}"],
+                theirs[v],
+                check_names=False,
+                check_index_type=False,
+            )
+        ours = pd.read_csv(report / ours_csv).set_index(keys).sort_index()
+        for v in table.values:
+            pd.testing.assert_series_equal(shown.loc[ours.index, v], ours[v])
+    orderings = pd.read_csv(report / f"orderings_vs_{PAPER}.csv")
+    assert set(orderings.figure) == {o.figure for o in pub.orderings}
+    assert f"Orderings the paper states ({pub.citation})" in page
+    for o in pub.orderings:
+        assert html.escape(o.says[:60]) in page
+
+
+def test_a_startup_record_has_the_factors_and_the_table_metrics(tmp_path: Path) -> None:
+    batch = shutil.copytree(STARTUP, tmp_path / "startup")  # `make trial`: no batch.json
+    record = write_record(batch, tmp_path / "record")
+    (row,) = rows(record)
+    trial = BatchDir(batch).trial(row["trial"])
+    recorded = json.loads(trial.record.read_text())
+    summary = json.loads(trial.summary.read_text())
+    for factor, level in recorded["overrides"].items():
+        assert field_of(row[factor]) == level
+    metrics = FAMILIES["startup"].RECORD_METRICS
+    assert list(row)[-len(metrics) - 1 : -1] == list(metrics)
+    for column, key in metrics.items():
+        assert field_of(row[column]) == summary.get(key), column
+    assert row["status"] == recorded["status"]
+    page = (record / REPORT / "index.html").read_text()
+    assert "is of its high-speed WAN" in page  # an LS-WAN batch: the paper's Fig. 3 not beside
+
+
+def test_a_startup_record_beside_the_papers_fig3(tmp_path: Path) -> None:
+    """A generated startup trial (two pairs behind iperf3's control connections), its record
+    saying it ran on the paper's high-speed WAN: summary.csv holds the figures since the first
+    data SYN as its summary does, and the report the paper's Fig. 3 beside its own."""
+    from analysis.trial import analyse_trial
+    from tests.analysis.trialgen import write_trial
+
+    batch = tmp_path / "startup"
+    trial = write_trial(
+        batch / "trials" / "t1", packets=2200, family="startup", flows=2, iperf3=True,
+        duration_ns=12 * 10**9, delay_ns=66_666_666, rate_bps=1_500_000,
+    )  # fmt: skip
+    recorded = json.loads((trial.dir / RECORD).read_text())
+    rate = next(iter(published("startup").tables["fig3"].applies.values()))
+    recorded["parameters"]["network"] = {"links": [{"name": "bottleneck", "rate": rate}]}
+    (trial.dir / RECORD).write_text(json.dumps(recorded))
+    summary = analyse_trial(trial.dir)
+    record = write_record(batch, tmp_path / "record")
+    (row,) = rows(record)
+    for column, key in FAMILIES["startup"].RECORD_METRICS.items():
+        assert field_of(row[column]) == summary.get(key), column
+    table = (startup_family.TRANSFERRED, startup_family.SINCE_SYN)
+    assert field_of(row[startup_family.bytes_key(*table, "1s")]) > 0
+    beside = pd.read_csv(record / REPORT / f"fig3_vs_{PAPER}.csv").set_index("elapsed")
+    fig3 = published("startup").tables["fig3"].rows.set_index("cutoff")
+    assert beside[f"{PAPER} effective throughput %"].to_dict() == fig3.utilization_pct.to_dict()
+    (ours,) = [c for c in beside if c.startswith("ours")]
+    for cut, value in beside[ours].items():
+        got = summary.get(startup_family.share_key(*table, cut))
+        assert value == pytest.approx(got * 100) if got is not None else pd.isna(value), cut
+
+
+def test_make_trial_batch_given_to_the_command_line(tmp_path: Path, capsys) -> None:
+    from trials.__main__ import main
+
+    batch = shutil.copytree(STARTUP, tmp_path / "startup")
+    assert main(["record", str(batch), str(tmp_path / "rec")]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"record: {tmp_path / 'rec'}/ (1 planned trials in {SUMMARY}: 1 complete)" in said
+
+
+def test_a_trial_never_run_gets_its_plans_factors_from_the_command_line(
+    tmp_path: Path, capsys
+) -> None:
+    """The batch's plan, rebuilt from its batch.json and experiment.yml, names a repetition
+    that never ran: its row has its repetition and the keys its cell's records say."""
+    from trials.__main__ import main
+    from trials.batch import Batch
+    from trials.plan import load_plan
+
+    sets = ["duration=8s", "warmup=2s", "repetitions=4"]
+    plan = load_plan(Path("experiments/smoke.yml"), sets)
+    batch = tmp_path / "results" / "smoke"
+    Batch.create_or_resume(batch, plan, plan.trials, sets, None)
+    for name in ("r1", "r2", "r3"):
+        shutil.copytree(SMOKE / "trials" / name, batch / "trials" / name)
+    assert main(["record", str(batch), str(tmp_path / "rec")]) == 0
+    got = {r["trial"]: r for r in rows(tmp_path / "rec")}
+    assert list(got) == ["r1", "r2", "r3", "r4"]
+    assert got["r4"]["status"] == NOT_RUN and got["r4"]["repetition"] == "4"
+    assert [got["r4"][k] for k in ("cc", "rtt_ms", "flows")] == [
+        got["r1"][k] for k in ("cc", "rtt_ms", "flows")
+    ]
+    readme = (tmp_path / "rec" / README).read_text()
+    assert f"make record BATCH={batch} RECORD={tmp_path / 'rec'}" in readme
+    assert "Code that wrote this record: `" in readme
+
+
+def test_bad_paths_are_refused_by_name(tmp_path: Path, capsys) -> None:
+    from trials.__main__ import main
+
+    batch = shutil.copytree(SMOKE, tmp_path / "smoke")
+    (tmp_path / "file").write_text("")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "thesis.tex").write_text("")
+    refused = {
+        (tmp_path, tmp_path / "r1"): f"{tmp_path}: not a batch directory (no trials/ in it); "
+        "batches in it: smoke",
+        (tmp_path / "missing", tmp_path / "r2"): f"{tmp_path / 'missing'}: no such batch",
+        (batch, tmp_path / "file"): f"{tmp_path / 'file'}: not a directory (a file)",
+        (batch, batch / "record"): f"{batch / 'record'}: inside the batch {batch}",
+        (batch, tmp_path / "busy"): f"{tmp_path / 'busy'}: holds files that no record wrote "
+        "(thesis.tex",
+    }
+    for (b, r), message in refused.items():
+        capsys.readouterr()
+        assert main(["record", str(b), str(r)]) == 2, (b, r)
+        said = " ".join(capsys.readouterr().err.split())
+        assert message in said, said
+        assert not (r / SUMMARY).exists()
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["thesis.tex"]
+    assert not (batch / "record").exists()
+    assert not list(tmp_path.glob(".record-*"))  # no staging left
+
+
+def test_the_published_tables_are_keyed_like_ours() -> None:
+    """The paper's layout (a row per RTT and algorithm, a column pair per flow count) read as
+    one row per cell, with our names of the congestion controls."""
+    pub = published("collateral_damage")
+    for name in ("table1", "table2"):
+        table = pub.tables[name]
+        assert table.keys == ["rtt_ms", "cc", "flows"]
+        assert len(table.rows) == len(table.rows.drop_duplicates(table.keys))
+        assert set(table.rows.cc) <= {n for names in pub.cc.values() for n in names}
+        assert table.rows[table.values].notna().all().all()
+    assert published("no_such_family") is None
+
+
+def test_record_dir_file_list_names_what_it_writes(sample: Path, tmp_path: Path) -> None:
+    record = write_record(sample, tmp_path / "record")
+    assert (record / FILE_LIST).read_text().split() == [README, SUMMARY, PROVENANCE, REPORT]
+    assert RECORD not in {p.name for p in record.rglob("*")}  # no trial's files copied
+    assert TRIAL_SUMMARY not in {p.name for p in record.rglob("*")}
+
+
+def test_the_eft_orderings_beside_our_means(tmp_path: Path) -> None:
+    """Each ordering the EFT paper states, per group of ours it is about: our levels in the
+    order of their means over the runs, and whether that order is the paper's."""
+    from analysis.html_report import eft
+    from analysis.html_report.page import Page
+
+    runs = []
+    for rate, protocol, workload, send, values in (
+        (100.0, "tcp", "filetransf_long", 1460, [90.0, 92.0]),
+        (100.0, "udp", "filetransf_long", 1460, [95.0, 97.0]),  # not the paper's order
+        (10.0, "tcp", "filetransf_long", 1460, [9.0, 9.2]),
+        (10.0, "tcp", "filetransf_long", 1461, [7.5, 7.7]),
+        (100.0, "tcp", "eft_short", 100, [0.40, 0.42]),
+        (100.0, "tcp", "eft_long", 100, [0.20, 0.22]),
+    ):
+        metric = "throughput_median_mbps" if workload == "filetransf_long" else "response_mean_ms"
+        for rep, v in enumerate(values, 1):
+            runs.append(
+                {"trial": f"{rate}-{protocol}-{workload}-{send}-{rep}", "status": "complete",
+                 "analysed": True, "rate_mbps": rate, "protocol": protocol, "workload": workload,
+                 "send_bytes": send, "request_bytes": 1460000, "pairs": 1, metric: v}
+            )  # fmt: skip
+    ok = pd.DataFrame(runs)
+    for column in FAMILIES["eft"].RECORD_METRICS:  # what the family's tables read: unknown
+        ok[column] = ok.get(column, float("nan"))
+    page = Page("eft", tmp_path)
+    eft.sections(page, tmp_path, ok)
+    got = pd.read_csv(tmp_path / f"orderings_vs_{PAPER}.csv")
+    pub = published("eft")
+    assert list(got.figure) == [o.figure for o in pub.orderings if o.figure in set(got.figure)]
+    for _, row in got.iterrows():
+        o = next(o for o in pub.orderings if o.figure == row.figure)
+        mine = ok[ok[o.metric].notna()]
+        for k, levels in o.where.items():
+            mine = mine[mine[k].isin(levels)]
+        means = mine.groupby(o.by)[o.metric].mean()
+        have = all(level in means for level in [*o.more, *o.than])
+        expected = min(means[o.more]) > max(means[o.than]) if have else None
+        assert (None if pd.isna(row[f"ours as the {PAPER}"]) else row[f"ours as the {PAPER}"]) == (
+            expected
+        ), row.figure
+    holds = dict(zip(got.figure, got[f"ours as the {PAPER}"], strict=True))
+    assert sorted(map(str, holds.values())) == ["False", "True", "True", "nan"]  # Fig. 11: no UDP
