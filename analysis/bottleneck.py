@@ -30,6 +30,7 @@ from analysis.tables import Tables
 from analysis.tc_samples import LEAF_KINDS, compare_levels, leaf_samples, read_tc_samples
 from analysis.traffic.cbr_udp import max_transit_ns
 from core.link_rules import DEFAULT_QDISC, ETHERNET_HEADER, qdisc_of
+from core.rio_bpf import drops as rio_bpf_drops
 from core.units import parse_duration_ns, parse_offset_ns
 
 __all__ = [
@@ -87,13 +88,16 @@ def queue_samples(host_dir: Path) -> pd.DataFrame | None:
 def queue_drops_counted(host_dir: Path, iface: str) -> int | None:
     """Drops the router itself counted at `iface`'s queue during the trial (its snapshots after
     minus before: the leaf qdisc, or the dummynet pipe; for rio on a FreeBSD router its IN and
-    OUT queues, which hold the packets instead of the pipe); None without snapshots."""
+    OUT queues, which hold the packets instead of the pipe; for the BPF RIO, its drops before
+    the qdisc as well as the bfifo's); None without snapshots."""
     if (rio := rio_queue_deltas(host_dir, iface)) is not None:
         return rio["in"]["drops"] + rio["out"]["drops"]
+    before_the_qdisc = rio_bpf_drops(host_dir, iface) or 0
     for kind, drops in (("tc", tc_drops), ("ipfw", pipe_drops)):
         before, after = host_dir / f"{kind}_before.txt", host_dir / f"{kind}_after.txt"
         if before.exists() and after.exists():
-            return drops(text_of(after), iface) - drops(text_of(before), iface)
+            counted = drops(text_of(after), iface) - drops(text_of(before), iface)
+            return counted + before_the_qdisc
     return None
 
 

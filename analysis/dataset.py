@@ -105,10 +105,14 @@ def _joined(values: Iterable[str]) -> str | None:
 
 def queue_implementation(egress: dict[str, Any], delay: dict[str, Any]) -> str:
     """What implemented a shaped egress' queue (a trial record's network.egress entry; its
-    record's ``delay`` says the router's backend): dummynet's, or tc's qdisc."""
+    record's ``delay`` says the router's backend): dummynet's, tc's qdisc, or for rio on a
+    kernel without GRED the BPF program."""
     q = QDISCS.get(qdisc_of(egress))
-    if (delay.get(egress.get("host")) or {}).get("backend") == "dummynet":
+    router = delay.get(egress.get("host")) or {}
+    if router.get("backend") == "dummynet":
         return f"dummynet ({q.dummynet})" if q and q.dummynet else "dummynet"
+    if qdisc_of(egress) == "rio" and router.get("rio_implementation") == "bpf":
+        return "bpf (hostside/bpf_tc/rio)"  # roles/linux_router: a kernel without GRED
     return f"tc {q.linux_qdisc}" if q and q.linux_qdisc else "tc fifo"
 
 

@@ -11,12 +11,15 @@ from core.command import DEV_NULL, STDOUT, Command, command, redirected, sequenc
 from core.daemons import Daemons
 from core.hostside import (
     ipfw_sampler_command,
+    program_command,
     remote_dir,
     siftr_command,
     tc_sampler_command,
     tcp_probe_command,
 )
 from core.link_rules import DSCP_TABLE_FAMILY, DSCP_TABLE_NAME
+from core.rio_bpf import LOADER as RIO_BPF_LOADER
+from core.rio_bpf import SHOWN as RIO_BPF_SHOWN
 from trials.generators import TrafficGenerator
 from trials.network import CaptureSite, ResolvedNetwork
 from trials.watch import ENDS_EARLY_SLACK_S, UNTIL_STOPPED
@@ -121,13 +124,26 @@ def snapshot_commands(net: ResolvedNetwork, daemons: Daemons, tag: str) -> dict[
             for e in net.egress
             if e.host == host and e.shaping.qdisc == "rio"
         ]
+        # ... or the BPF RIO's per level, where the router runs it instead (roles/linux_router
+        # chooses; its loader answers prog_id null where none is attached).
+        bpf_rio = [
+            redirected(
+                program_command(
+                    remote_dir(net.hosts[host].workdir), RIO_BPF_LOADER, "show", e.iface
+                ),
+                f"{d}/{RIO_BPF_SHOWN.format(iface=e.iface, tag=tag)}",
+                stderr=DEV_NULL,
+            )
+            for e in net.egress
+            if e.host == host and e.shaping.qdisc == "rio"
+        ]
         nfqueue = redirected(
             command("cat", "/proc/net/netfilter/nfnetlink_queue"),
             f"{d}/nfqueue_{tag}.txt",
             stderr=DEV_NULL,
         )
         commands[host] = sequence(
-            redirected(show, f"{d}/tc_{tag}.txt"), *gred, nfqueue, command("true")
+            redirected(show, f"{d}/tc_{tag}.txt"), *gred, *bpf_rio, nfqueue, command("true")
         )
     return commands
 

@@ -18,6 +18,8 @@ from core.link_rules import DUMMYNET_RIO_LABEL, dummynet_fixed_point
 from core.rack import PROJECT_DIR, Rack
 from core.rio import counters_delta, gred_counters
 from core.rio import high_dscp as rio_high_dscp
+from core.rio_bpf import counters_delta as rio_bpf_counters
+from core.rio_bpf import shown as rio_bpf_shown
 from core.trial_record import dump_record, new_record
 from trials import adaptive_marking
 from trials.bpf_cc import bpf_cc_provenance
@@ -119,10 +121,11 @@ def rio_record(
     trial_dir: Path, net: ResolvedNetwork, delay: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Per RIO egress (host:iface): its virtual queues as configured (thresholds in packets
-    and in bytes, the mean packet size that converted them, w_q asked and used) and what
-    each VQ counted during the trial (GRED's counters, after minus before). On a FreeBSD
-    router, the dummynet approximation instead (rio_record_dummynet); `delay`: trial.json's
-    delay record (the routers' delay_backend.json), which labels it."""
+    and in bytes, the mean packet size that converted them, w_q asked and used), which
+    implementation ran, and what each VQ counted during the trial (GRED's counters, after
+    minus before; or the BPF RIO's per level, rio_record_bpf). On a FreeBSD router, the
+    dummynet approximation instead (rio_record_dummynet); `delay`: trial.json's delay record
+    (the routers' delay_backend.json), which labels both."""
     out: dict[str, Any] = {}
     for e in net.egress:
         if e.shaping.qdisc != "rio":
@@ -140,6 +143,12 @@ def rio_record(
             out[f"{e.host}:{e.iface}"] = entry
             continue
         entry["virtual_queues"] = [vq.record() for vq in e.shaping.virtual_queues()]
+        router = (delay or {}).get(e.host) or {}
+        if bpf := rio_record_bpf(trial_dir / e.host, e.iface, router):
+            entry.update(bpf)
+            out[f"{e.host}:{e.iface}"] = entry
+            continue
+        entry["implementation"] = "gred"
         files = [trial_dir / e.host / f"gred_{e.iface}_{t}.json" for t in ("before", "after")]
         if all(f.exists() and f.stat().st_size for f in files):
             before, after = (gred_counters(f.read_text()) for f in files)
@@ -148,6 +157,31 @@ def rio_record(
             entry["error"] = "no GRED counters (tc -s -j qdisc show) came back"
         out[f"{e.host}:{e.iface}"] = entry
     return out
+
+
+def rio_record_bpf(host_dir: Path, iface: str, router: dict[str, Any]) -> dict[str, Any]:
+    """A rio egress that ran the BPF RIO (roles/linux_router's record says so, or its loader
+    showed a program there): the implementation, its source's sha256 and settings as the
+    router recorded them, the program as the kernel held it after the trial (id, parameters)
+    and what it counted per level in GRED's names (core/rio_bpf.counters_delta); {} for GRED."""
+    shown = rio_bpf_shown(host_dir, iface)
+    recorded = (router.get("rio_bpf") or {}).get(iface)
+    if router.get("rio_implementation") != "bpf" and not shown["after"].get("prog_id"):
+        return {}
+    entry: dict[str, Any] = {"implementation": "bpf"}
+    if recorded:
+        entry["bpf"] = {k: recorded.get(k) for k in ("source", "source_sha256", "mode", "backlog")}
+    after = shown["after"]
+    if not after.get("prog_id"):
+        entry["error"] = f"no BPF RIO on {iface} after the trial (trialbed_rio.py show)"
+        return entry
+    entry.setdefault("bpf", {}).update(prog_id=after["prog_id"], params=after.get("params"))
+    if shown["before"].get("prog_id") != after["prog_id"]:
+        entry["error"] = "the BPF RIO was attached again during the trial: counters from zero"
+    entry["counters"] = {
+        str(level): c for level, c in rio_bpf_counters(shown["before"], after).items()
+    }
+    return entry
 
 
 def rio_record_dummynet(

@@ -81,6 +81,8 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
             )
         if rio.get("approximation"):  # a FreeBSD router: two dummynet queues, not RIO
             out["rio_approximation"] = rio["approximation"]
+        elif rio.get("implementation") == "bpf":  # a kernel without GRED: hostside/bpf_tc/rio
+            out["rio_bpf"] = True
     web = {
         n: s
         for n, s in summary["generators"].items()
@@ -187,7 +189,11 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
     if rescaled:
         note += f" — RESCALED: {'; '.join(rescaled)} (the paper: 6 Mbit/s)"
     approx = labels(table, "rio_approximation")
-    counted = f"NOT RIO but {'; '.join(approx)}: their counters" if approx else "GRED's counters"
+    bpf = "rio_bpf" in table and table["rio_bpf"].eq(True).any()
+    gred = "GRED's and the BPF RIO's counters" if bpf else "GRED's counters"
+    if bpf and table["rio_bpf"].eq(True).all():
+        gred = "the BPF RIO's counters"
+    counted = f"NOT RIO but {'; '.join(approx)}: their counters" if approx else gred
     t = Table(
         title=f"Seed 004: per marker and RIO threshold — IN % and drops ({counted}), "
         "goodput and transit (captures), mean FCT" + note
@@ -217,6 +223,8 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
             (
                 "RIO approximation (dummynet queues)"
                 if isinstance(approx, str)
+                else "RIO (BPF counters)"
+                if r.get("rio_bpf") is True
                 else "RIO (GRED counters)",
                 f"IN {100 * r.in_share:.1f} % of {int(r.in_packets + r.out_packets + high)} "
                 f"packets{high_share}; drops {100 * r.drop_total:.2f} % (IN "

@@ -93,6 +93,13 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
             "delay records say how it differs); its IN % and drop % are those two queues' "
             "counters (queue IN as VQ 0, OUT as VQ 1), not GRED's."
         )
+    if "rio_bpf" in ok and ok["rio_bpf"].eq(True).any():
+        page.warn(
+            f"{int(ok['rio_bpf'].eq(True).sum())} trial(s) ran RIO as the tc BPF program "
+            "hostside/bpf_tc/rio (a kernel without GRED): its IN % and drop % are that "
+            "program's counters per level, under GRED's names; its README says where it departs "
+            "from GRED (w_q as asked, RED's idle decay, the averages of an ideal FIFO)."
+        )
     page.text(
         "IN % and drop %: GRED's per-virtual-queue counters at the core (VQ 0 IN, VQ 1 OUT; "
         "VQ 2 HIGH where the queue has a third level, MPM's probes), "

@@ -72,15 +72,18 @@ struct bpf_spin_lock {
 
 /* include/uapi/linux/bpf.h */
 #define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
 #define BPF_F_NO_PREALLOC (1U << 0)
 /* include/uapi/linux/pkt_cls.h */
 #define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
 /* include/uapi/linux/if_ether.h */
 #define ETH_HLEN 14
 #define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
 /* include/uapi/linux/in.h */
 #define IPPROTO_TCP 6
 

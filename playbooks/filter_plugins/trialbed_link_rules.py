@@ -26,6 +26,7 @@ RULES = {
     "smallest_mtu": link_rules.SMALLEST_MTU,
     "largest_mtu": link_rules.LARGEST_MTU,
     "default_qdisc": link_rules.DEFAULT_QDISC,
+    "rio_kernel_modules": list(link_rules.QDISCS["rio"].linux_modules),
     "dummynet_number_base": link_rules.DUMMYNET_NUMBER_BASE,
     "largest_ipfw_number": link_rules.LARGEST_IPFW_NUMBER,
     "dscp_names": dict(dscp.DSCP_NAMES),

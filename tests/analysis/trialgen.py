@@ -13,8 +13,8 @@ trial.json has the shape the runner writes (trials/runner.py, trials/network.py'
 path_summary), with what analysis/ reads of it. The tcp_probe recordings hold one event per
 ACK reaching the sender (a sender at a high rate records about that many), in the kernel's
 text format; each flow's ssthresh falls at each of its retransmissions (the truth: one
-congestion epoch each). The tc samples hold the true occupancy and drop counter of the queue
-every 10 ms.
+congestion epoch for each that comes once the last counted one's window is acked). The tc
+samples hold the true occupancy and drop counter of the queue every 10 ms.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class GeneratedTrial:
     dir: Path
     truth: Truth
     captures: tuple[Path, Path]  # before and after the router
-    congestion_epochs: list[int]  # per TCP flow: its ssthresh falls in its tcp_probe events
+    congestion_epochs: list[int]  # per TCP flow: its congestion events in its tcp_probe events
     queue_drops: int
 
 
@@ -133,14 +133,16 @@ def _tcp_probe(
     path: Path, flow: dict, acks: tuple[np.ndarray, np.ndarray], retx: np.ndarray, every: int
 ):
     """One tcp_probe event per ``every`` ACKs reaching the sender; ssthresh falls at each
-    retransmission (the count of falls is returned: the flow's congestion epochs)."""
+    retransmission and cwnd (20 segments, one more every 64 events) starts again. Returned:
+    the flow's congestion epochs, the falls at which everything sent at the last counted one
+    was acked (a loss within the reduction of the one before is the same congestion event)."""
     at, una = acks
     order = np.argsort(at, kind="stable")[::every]
     at, una = at[order], una[order]
     epoch = np.searchsorted(np.sort(retx), at, side="right")  # retransmissions before each
     ssthresh = np.where(epoch > 0, 100_000 - epoch, 2**31 - 1)
     since = np.arange(len(at)) - np.searchsorted(epoch, epoch, side="left")  # ACKs this epoch
-    cwnd = np.where(epoch > 0, 100_000 - epoch, 10) + since // 64
+    cwnd = np.where(epoch > 0, 20, 10) + since // 64
     mono = at - CLOCK_OFFSET_NS
     sec, usec = mono // 10**9, mono % 10**9 // 1000
     nxt = (una + cwnd * MSS) % 2**32
@@ -167,8 +169,11 @@ def _tcp_probe(
                     strict=True,
                 )
             )
-    falls = np.diff(ssthresh) < 0
-    return int(falls.sum())
+    epochs, high = 0, None
+    for i in np.flatnonzero(np.diff(ssthresh) < 0) + 1:
+        if high is None or (int(una[i]) - high) % 2**32 < 2**31:
+            epochs, high = epochs + 1, int(nxt[i])
+    return epochs
 
 
 def _tc_samples(router: Path, truth: Truth) -> int:

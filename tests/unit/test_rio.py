@@ -14,10 +14,11 @@ import jinja2
 import pytest
 import yaml
 
-from core import rio
+from core import rio, rio_bpf
 from tests.unit.spec_files import error_of, write
 from trials import preflight
 from trials.plan import load_plan
+from trials.preflight.facts import kernel_modules
 from trials.spec import SpecError
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -343,10 +344,14 @@ class FakeRack:
 
     def run_parallel(self, commands, check=True):
         self.probes += list(commands.values())
-        # the qdisc probe echoes each qdisc whose modules all exist
-        return {
-            h: "rio" if self.have >= set(preflight.QDISC_MODULES["rio"]) else "" for h in commands
-        }
+        # the qdisc probe echoes each qdisc whose modules all exist (rio: GRED's; the BPF
+        # RIO's, which preflight asks for beside it)
+        said = [
+            q
+            for q in ("rio", rio_bpf.PROBE)
+            if q in commands[next(iter(commands))] and self.have >= set(kernel_modules(q))
+        ]
+        return {h: " ".join(said) for h in commands}
 
 
 def fake_facts(rack, names, **_):
@@ -368,7 +373,9 @@ def fake_facts(rack, names, **_):
     }
 
 
-def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, monkeypatch):
+def test_preflight_refuses_rio_without_gred_or_the_bpf_rio_and_points_to_the_vm_rack(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(preflight.run, "host_facts", fake_facts)
     monkeypatch.setattr(preflight.run, "reachability", lambda rack, names: (list(names), []))
     trials = load_plan(write(tmp_path, EXPERIMENT)).select(None)
@@ -378,18 +385,29 @@ def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, 
     message = " ".join(str(exc.value).split())
     assert (
         "exp.yml: link core: qdisc 'rio' is not in the kernel of host R (6.12-cloud): it "
-        "needs sch_gred, sch_ingress, cls_flower and cls_matchall; use droptail here, or a "
-        "rack whose kernel has them (RACK=vm: the VM rack, whose Debian kernel has them)"
+        "needs sch_gred, sch_ingress, cls_flower and cls_matchall; nor can it run as the BPF "
+        "program hostside/bpf_tc/rio there, which needs sch_ingress and cls_bpf in the kernel, "
+        "clang, libbpf-dev; use droptail here, or a rack whose kernel has them (RACK=vm: the VM "
+        "rack, whose Debian kernel has them)"
     ) in message
-    # every module is probed on the router, and the probe is a valid shell command that says
-    # rio when every module can be loaded (modprobe stubbed), nothing when one cannot
+    # every module is probed on the router, GRED's and the BPF RIO's, and the probe is a valid
+    # shell command that says rio (rio_bpf) when every module of it can be loaded (modprobe
+    # stubbed) or is built in (a function of its own in /proc/kallsyms: grep stubbed), nothing
+    # when one cannot
     probe = rack.probes[-1]
-    assert all(m in probe for m in preflight.QDISC_MODULES["rio"])
-    for stub, said in (("true", "rio"), ('test "$2" != cls_flower', "")):
-        shell = f"modprobe() {{ {stub}; }}; {probe}"
-        assert subprocess.run(
-            ["sh", "-c", shell], capture_output=True, text=True
-        ).stdout.split() == ([said] if said else [])
+    assert all(m in probe for m in [*preflight.QDISC_MODULES["rio"], *rio_bpf.KERNEL_MODULES])
+    builtin = 'grep() { test "$2" = clsact_find || test "$2" = cls_bpf_classify; }'
+    for stub, said in (
+        ("modprobe() { true; }; grep() { false; }", ["rio", "rio_bpf"]),
+        ('modprobe() { test "$2" != cls_flower; }; grep() { false; }', ["rio_bpf"]),
+        ('modprobe() { test "$2" != cls_bpf; }; grep() { false; }', ["rio"]),
+        (f"modprobe() {{ false; }}; {builtin}", ["rio_bpf"]),  # this machine's kernel
+    ):
+        shell = f"{stub}; {probe}"
+        assert (
+            subprocess.run(["sh", "-c", shell], capture_output=True, text=True).stdout.split()
+            == said
+        )
     # A qdisc of one module too (a "((" here would be read as arithmetic and say nothing).
     preflight.qdiscs_available(rack, ["R"], {"fq_codel"})  # type: ignore[arg-type]
     shell = f"modprobe() {{ true; }}; {rack.probes[-1]}"
@@ -398,6 +416,20 @@ def test_preflight_refuses_rio_without_gred_and_points_to_the_vm_rack(tmp_path, 
     )
     # A kernel with them (the VM rack's) passes.
     preflight.preflight(trials, FakeRack("vm", set(preflight.QDISC_MODULES["rio"])), "exp.yml")  # type: ignore[arg-type]
+
+    # So does one without GRED where the BPF RIO can be built and loaded (this machine's
+    # kernel, with clang and libbpf-dev): roles/linux_router then runs it.
+    def with_bpf_tools(rack, names, **_):
+        facts = fake_facts(rack, names)
+        for f in facts.values():
+            f["bpf_cc_kernel"] = {"tools": {"clang": "/usr/bin/clang"}, "libbpf_headers": True}
+        return facts
+
+    monkeypatch.setattr(preflight.run, "host_facts", with_bpf_tools)
+    preflight.preflight(trials, FakeRack("namespaces", set(rio_bpf.KERNEL_MODULES)), "exp.yml")  # type: ignore[arg-type]
+    # ... but not where the kernel lacks the BPF classifier
+    with pytest.raises(SpecError, match="which needs sch_ingress and cls_bpf in the kernel;"):
+        preflight.preflight(trials, FakeRack("namespaces", {"sch_ingress"}), "exp.yml")  # type: ignore[arg-type]
 
 
 def test_preflight_refuses_host_pacing_without_fq(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import yaml
 
+from core import rio_bpf
 from core.rack import PROJECT_DIR, RackError
 from core.units import format_rate, parse_rate
 from trials.bpf_cc import BUILD_TOOLS, bpf_cc_problem
@@ -358,13 +359,25 @@ def missing_qdiscs(ctx: Context, wants: Wants) -> list[str]:
     their kernel can load every module a qdisc needs."""
     bsd = {h: qdiscs for h, qdiscs in wants.items() if ctx.freebsd(h)}
     linux = {h: qdiscs for h, qdiscs in wants.items() if h not in bsd}
-    have = qdiscs_available(ctx.rack, sorted(linux), {q for d in linux.values() for q in d})
+    names = {q for d in linux.values() for q in d}
+    if "rio" in names:  # GRED, or else the BPF RIO (roles/linux_router chooses the same way)
+        names.add(rio_bpf.PROBE)
+    have = qdiscs_available(ctx.rack, sorted(linux), names)
     problems = freebsd_qdisc_problems(ctx.source, bsd, ctx.facts)
     for host, qdiscs in linux.items():
         kernel = ctx.facts.get(host, {}).get("kernel", "?")
         for qdisc, link in qdiscs.items():
             if qdisc in have[host]:
                 continue
+            bpf_lacks = ""
+            if qdisc == "rio":
+                lacking = rio_bpf_lacks(ctx.facts.get(host, {}), rio_bpf.PROBE in have[host])
+                if not lacking:
+                    continue  # the BPF RIO runs there
+                bpf_lacks = (
+                    "; nor can it run as the BPF program hostside/bpf_tc/rio there, which needs "
+                    + ", ".join(lacking)
+                )
             if link.startswith("hosts."):
                 problems.append(
                     f"{ctx.source}: key '{link}': pacing needs the fq qdisc, which is not in the "
@@ -381,10 +394,25 @@ def missing_qdiscs(ctx: Context, wants: Wants) -> list[str]:
             )
             problems.append(
                 f"{ctx.source}: link {link}: qdisc {qdisc!r} is not in the kernel of host {host} "
-                f"({kernel}): it needs {modules}; use droptail here, or a rack whose "
+                f"({kernel}): it needs {modules}{bpf_lacks}; use droptail here, or a rack whose "
                 f"kernel has {'them' if needed[1:] else 'it'}{vm}"
             )
     return problems
+
+
+def rio_bpf_lacks(facts: dict, modules: bool) -> list[str]:
+    """What a Linux host lacks to run qdisc rio as the BPF program (roles/linux_router builds
+    it with clang and libbpf-dev's headers and loads it with Python through libbpf): `modules`
+    says whether its kernel can load core.rio_bpf.KERNEL_MODULES."""
+    lacking = [] if modules else [" and ".join(rio_bpf.KERNEL_MODULES) + " in the kernel"]
+    support = facts.get("bpf_cc_kernel") or {}
+    if not (support.get("tools") or {}).get("clang"):
+        lacking.append("clang")
+    if not support.get("libbpf_headers"):
+        lacking.append("libbpf-dev")
+    if not (facts.get("tools") or {}).get("python3"):
+        lacking.append("python3")
+    return lacking
 
 
 def freebsd_qdisc_problems(

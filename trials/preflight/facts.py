@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from core import rio_bpf
 from core.command import DEV_NULL, STDOUT, Command, and_then, command, or_else, redirected, sequence
 from core.hostside import PROBES, SOURCE, load_program
 from core.link_rules import QDISCS
@@ -82,7 +83,10 @@ def runs_freebsd(rack: Rack, host: str) -> bool:
 
 
 def kernel_modules(qdisc: str) -> list[str]:
-    """The kernel modules a link's qdisc needs (rio: GRED, clsact, flower and matchall)."""
+    """The kernel modules a link's qdisc needs (rio: GRED, clsact, flower and matchall; the
+    BPF RIO, core.rio_bpf.PROBE: clsact and the BPF classifier)."""
+    if qdisc == rio_bpf.PROBE:
+        return list(rio_bpf.KERNEL_MODULES)
     return QDISC_MODULES.get(qdisc, [f"sch_{qdisc}"])
 
 
@@ -96,10 +100,24 @@ def qdiscs_available(rack: Rack, hosts: list[str], names: set[str]) -> dict[str,
     return {h: set(text.split()) for h, text in out.items()}
 
 
+# A module built into the kernel has no /sys/module entry unless it has parameters, and
+# modprobe -n cannot tell without /lib/modules (this machine's kernel has neither): a function
+# of the module's own among the kernel's symbols shows it. Those the BPF RIO needs.
+BUILTIN_SYMBOLS = {"sch_ingress": "clsact_find", "cls_bpf": "cls_bpf_classify"}
+
+
 def _qdisc_probe(qdisc: str) -> Command:
-    """Prints the qdisc's name when every module it needs is loaded or loadable."""
+    """Prints the qdisc's name when every module it needs is loaded, loadable or built in."""
     loadable = [
-        or_else(command("test", "-d", f"/sys/module/{m}"), command("modprobe", "-n", m))
+        or_else(
+            command("test", "-d", f"/sys/module/{m}"),
+            command("modprobe", "-n", m),
+            *(
+                [command("grep", "-qw", BUILTIN_SYMBOLS[m], "/proc/kallsyms")]
+                if m in BUILTIN_SYMBOLS
+                else []
+            ),
+        )
         for m in kernel_modules(qdisc)
     ]
     if not loadable:
