@@ -27,10 +27,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from analysis.batches import batch_trials, find_batches
 from analysis.columns import summary_metrics
+from analysis.lazy import pd
 from core.layout import (
     CATALOG_TABLES,
     BatchDir,

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
+from analysis.lazy import pd
 from core.layout import CATALOG_TABLES, CatalogDir, catalog_dir
 
 __all__ = ["CatalogMissing", "catalog", "connect", "listing"]

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from analysis.dataset import KEYS, PROVENANCE
+from analysis.lazy import pd
 from analysis.query import connect
 from analysis.stats import adjust, mann_whitney
 from core.layout import CatalogDir, batch_key, catalog_dir
@@ -158,7 +158,7 @@ class Verdict:
     baseline: list[str]
     alpha: float
     correction: str
-    table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    table: pd.DataFrame = field(default_factory=lambda: pd.DataFrame())
     problem: str | None = None  # why nothing was compared
 
     @property

@@ -31,7 +31,8 @@ def analyse_batch(batch_dir: Path, files: Mapping[str, list[str]] | None = None)
     `trials report` found against each trial's manifest), said in its row."""
     rows = []
     trials = batch_trials(batch_dir)
-    for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True)):
+    # (each trial's rows go into the catalog with the batch's, at the end: not one by one)
+    for trial_dir, result in analyse_trials(trials, progress=Console(stderr=True), catalog=False):
         try:
             record, unreadable = load_record(trial_dir / RECORD), None
         except RecordError as exc:

@@ -29,7 +29,7 @@ from analysis.captures import Captures, Seen, Want
 from analysis.dscp import Dscp, marking_counters
 from analysis.families import FAMILIES
 from analysis.gred_lockout import gred_lockout
-from analysis.resources import give_memory_back
+from analysis.resources import cpus, give_memory_back
 from analysis.scan import scan
 from analysis.tables import Tables
 from analysis.traffic import ANALYSES
@@ -107,11 +107,13 @@ def lost_service(
         summary.update(judge_lost_service(owd, lost, summary.get("router_stalls_from")))
 
 
-def analyse_trial(trial_dir: Path) -> dict[str, Any]:
+def analyse_trial(trial_dir: Path, catalog: bool = True) -> dict[str, Any]:
     """Analyse the trial into ``analysis/`` (its tables and summary.json). The tables are
     written into a directory beside it that replaces it only once the summary is written: a
     run that fails keeps the earlier analysis whole (tables and summary of one run), and
-    tables the current code no longer writes do not stay beside new ones."""
+    tables the current code no longer writes do not stay beside new ones. ``catalog``: its
+    rows put into its batch's files of the results catalog (False: the caller writes the
+    whole batch's once its trials are analysed)."""
     record = load_record(trial_dir / RECORD)
     final = trial_dir / "analysis"
     out_dir = trial_dir / ".analysis.new"
@@ -128,9 +130,10 @@ def analyse_trial(trial_dir: Path) -> dict[str, Any]:
         final.rename(old)
     out_dir.rename(final)
     shutil.rmtree(old, ignore_errors=True)
-    from analysis.dataset import add_trial  # pandas: only once the captures are read
+    if catalog:
+        from analysis.dataset import add_trial  # pandas: only once the captures are read
 
-    add_trial(trial_dir)  # the trial's rows in its results' catalog (none outside a batch)
+        add_trial(trial_dir)  # the trial's rows in its results' catalog (none outside a batch)
     return summary
 
 
@@ -169,32 +172,38 @@ def _read_captures(caps: Captures, record: dict[str, Any], analyses: list) -> No
                 a.settle(point)
 
 
-class _AheadOne:
-    """The generators' finish, each with the next one's cwnd read meanwhile (its tcp_probe
-    recording parsed in a thread of its own: the parsing lets the other thread run)."""
+class _Ahead:
+    """The generators' finish, each with the next ones' cwnd read meanwhile (their tcp_probe
+    recordings parsed in threads of their own, as many at once as the compiled passes may
+    use CPUs: the parsing lets the other threads run)."""
 
     def __init__(self, analyses: dict[str, Any]) -> None:
         self.analyses = analyses
         self.order = [n for n, a in analyses.items() if hasattr(a, "cwnd_job")]
         self.running: dict[str, Future] = {}
+        self.started = 0  # how many of ``order`` were given their chance to start
 
-    def __enter__(self) -> _AheadOne:
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="cwnd")
-        self._start(0)
+    def __enter__(self) -> _Ahead:
+        depth = cpus()
+        self.pool = ThreadPoolExecutor(depth, thread_name_prefix="cwnd")
+        for _ in range(depth):
+            self._start_next()
         return self
 
     def __exit__(self, *_exc) -> None:
         self.pool.shutdown(cancel_futures=True)
 
-    def _start(self, k: int) -> None:
-        if k < len(self.order):
-            job = self.analyses[self.order[k]].cwnd_job()
+    def _start_next(self) -> None:
+        if self.started < len(self.order):
+            name = self.order[self.started]
+            self.started += 1
+            job = self.analyses[name].cwnd_job()
             if job is not None:
-                self.running[self.order[k]] = self.pool.submit(job)
+                self.running[name] = self.pool.submit(job)
 
     def finish(self, name: str):
         if name in self.order:
-            self._start(self.order.index(name) + 1)
+            self._start_next()
         analysis = self.analyses.pop(name)
         if name in self.running:
             return analysis.finish(cwnd=self.running.pop(name))
@@ -225,7 +234,7 @@ def _analyse_into(trial_dir: Path, record: dict[str, Any], out_dir: Path) -> dic
                 give_memory_back()  # what the tables' pieces took: not held on
         generators: dict[str, Any] = {}
         senders = _endpoints(record, "bulk_tcp")  # cwnd's addresses: its parts go out at once
-        with _AheadOne(per_generator) as ahead:
+        with _Ahead(per_generator) as ahead:
             for name in traffic:
                 summary, parts = ahead.finish(name)
                 generators[name] = summary

@@ -89,17 +89,23 @@ DATA_ERRORS = (OSError, ValueError, KeyError, WorkerLost)
 
 
 def analyse_trials(
-    trial_dirs: Iterable[Path], *, jobs: int | None = None, progress: Console | None = None
+    trial_dirs: Iterable[Path],
+    *,
+    jobs: int | None = None,
+    progress: Console | None = None,
+    catalog: bool = True,
 ) -> Iterator[tuple[Path, dict[str, Any] | Exception]]:
     """(trial dir, its summary) for each trial, in the order given, or (trial dir, the
     exception its analysis raised; from a worker, its traceback is the cause): one trial's
     failure does not stop the others, and the caller decides what it means. ``jobs``:
     worker processes (default: analysis_jobs). ``progress``: a console that shows how many
-    trials are analysed, and the time left, while they are (on a terminal only)."""
+    trials are analysed, and the time left, while they are (on a terminal only).
+    ``catalog``: each trial's rows put into the results catalog as it is analysed (False: the
+    caller writes the batch's, as analysis.report.analyse_batch does)."""
     dirs = list(trial_dirs)
     jobs = analysis_jobs(len(dirs)) if jobs is None else max(min(jobs, len(dirs)), 1)
     if progress is None or not progress.is_terminal or not dirs:
-        yield from _analysed(dirs, jobs)
+        yield from _analysed(dirs, jobs, catalog)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
     from rich.progress import Progress as Bar
@@ -111,36 +117,38 @@ def analyse_trials(
     ) as bar:
         task = bar.add_task(what, total=len(dirs), last="")
         started = time.monotonic()
-        for trial_dir, result in _analysed(dirs, jobs):
+        for trial_dir, result in _analysed(dirs, jobs, catalog):
             failed = " (failed)" if isinstance(result, Exception) else ""
             took = time.monotonic() - started
             bar.update(task, advance=1, last=f"{trial_dir.name}{failed}, {took:.0f} s in all")
             yield trial_dir, result
 
 
-def _analyse_one(trial_dir: Path) -> dict[str, Any]:
+def _analyse_one(trial_dir: Path, catalog: bool = True) -> dict[str, Any]:
     """analyse_trial, and the memory it freed handed back (in this process or a worker)."""
     from analysis.resources import give_memory_back
     from analysis.trial import analyse_trial
 
     try:
-        return analyse_trial(trial_dir)
+        return analyse_trial(trial_dir, catalog)
     finally:
         give_memory_back()
 
 
-def _analysed(dirs: list[Path], jobs: int) -> Iterator[tuple[Path, dict[str, Any] | Exception]]:
+def _analysed(
+    dirs: list[Path], jobs: int, catalog: bool
+) -> Iterator[tuple[Path, dict[str, Any] | Exception]]:
     if jobs == 1:
         for trial_dir in dirs:
             try:
-                yield trial_dir, _analyse_one(trial_dir)
+                yield trial_dir, _analyse_one(trial_dir, catalog)
             except Exception as exc:  # yielded, not raised: the caller sorts the causes
                 yield trial_dir, exc
         return
     pool = _pool(jobs)
     try:
         with _main_left_alone():  # the workers start here, as the jobs are submitted
-            futures = [pool.submit(_analyse_one, trial_dir) for trial_dir in dirs]
+            futures = [pool.submit(_analyse_one, trial_dir, catalog) for trial_dir in dirs]
         for trial_dir, future in zip(dirs, futures, strict=True):
             exc = future.exception()
             if isinstance(exc, BrokenProcessPool):

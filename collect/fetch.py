@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
 from core.command import command, script
-from core.layout import MANIFEST
+from core.layout import MANIFEST, sha256_file
 from core.rack import Rack, RackError
 
 
 class CollectError(RuntimeError):
     """A file could not be brought back intact."""
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # sha256sum's lines for the regular files in $1 (nothing when it does not exist).

@@ -33,6 +33,7 @@ it, analysis/query.py reads it with DuckDB), a hive-partitioned parquet dataset:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -49,9 +50,11 @@ BATCH_META = "batch.json"
 EXPERIMENT_COPY = "experiment.yml"
 ATTEMPT_LABEL = "ATTEMPT.json"
 SUMMARY = "summary.json"
+PRUNED_FILE = "PRUNED.json"  # <batch>/PRUNED.json: the files retention removed
 BATCH_SUMMARY_TABLE = "summary.parquet"
-# The results directory of this checkout (make trial, batch and nightly write under it).
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+# This checkout, and its results directory (make trial, batch and nightly write under it).
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+RESULTS_DIR = PROJECT_DIR / "results"
 RESULTS_NAME = RESULTS_DIR.name
 TRIALS = "trials"  # <batch>/trials/<trial>
 CATALOG = "catalog"
@@ -286,3 +289,18 @@ def batch_of_trial(trial_dir: Path) -> Path | None:
     for anything else (a kept attempt, a directory outside a batch)."""
     trial_dir = Path(trial_dir)
     return trial_dir.parent.parent if trial_dir.parent.name == TRIALS else None
+
+
+def pruned_files(batch: Path) -> set[str]:
+    """The files retention removed from the batch (paths relative to it)."""
+    note = batch / PRUNED_FILE
+    return set(json.loads(note.read_text()).get("removed", [])) if note.exists() else set()
+
+
+def sha256_file(path: Path) -> str:
+    """The file's sha256, as MANIFEST.sha256 (sha256sum) lists it."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

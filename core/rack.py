@@ -24,6 +24,7 @@ from fabric import Connection
 
 from core.command import Command, command
 from core.inventory import host_problems
+from core.layout import PROJECT_DIR
 from core.remote_shell import (
     DEFAULT_PYTHON,
     DEFAULT_SHELL,
@@ -33,7 +34,6 @@ from core.remote_shell import (
 )
 from core.ssh_options import SshOptionError, SshOptions, ansible_host_key_checking, ssh_options
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = PROJECT_DIR / "inventory" / "virtual" / "hosts.yml"
 # ssh's known hosts files when no UserKnownHostsFile is given (ssh_config(5)).
 SSH_KNOWN_HOSTS = (

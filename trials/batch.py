@@ -35,6 +35,7 @@ from core.layout import (
     BatchDir,
     attempt_number,
     ended_attempts,
+    pruned_files,
 )
 from trials.locks import HEARTBEAT, create_new, describe, now_iso, stale_holder, taking_over
 from trials.plan import Plan, Trial, load_plan
@@ -194,8 +195,6 @@ class Batch:
 
     def verify(self) -> dict[str, list[str]]:
         """Complete trials whose files no longer match their manifest: they run again."""
-        from trials.nightly import pruned_files
-
         broken = {}
         pruned = pruned_files(self.path)  # retention removed them: not "changed"
         for t in self.meta["trials"]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.layout import PROJECT_DIR
 from core.link_rules import cc_kernel_name
-from core.rack import PROJECT_DIR
 
 BPF_CC_DIR = PROJECT_DIR / "hostside" / "bpf_cc"
 # What building one needs on the host, by the facts' names -> the Debian package.

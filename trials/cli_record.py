@@ -13,8 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from core.layout import BatchDir
-from core.rack import PROJECT_DIR
+from core.layout import PROJECT_DIR, BatchDir
 
 __all__ = ["add_parser", "run"]
 

@@ -25,7 +25,6 @@ from rich.table import Table
 from analysis.regressions import ALPHA, NIGHTS
 from analysis.stats import CORRECTIONS
 from core.layout import CATALOG_ENV, RESULTS_DIR, CatalogDir, catalog_dir
-from trials.nightly import CHANGE_FOUND
 
 __all__ = ["add_parser", "run"]
 
@@ -148,6 +147,7 @@ def _regressions(args: argparse.Namespace, out: Console, err: Console) -> int:
     from analysis.dataset import add_batch
     from analysis.regressions import judge
     from analysis.results import NotABatch
+    from trials.nightly import CHANGE_FOUND
 
     catalog = CatalogDir(args.catalog) if args.catalog else None
     try:

@@ -15,8 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from core.layout import NIGHT, RESULTS_DIR, BatchDir, TrialDir
-from core.rack import PROJECT_DIR
+from core.layout import (
+    NIGHT,
+    PROJECT_DIR,
+    PRUNED_FILE,
+    RESULTS_DIR,
+    BatchDir,
+    TrialDir,
+)
 from trials.spec import SpecError
 
 UNIT_DIR = Path("/etc/systemd/system")
@@ -176,15 +182,6 @@ def remove(experiment: Path | None) -> list[Path]:
 def dated_batch(experiment: Path, day: datetime | None = None) -> Path:
     day = day or datetime.now(UTC)
     return NIGHTLY_DIR / experiment.stem / day.strftime(NIGHT)
-
-
-PRUNED_FILE = "PRUNED.json"
-
-
-def pruned_files(batch: Path) -> set[str]:
-    """The files retention removed from the batch (paths relative to it)."""
-    note = batch / PRUNED_FILE
-    return set(json.loads(note.read_text()).get("removed", [])) if note.exists() else set()
 
 
 def prune(experiment: Path, keep_days: int, today: datetime | None = None) -> list[Path]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
@@ -16,10 +17,8 @@ from rich.markup import escape
 
 from analysis.batches import NotABatch, batch_trials
 from analysis.report import analyse_batch, print_batch
-from collect.fetch import sha256_file
-from core.layout import MANIFEST, BatchDir, TrialDir
+from core.layout import MANIFEST, BatchDir, TrialDir, pruned_files, sha256_file
 from core.trial_record import UNREADABLE
-from trials.nightly import pruned_files
 
 _LINE = re.compile(r"([0-9a-f]{64})  (.+)")
 # A manifest lists a trial's files: some hundred lines. A larger file is not one.
@@ -35,10 +34,14 @@ def report(batch_dir: Path, console: Console) -> int:
     except NotABatch as exc:  # before any trial is read
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
-    problems = file_problems(batch_dir)
+    # The files are checked while the trials are analysed (sha256 lets go of the GIL, and
+    # the analysis leaves a CPU idle for some of its time); a trial's row waits for them.
+    with ThreadPoolExecutor(1, thread_name_prefix="manifest") as pool:
+        checked = pool.submit(file_problems, batch_dir)
+        table = analyse_batch(batch_dir, _Checked(checked))
+        problems = dict(checked.result())
     for line in problems.pop("", []):
         console.print(f"[red]error:[/red] {escape(line)}", highlight=False)
-    table = analyse_batch(batch_dir, problems)
     print_batch(table)
     analysed = {t.name for t in batch_trials(batch_dir)}
     for name, lines in problems.items():
@@ -55,6 +58,25 @@ def report(batch_dir: Path, console: Console) -> int:
         )
         return 1
     return 0
+
+
+class _Checked(Mapping[str, list[str]]):
+    """file_problems' answer as a mapping, waited for on first use."""
+
+    def __init__(self, future: Future) -> None:
+        self._future = future
+
+    def _found(self) -> dict[str, list[str]]:
+        return self._future.result()
+
+    def __getitem__(self, trial: str) -> list[str]:
+        return self._found()[trial]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._found())
+
+    def __len__(self) -> int:
+        return len(self._found())
 
 
 def file_problems(batch_dir: Path) -> dict[str, list[str]]:

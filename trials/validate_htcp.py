@@ -11,11 +11,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis.implementations import batch_metrics, compare, format_verdicts
-from core.layout import new_batch_path
-from core.rack import PROJECT_DIR
+from core.layout import PROJECT_DIR, new_batch_path
 from trials import rack_kind
-from trials.spec import SpecError
 
 EXPERIMENT = PROJECT_DIR / "experiments" / "htcp_validation.yml"
 DEFAULT_REPETITIONS = 5
@@ -72,8 +69,12 @@ def refusal(args: argparse.Namespace) -> str | None:
 def validate(
     args: argparse.Namespace, run_batch: Callable[[argparse.Namespace], int], say: Callable
 ) -> int:
-    """The batch (run_batch: trials/__main__.py's), then the comparison; its exit code: 0
+    """The batch (run_batch: trials/commands.py's), then the comparison; its exit code: 0
     every metric agrees, 1 one disagrees or a trial failed, 2 refused or not judged."""
+    # (imported here: the command line parses its options without pandas or the plan's models)
+    from analysis.implementations import batch_metrics, compare, format_verdicts
+    from trials.spec import SpecError
+
     if problem := refusal(args):
         raise SpecError(f"validate-htcp: {problem}")
     path = args.batch or new_batch_path(args.results, EXPERIMENT)

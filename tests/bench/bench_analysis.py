@@ -38,30 +38,32 @@ import argparse
 import inspect
 import json
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import Future
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from core.layout import MANIFEST, RECORD, sha256_file  # noqa: E402 (this checkout's, from ROOT)
+from tests.bench.analysis_page import document, line, report_text  # noqa: E402
 
 TSHARK_FIELDS = (
     "frame.time_epoch ip.src ip.dst tcp.srcport tcp.dstport tcp.seq_raw tcp.ack_raw tcp.len "
     "tcp.analysis.retransmission udp.srcport udp.dstport"
 )
 WARM_CALLS = 4  # analyses after the first in the warm process (their times vary)
-# What `trials report BATCH` runs (trials/__main__.py): the batch analysed again, printed.
-REPORT = (
-    "import sys; from pathlib import Path; "
-    "from analysis.report import analyse_batch, print_batch; "
-    "print_batch(analyse_batch(Path(sys.argv[1])))"
+# `trials report BATCH` as the console command runs it (pyproject.toml's [project.scripts]):
+# every file checked against its trial's manifest, the batch analysed again, printed.
+REPORT = "import sys; from trials.__main__ import main; sys.exit(main(['report', sys.argv[1]]))"
+# What a fresh `trials report` imports before and while it analyses, alone (no analysis).
+IMPORTS = (
+    "import trials.__main__, trials.results_check, analysis.trial, analysis.report, pandas, "
+    "pyarrow.parquet"
 )
 # A batch worker's loop: the same trial analysed again and again (the first pays imports).
 WARM = """
@@ -131,10 +133,20 @@ def link_batch(trial: Path, batch: Path, n: int) -> list[Path]:
         shutil.copytree(
             trial, dst, copy_function=os.link, ignore=shutil.ignore_patterns("analysis")
         )
-        record = json.loads((dst / "trial.json").read_text())
+        record = json.loads((dst / RECORD).read_text())
         record["trial"] = dst.name
-        (dst / "trial.json").unlink()  # (a link: the original's stays as it is)
-        (dst / "trial.json").write_text(json.dumps(record))
+        (dst / RECORD).unlink()  # (a link: the original's stays as it is)
+        (dst / RECORD).write_text(json.dumps(record))
+        manifest = (
+            (dst / MANIFEST)
+            .read_text()
+            .replace(
+                f"{sha256_file(trial / RECORD)}  {RECORD}\n",
+                f"{sha256_file(dst / RECORD)}  {RECORD}\n",
+            )
+        )
+        (dst / MANIFEST).unlink()
+        (dst / MANIFEST).write_text(manifest)  # the copy's record as collected
         dirs.append(dst)
     return dirs
 
@@ -257,7 +269,19 @@ def stages(trial_dir: Path) -> dict[str, float]:
     return spent
 
 
+def check_alone(batch: Path) -> tuple[float, float]:
+    """(wall s, CPU s) of `trials report`'s check of the files against their manifests,
+    alone (the report runs it in a thread beside the analysis)."""
+    from trials.results_check import file_problems
+
+    t, c = time.perf_counter(), time.process_time()
+    if file_problems(batch):
+        raise SystemExit(f"{batch}: files not as collected")
+    return time.perf_counter() - t, time.process_time() - c
+
+
 def bench(args) -> str:
+    from collect.fetch import write_manifest
     from tests.analysis.trialgen import write_trial
 
     workdir = Path(tempfile.mkdtemp(prefix="trialbed-bench-", dir=args.dir))
@@ -265,6 +289,7 @@ def bench(args) -> str:
         batch = workdir / "one"
         t = time.perf_counter()
         trial = write_trial(batch / "trials" / "t1", packets=args.packets)
+        write_manifest(trial.dir)  # as collected: `trials report` checks every file against it
         before, after = trial.captures
         sizes = [p.stat().st_size for p in trial.captures]
         captures_mb = sum(sizes) / 1e6
@@ -298,6 +323,7 @@ def bench(args) -> str:
             cold = run(report, _env(code, NUMBA_CACHE_DIR=cache))
         run(report, _env(code))  # fills the checkout's own cache (a fresh clone has none)
         fresh = best(report, args.repeat, _env(code))
+        imports = best(_python(code, IMPORTS), args.repeat, _env(code))
         warm_calls = json.loads(
             run(_python(code, WARM, trial.dir, WARM_CALLS + 1), _env(code), out=True)[3]
         )
@@ -326,22 +352,27 @@ def bench(args) -> str:
                 scaling[jobs] = run(
                     _python(code, REPORT, many), _env(code, TRIALBED_ANALYSIS_JOBS=str(jobs))
                 )
-        breakdown = {}
+        breakdown, check = {}, None
         if code == ROOT:
-            breakdown = json.loads(
+            staged = json.loads(
                 run(
                     [str(ROOT / ".venv" / "bin" / "python"), __file__, "--stages", str(trial.dir)],
                     _env(code),
                     out=True,
                 )[3]
             )
+            breakdown, check = staged["stages"], staged["check"]
+        listed = [line.split("  ", 1)[1] for line in (trial.dir / MANIFEST).read_text().split("\n")
+                  if line]  # fmt: skip
+        checked_mb = sum((trial.dir / name).stat().st_size for name in listed) / 1e6
         figures = {
             "packets": trial.truth.before_packets, "sizes": sizes, "captures_mb": captures_mb,
             "probe_mb": probe_mb, "samples_mb": samples_mb, "minutes": minutes,
-            "fresh": fresh[:3], "cold": cold[:3], "first": first, "warm": warm,
-            "later": later, "tools": {k: v[:3] for k, v in tools.items()},
+            "fresh": fresh[:3], "imports": imports[:3], "cold": cold[:3], "first": first,
+            "warm": warm, "later": later, "tools": {k: v[:3] for k, v in tools.items()},
             "scaling": {k: v[:3] for k, v in scaling.items()}, "batch": args.batch,
-            "breakdown": breakdown, "tcptrace_agrees": same_tcptrace, "truth_agrees": same_truth,
+            "breakdown": breakdown, "check": check, "checked_mb": checked_mb,
+            "tcptrace_agrees": same_tcptrace, "truth_agrees": same_truth,
             "wrong": wrong, "code": str(code),
         }  # fmt: skip
         text = report_text(figures)
@@ -358,193 +389,6 @@ def bench(args) -> str:
             shutil.rmtree(workdir)
 
 
-def line(f: dict) -> str:
-    """The bench's last line (see the module docstring)."""
-    tcptrace = f["tools"]["tcptrace"][0]
-    tshark = f["tools"].get("tshark")
-    fresh, warm = f["fresh"][0], f["warm"][0]
-    vs_tshark = f"{tshark[0] / fresh:.1f}x" if tshark else "-x"
-    return (
-        f"bench: report path warm {warm:.2f} s ({tcptrace / warm:.2f}x tcptrace), fresh "
-        f"{fresh:.2f} s ({tcptrace / fresh:.2f}x tcptrace), {vs_tshark} tshark, peak RSS "
-        f"{f['fresh'][2]:.0f} MB, captures {f['captures_mb']:.0f} MB"
-    )
-
-
-def report_text(f: dict) -> str:
-    """The run's figures as a table and notes (printed, and in the document)."""
-    tcptrace = f["tools"]["tcptrace"][0]
-    rows = [
-        ("trials report, fresh process (best)", *f["fresh"]),
-        ("trials report, fresh process, no numba cache", *f["cold"]),
-        ("in a process that analysed it before (best)", *f["warm"], float("nan")),
-        ("  its first analysis (imports, cache loaded)", *f["first"], float("nan")),
-        *[(f"{name} over both files", *v) for name, v in f["tools"].items()],
-    ]
-    out = [f"{'':48} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'tcptrace/this':>14}"]
-    for name, wall, cpu, rss in rows:
-        shown = "" if rss != rss else f"{rss:.0f}"
-        out.append(f"{name:48} {wall:8.2f} {cpu:8.2f} {shown:>12} {tcptrace / wall:14.2f}")
-    later = sorted(c[0] for c in f["later"])
-    out.append(
-        f"warm analyses after the first: median {statistics.median(later):.2f} s, slowest "
-        f"{later[-1]:.2f} s (of {len(later)})"
-    )
-    for jobs, (wall, cpu, rss) in f["scaling"].items():
-        # Workers are forkserver children nobody waits for: their CPU and RSS escape wait4.
-        counted = f", CPU {cpu:.2f} s, peak RSS {rss:.0f} MB" if jobs == 1 else ""
-        out.append(
-            f"a batch of {f['batch']} trials, {jobs} worker(s): {wall:.2f} s "
-            f"({wall / f['batch']:.2f} s a trial){counted}"
-        )
-    if f["breakdown"]:
-        total = sum(f["breakdown"].values())
-        out.append(f"where a warm analysis's {total:.2f} s go:")
-        for stage, s in sorted(f["breakdown"].items(), key=lambda x: -x[1]):
-            out.append(f"  {stage:56} {s:6.2f} s  {100 * s / total:3.0f} %")
-    largest = max(f["sizes"]) / 1e6
-    out.append(
-        f"peak RSS of the fresh process {f['fresh'][2]:.0f} MB: captures {f['captures_mb']:.0f} "
-        f"MB in all, the largest {largest:.0f} MB"
-    )
-    out.append(
-        f"agreement with tcptrace (bytes, data packets, retransmitted packets and bytes, per "
-        f"flow): {'exact' if f['tcptrace_agrees'] else 'DIFFERENT'}; with the generator's "
-        f"truth: {'exact' if f['truth_agrees'] else 'DIFFERENT: ' + f['wrong']}"
-    )
-    return "\n".join(out)
-
-
-def document(f: dict, text: str, args) -> str:
-    """docs/analysis-performance.md: what this run measured, and where the time goes."""
-    fresh = f["fresh"]
-    read_s = f["breakdown"].get("reading the captures (scan)")
-    probe_s = f["breakdown"].get("reading tcp_probe")
-    per_flow = f["probe_mb"] / f["minutes"] / 8
-    share = 21 * f["packets"] / f["sizes"][0]  # the PACKET columns' bytes (recordpass.py)
-    command = 'make bench BENCH_ARGS="' + " ".join(sys.argv[1:]) + '"'
-    return f"""# Analysis performance
-
-Written by `{command}` (tests/bench/bench_analysis.py) on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC,
-{os.cpu_count()} CPUs ({platform.machine()}), load average {os.getloadavg()[0]:.1f} at the end;
-every figure below is that run's. Run it again to regenerate this page.
-
-## What is measured
-
-One generated trial (tests/analysis/trialgen.py): {f["packets"]:,} packets in the capture before
-the bottleneck router, {f["captures_mb"]:.0f} MB of captures in all, {f["probe_mb"]:.0f} MB of
-tcp_probe text (one event per ACK reaching a sender: {per_flow:.1f} MB a minute a flow) and
-{f["samples_mb"]:.1f} MB of tc samples ({f["samples_mb"] / f["minutes"]:.2f} MB a minute, one
-link sampled every 10 ms). `trials report` analyses it in a fresh process (what one trial of
-`trials report` costs), and again in a process that analysed it before (how batch workers run);
-tcptrace, tshark and cat read the same two capture files.
-
-```
-{text}
-```
-
-{line(f)}
-
-{_goals(f, read_s)}
-
-## How a trial is read
-
-One path: `make trial`, `trials report`, the batch workers and this bench all run
-`analysis.trial.analyse_trial`. It reads each capture once, one at a time, with the one reader
-(analysis/scan.py: compiled record pass, analysis/recordpass.py; in blocks, read ahead by a
-thread, analysis/blocks.py; a large capture as two halves at once where two CPUs may be used,
-analysis/halves.py). While a capture is read, each generator's and each bottleneck's analysis
-says what it needs of it (analysis/captures.py) and takes it as arrays: the TCP flow kernels
-(analysis/tcpflows.py: goodput, retransmissions, losses, startup figures), the matching of
-packets across a router (analysis/match.py) and the queue's events (analysis/queuemerge.py,
-analysis/bottleneck.py). tcp_probe recordings are parsed a chunk at a time by a compiled
-reader (analysis/tcp_probe.py), tc and ipfw samples all at once by pyarrow's JSON reader (and
-its regular expressions over ipfw's text, analysis/ipfw_samples.py). The DataFrames (the
-parquet tables, `analysis.load`) are built from the arrays at the end and written by a thread
-of their own (analysis/tables.py). `analysis.pcap.read_pcap` (a DataFrame
-of a capture, for tests and notebooks) reads through the same reader and the DataFrame
-functions of analysis/metrics.py call the same kernels.
-
-## Where the time goes
-
-{_where(f, read_s, probe_s)}
-
-## Memory
-
-The analysis reads one capture at a time (analysis/scan.py: in blocks of 1 MB, never the whole
-file, one capture's columns let go before the next is read) and keeps 21 bytes a packet of it
-(direction, time, payload length, flags, DSCP, sequence and acknowledgement numbers), 11 more
-for a packet crossing a bottleneck or of a UDP stream (direction, key hash, IP length): what
-reading a capture holds grows with its packets (its packets' columns: {share:.2f} of the bytes
-of this run's capture before the router). A queue's crossing packets are matched as soon as the
-capture after it is read; its events are merged and written a piece at a time, and so is the
-cwnd table; tcp_probe recordings are read a chunk at a time.
-pandas and pyarrow are imported only once the captures are read. Besides that, a process holds
-its interpreter, numpy, numba, pandas, pyarrow and the compiled code (a fixed part: the larger
-the captures, the smaller its share). The budget: peak RSS below the size of the largest
-capture, which tests/analysis/test_memory.py checks on a fresh process reporting a generated
-trial of 6 M packets a capture. Here: peak RSS {fresh[2]:.0f} MB, captures of
-{" and ".join(f"{s / 1e6:.0f}" for s in f["sizes"])} MB.
-"""
-
-
-def _goals(f: dict, read_s) -> str:
-    """Issue 46's goals on this run's figures, and what tcptrace's time is compared with."""
-    tcptrace = f["tools"]["tcptrace"][0]
-    rw, rf = tcptrace / f["warm"][0], tcptrace / f["fresh"][0]
-    rss, largest = f["fresh"][2], max(f["sizes"]) / 1e6
-    text = (
-        f"The goals (issue 46) on a 3 M packet trial: RW >= 5 (here {rw:.2f}: "
-        f"{'met' if rw >= 5 else 'not met'}), RF >= 2 (here {rf:.2f}: "
-        f"{'met' if rf >= 2 else 'not met'}), N < M (here {rss:.0f} < {f['captures_mb']:.0f} MB: "
-        f"{'met' if rss < f['captures_mb'] else 'not met'}; below the largest capture, "
-        f"{largest:.0f} MB: {'yes' if rss < largest else 'no'}). tcptrace reads the two "
-        f"captures only; `trials report` also reads the senders' tcp_probe recordings "
-        f"({f['probe_mb']:.0f} MB) and the tc samples, and writes the tables (parquet) and "
-        "the summary."
-    )
-    if read_s:
-        text += (
-            f" Reading the captures alone, the work tcptrace does, takes {read_s:.2f} s "
-            f"in the breakdown below ({tcptrace / read_s:.1f}x tcptrace)."
-        )
-    return text + (
-        " The same figures of another checkout (e.g. before a change): "
-        "`.venv/bin/python tests/bench/bench_analysis.py --code DIR --no-doc`."
-    )
-
-
-def _where(f: dict, read_s, probe_s) -> str:
-    b = f["breakdown"]
-    if not b:
-        return "(no breakdown: --code measured another checkout)"
-    total = sum(b.values())
-    lines = [
-        f"A warm analysis takes {total:.2f} s in the breakdown's own run, which does the work "
-        "the analysis does in threads of its own (the next tcp_probe recording read, parquet "
-        "written) in line, one stage after the other; by stage, exclusive:",
-        "",
-    ]
-    for stage, s in sorted(b.items(), key=lambda x: -x[1]):
-        lines.append(f"- {stage}: {s:.2f} s ({100 * s / total:.0f} %)")
-    fresh, warm = f["fresh"][0], f["warm"][0]
-    lines += [
-        "",
-        f"A fresh process adds {fresh - warm:.2f} s to the warm analysis: the interpreter, "
-        "numpy and numba, numba's compiled code loaded from its disk cache, pandas and pyarrow "
-        f"(imported once the captures are read), rich; the first analysis in a process took "
-        f"{f['first'][0]:.2f} s. Without a numba cache (the first run of a fresh clone) the "
-        f"compiling takes {f['cold'][0] - fresh:.0f} s more, once.",
-    ]
-    if read_s:
-        mb_s = f["captures_mb"] / read_s
-        lines.append(f"Reading the captures runs at {mb_s:.0f} MB/s (cat: "
-                     f"{f['captures_mb'] / f['tools']['cat'][0]:.0f} MB/s).")  # fmt: skip
-    if probe_s:
-        lines.append(f"Reading tcp_probe runs at {f['probe_mb'] / probe_s:.0f} MB/s.")
-    return "\n".join(lines)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--packets", type=int, default=3_000_000)
@@ -559,7 +403,8 @@ def main() -> None:
     ap.add_argument("--stages", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stages:
-        print(json.dumps(stages(args.stages)))
+        batch = args.stages.parents[1]  # <batch>/trials/<trial>
+        print(json.dumps({"stages": stages(args.stages), "check": check_alone(batch)}))
         return
     args.code = args.code.resolve()
     if args.code != ROOT:

@@ -29,7 +29,7 @@ RACKS = frozenset({"rack", "self.rack", "self.ctx.rack"})
 DAEMONS = frozenset({"daemons", "self.ctx.daemons"})
 NOT_HOSTS = frozenset(
     {("run", "subprocess"), ("run", "queries"), ("run", "self.queries"), ("run", "runner"),
-     ("run", "cli_results"), ("run", "cli_record"),
+     ("run", "cli_results"), ("run", "cli_record"), ("run", "commands"),
      ("spawn", "np.random.SeedSequence([seed, stream])")}
 )  # fmt: skip
 # (method, position of the command, keyword of the command, what it must be)

@@ -230,17 +230,20 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
     rack) while a batch holds the rack's lock: refused, naming the holder, before Ansible."""
     import trials.__main__ as cli
     from core.rack import Rack
+    from trials import commands
     from trials.locks import RackLock
 
     inventory = Path(__file__).resolve().parents[2] / "inventory/lab.example/hosts.yml"
-    monkeypatch.setattr(cli, "DEFAULT_INVENTORY", inventory)  # stands in for the rack that is up
-    monkeypatch.setattr(cli.rack_kind, "running_kind", lambda inv: "namespaces")
+    monkeypatch.setattr(
+        commands, "DEFAULT_INVENTORY", inventory
+    )  # stands in for the rack that is up
+    monkeypatch.setattr(commands.rack_kind, "running_kind", lambda inv: "namespaces")
     monkeypatch.setenv("TRIALBED_LOCK_DIR", str(tmp_path))
 
     def no_playbook(*args, **kwargs):  # a guard that let it through must not build a rack
         raise AssertionError(f"a playbook would run: {args}")
 
-    monkeypatch.setattr(cli, "run_playbook", no_playbook)
+    monkeypatch.setattr(commands, "run_playbook", no_playbook)
     assert cli.main(["rack-guard"]) == 0  # nobody holds it
     lock = RackLock.for_rack(Rack.load([inventory]), "night-1", "rack")
     lock.acquire()
@@ -271,8 +274,10 @@ def test_a_rack_in_use_is_not_taken_down_or_replaced(tmp_path, monkeypatch, caps
         assert f"the virtual rack is in use (pid {os.getpid()}" in said
         assert "rack.yml with virtual_rack_state=absent would take it down, with its" in said
         assert "changed=0" in said and copy.exists()
-        with pytest.raises(cli.RackBusy, match="bringing up the chain2 rack would take it down"):
-            cli.ensure_virtual_rack("chain2")
+        with pytest.raises(
+            commands.RackBusy, match="bringing up the chain2 rack would take it down"
+        ):
+            commands.ensure_virtual_rack("chain2")
     finally:
         lock.release()
     assert cli.main(["rack-guard"]) == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import trials.__main__ as cli
-from trials import nightly
+from trials import commands, nightly
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_nightly_run_on_the_virtual_rack_brings_up_the_rack_kind_asked(tmp_path,
         asked.append((topology, rack_kind))
         raise RackUp  # no rack is brought up here
 
-    monkeypatch.setattr(cli, "ensure_virtual_rack", ensure_virtual_rack)
+    monkeypatch.setattr(commands, "ensure_virtual_rack", ensure_virtual_rack)
     monkeypatch.setattr(
         nightly, "dated_batch", lambda exp: tmp_path / "nightly" / "smoke" / "today"
     )
@@ -55,9 +55,9 @@ def test_the_nightly_run_says_a_change_in_report_txt_and_its_exit_status(
     tonight = made[-1]
     monkeypatch.setattr(nightly, "NIGHTLY_DIR", tonight.parent.parent)
     monkeypatch.setattr(nightly, "dated_batch", lambda exp: tonight)
-    monkeypatch.setattr(cli, "run_batch", lambda args: 0)
+    monkeypatch.setattr(commands, "run_batch", lambda args: 0)
     # its trials have no captures to analyse again: the batch as it is goes to the catalog
-    monkeypatch.setattr(cli, "analyse_batch", lambda b: (add_batch(b), pd.DataFrame())[1])
+    monkeypatch.setattr(commands, "analyse_batch", lambda b: (add_batch(b), pd.DataFrame())[1])
     code = cli.main(["nightly", "run", str(PROJECT / "experiments/smoke.yml")])
     assert code == (nightly.CHANGE_FOUND if planted else 0)
     text = BatchDir(tonight).report_text.read_text()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trials.__main__ import plan_table
+from trials.commands import plan_table
 from trials.plan import load_plan
 
 PROJECT = Path(__file__).resolve().parents[2]
