@@ -49,7 +49,7 @@ REMOTE_NAME = "hostside"  # <trialbed_dir>/hostside on every host (the host fact
 SUMS = "SHA256SUMS"  # in the shipped folder: `sha256sum -c` reads it (the host facts too)
 
 # The programs the runner starts, relative to the folder (the roles name the delay line, the
-# daemon helper and the transaction generator's source themselves).
+# daemon helper and the transaction generator's sources themselves).
 RECORDERS = {
     "tc_sampler": "recorders/tc_sampler.py",
     "tcp_probe": "recorders/tcp_probe.py",
@@ -82,6 +82,25 @@ def shipped_files(root: Path = SOURCE) -> dict[str, str]:
 def sums_text(files: dict[str, str]) -> str:
     """SHA256SUMS as sha256sum(1) writes it: '<sha256>  <path>' per line."""
     return "".join(f"{digest}  {path}\n" for path, digest in files.items())
+
+
+def folder_files(folder: str, root: Path = SOURCE) -> dict[str, str]:
+    """The files of one folder of what `root` ships (a program built from several sources),
+    path relative to that folder -> sha256."""
+    prefix = folder.rstrip("/") + "/"
+    files = {
+        path.removeprefix(prefix): digest
+        for path, digest in shipped_files(root).items()
+        if path.startswith(prefix)
+    }
+    if not files:
+        raise ValueError(f"{root}: ships no file under {folder!r}")
+    return files
+
+
+def folder_sha256(folder: str, root: Path = SOURCE) -> str:
+    """One sha256 for a folder's files: that of their SHA256SUMS lines (paths in the folder)."""
+    return hashlib.sha256(sums_text(folder_files(folder, root)).encode()).hexdigest()
 
 
 def remote_dir(workdir: str) -> str:

@@ -59,6 +59,22 @@ def hostside_sha256(path: str, root: str | None = None) -> str:
         raise AnsibleFilterError(f"{top}: ships no file {path!r}") from None
 
 
+def hostside_folder_files(folder: str) -> list[str]:
+    """The paths, relative to `folder`, of the files the folder of hostside/ ships."""
+    try:
+        return list(hostside.folder_files(folder))
+    except ValueError as e:
+        raise AnsibleFilterError(str(e)) from None
+
+
+def hostside_folder_sha256(folder: str) -> str:
+    """One sha256 for the files of a folder of hostside/ (a program built from several)."""
+    try:
+        return hostside.folder_sha256(folder)
+    except ValueError as e:
+        raise AnsibleFilterError(str(e)) from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -66,4 +82,6 @@ class FilterModule:
             "trialbed_hostside_folders": hostside_folders,
             "trialbed_hostside_sums": hostside_sums,
             "trialbed_hostside_sha256": hostside_sha256,
+            "trialbed_hostside_folder_files": hostside_folder_files,
+            "trialbed_hostside_folder_sha256": hostside_folder_sha256,
         }

@@ -7,7 +7,7 @@ the kernel (socket calls, which a real application pays too).
 
   python tests/bench/bench_transact.py [--count N] [--file-count N]
 
-Builds hostside/traffic/trialbed_transact.c with the role's flags into a temporary
+Builds hostside/traffic/transact/ with the role's flags into a temporary
 directory; touches nothing else. Traffic stays on loopback (client 127.0.0.1, server
 127.0.0.2, so that a capture tells the directions apart).
 """
@@ -46,10 +46,8 @@ WORKLOADS = {"short": "eft_short", "long": "eft_long", "file": "filetransf_long"
 def build(directory: Path) -> Path:
     flags = yaml.safe_load((ROLE / "defaults/main.yml").read_text())["transactions_cflags"]
     out = directory / "trialbed-transact"
-    subprocess.run(
-        ["gcc", *flags, "-o", str(out), str(PROJECT / "hostside/traffic/trialbed_transact.c")],
-        check=True,
-    )
+    sources = sorted((PROJECT / "hostside/traffic/transact").glob("*.c"))
+    subprocess.run(["gcc", *flags, "-o", str(out), *map(str, sources)], check=True)
     return out
 
 

@@ -203,3 +203,22 @@ def test_a_freebsd_host_records_them_too(tmp_path, source, monkeypatch, capsys):
 
 def test_the_host_facts_look_where_the_role_ships():
     assert hostside.remote_dir("/var/lib/trialbed") == "/var/lib/trialbed/hostside"
+
+
+def test_a_program_of_several_files_is_named_by_one_sha256_of_its_folder(source):
+    """The transaction generator is built from a folder (hostside/traffic/transact/): its
+    binary's name changes with any file of that folder, and only with those."""
+    folder = "traffic/transact"
+    files = hostside.folder_files(folder, source)
+    assert {"transact.c", "udp.c", "transact.h"} <= set(files)
+    sums = subprocess.run(
+        ["sha256sum", *files], cwd=source / folder, capture_output=True, text=True, check=True
+    ).stdout
+    before = hostside.folder_sha256(folder, source)
+    assert before == hashlib.sha256(sums.encode()).hexdigest()
+    (source / "traffic/web_flows.py").write_text("# elsewhere in hostside/\n")
+    assert hostside.folder_sha256(folder, source) == before
+    (source / folder / "transact.h").write_text("/* a changed header */\n")
+    assert hostside.folder_sha256(folder, source) != before
+    with pytest.raises(ValueError, match="ships no file under 'traffic/none'"):
+        hostside.folder_files("traffic/none", source)

@@ -1,4 +1,4 @@
-"""trialbed-transact (hostside/traffic/trialbed_transact.c), built here with the role's
+"""trialbed-transact (hostside/traffic/transact/), built here with the role's
 own flags and run for real: each workload over TCP and UDP against a server on loopback with
 known answers (transactions, bytes, connections), and the reliable UDP scheme through a real
 kernel drop path (nftables rules in two network namespaces of this test's own), where every
@@ -23,7 +23,7 @@ from analysis.traffic.transaction import read_client
 
 PROJECT = Path(__file__).resolve().parents[2]
 ROLE = PROJECT / "roles/transactions"
-SOURCE = PROJECT / "hostside/traffic/trialbed_transact.c"
+SOURCES = sorted((PROJECT / "hostside/traffic/transact").glob("*.c"))
 UDP_HEADER = 20
 
 
@@ -33,7 +33,7 @@ def program(tmp_path_factory) -> Path:
         pytest.skip("gcc is not installed (make setup installs build-essential)")
     flags = yaml.safe_load((ROLE / "defaults/main.yml").read_text())["transactions_cflags"]
     out = tmp_path_factory.mktemp("transact") / "trialbed-transact"
-    subprocess.run(["gcc", *flags, "-o", str(out), str(SOURCE)], check=True)
+    subprocess.run(["gcc", *flags, "-o", str(out), *map(str, SOURCES)], check=True)
     return out
 
 

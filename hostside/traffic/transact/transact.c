@@ -9,13 +9,7 @@
  * The client times every transaction on CLOCK_REALTIME (the captures' clock) and writes one
  * CSV row per transaction when it ends; nothing is written while it measures.
  *
- * UDP scheme (every datagram starts with a 20-byte header, then up to --send-size bytes of
- * data): the sender sends a window of --window bytes and waits for the receiver's ACK, sent
- * once the complete window is in; on a timeout (--rto-ms) it sends the window again; the
- * receiver answers a gap (a datagram beyond the next expected offset) with a NAK naming the
- * offset it expects, and the sender goes back to it. The receiver's 1-byte REPLY, sent when
- * the whole request is in, acknowledges the last window; a duplicate of a completed
- * request's last datagram makes it send the REPLY again.
+ * UDP: the reliable scheme of udp.c.
  *
  *   trialbed-transact server --proto tcp|udp --bind ADDR --port P [--pairs K]
  *                            [--request BYTES] [--sockbuf BYTES] [--close-first]
@@ -27,58 +21,21 @@
  * TCP: one port, K accepting threads. UDP: pair i uses port P + i. The server prints one
  * line "served ..." with its counters when it gets SIGTERM or SIGINT.
  */
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
+#include "transact.h"
 
-#define VERSION "trialbed-transact 1"
-#define HDR 20
-#define MAX_DGRAM 65507
-#define MAX_PAIRS 256
-#define MAX_RETRIES 100
-
-enum { DATA = 1, ACK = 2, NAK = 3, REPLY = 4 };
-
-struct opts {
-	int server, udp, pairs, close_first;
-	char workload; /* 's', 'l', 'f' */
-	const char *bind, *connect, *out;
-	int port;
-	long request, send_size, sockbuf, window, rto_ms, count;
-	double duration;
-};
-
-static struct opts o = {.pairs = 1, .request = 100, .window = 17726, .rto_ms = 200,
-			.count = -1, .duration = -1};
-static volatile sig_atomic_t stopping;
-static atomic_long served_requests, served_bytes, served_conns, served_naks, served_dups,
+struct opts o = {.pairs = 1, .request = 100, .window = 17726, .rto_ms = 200, .count = -1,
+		 .duration = -1};
+volatile sig_atomic_t stopping;
+atomic_long served_requests, served_bytes, served_conns, served_naks, served_dups,
 	served_mismatched;
-
-/* The request's byte at offset x is x % 251: the UDP receiver compares every datagram it
- * accepts with PATTERN from offset % 251 (one memcmp, not a loop over bytes). */
-#define PERIOD 251
-static char PATTERN[MAX_DGRAM + PERIOD];
+char PATTERN[MAX_DGRAM + PERIOD];
 
 static char pattern(uint32_t x)
 {
 	return (char)(x % PERIOD);
 }
 
-static void die(const char *what)
+void die(const char *what)
 {
 	fprintf(stderr, "trialbed-transact: %s: %s\n", what, strerror(errno));
 	exit(1);
@@ -86,7 +43,7 @@ static void die(const char *what)
 
 static void usage(const char *msg)
 {
-	fprintf(stderr, "trialbed-transact: %s (see the head of trialbed_transact.c)\n", msg);
+	fprintf(stderr, "trialbed-transact: %s (see the head of transact.c)\n", msg);
 	exit(2);
 }
 
@@ -147,36 +104,7 @@ static long read_some(int fd, char *buf, long n)
 	}
 }
 
-/* ---------------------------------------------------------------- UDP datagrams */
-
-/* txn and off first: a capture's first 8 payload bytes name each datagram */
-struct hdr {
-	uint32_t txn, off, total, wend;
-	uint8_t type, pad[3];
-};
-
-static void put_hdr(char *b, int type, uint32_t txn, uint32_t off, uint32_t total, uint32_t wend)
-{
-	struct hdr h = {.type = (uint8_t)type, .txn = htonl(txn), .off = htonl(off),
-			.total = htonl(total), .wend = htonl(wend)};
-	memcpy(b, &h, HDR);
-}
-
-static int get_hdr(const char *b, ssize_t n, struct hdr *h)
-{
-	if (n < HDR)
-		return -1;
-	memcpy(h, b, HDR);
-	h->txn = ntohl(h->txn), h->off = ntohl(h->off), h->total = ntohl(h->total),
-	h->wend = ntohl(h->wend);
-	return 0;
-}
-
 /* ---------------------------------------------------------------- server */
-
-struct srv {
-	int fd, index;
-};
 
 static void *tcp_serve(void *arg)
 {
@@ -213,59 +141,6 @@ static void *tcp_serve(void *arg)
 	return NULL;
 }
 
-static void *udp_serve(void *arg)
-{
-	struct srv *s = arg;
-	char *buf = malloc(MAX_DGRAM), out[HDR + 1];
-	struct sockaddr_in peer = {0}, from;
-	uint32_t txn = 0, expected = 0, total = 0;
-	int have = 0, done = 0;
-	long last_nak = -1;
-	for (;;) {
-		socklen_t fl = sizeof from;
-		ssize_t n = recvfrom(s->fd, buf, MAX_DGRAM, 0, (struct sockaddr *)&from, &fl);
-		struct hdr h;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			die("recvfrom");
-		if (get_hdr(buf, n, &h) || h.type != DATA)
-			continue;
-		uint32_t len = (uint32_t)(n - HDR);
-		if (!have || h.txn != txn || from.sin_port != peer.sin_port ||
-		    from.sin_addr.s_addr != peer.sin_addr.s_addr) {
-			have = 1, peer = from, txn = h.txn, expected = 0, total = h.total, done = 0;
-			last_nak = -1;
-		}
-		int reply = -1;
-		uint32_t ack = expected;
-		if (h.off == expected && !done) {
-			served_mismatched += memcmp(buf + HDR, PATTERN + h.off % PERIOD, len) != 0;
-			expected += len, last_nak = -1;
-			served_bytes += len;
-			if (expected >= total)
-				reply = REPLY, done = 1, served_requests++;
-			else if (expected >= h.wend)
-				reply = ACK;
-			ack = expected;
-		} else if (h.off > expected && !done) {
-			if (last_nak != (long)expected)
-				reply = NAK, last_nak = expected, served_naks++;
-		} else if (h.off + len >= h.wend) {
-			/* a window sent again whose ACK (or REPLY) was lost: answer once more */
-			served_dups++;
-			reply = done ? REPLY : ACK;
-		}
-		if (reply < 0)
-			continue;
-		put_hdr(out, reply, txn, ack, total, h.wend);
-		out[HDR] = 'R';
-		sendto(s->fd, out, reply == REPLY ? HDR + 1 : HDR, 0, (struct sockaddr *)&peer,
-		       sizeof peer);
-	}
-	return NULL;
-}
-
 static int server(void)
 {
 	sigset_t set;
@@ -291,7 +166,7 @@ static int server(void)
 		if (pthread_create(&t, NULL, o.udp ? udp_serve : tcp_serve, &s[i]))
 			die("pthread_create");
 	}
-	printf("listening on %s port %d (%s, %d pair%s)\n", o.bind, o.port, o.udp ? "udp" : "tcp",
+	printf("listening on %s port %ld (%s, %ld pair%s)\n", o.bind, o.port, o.udp ? "udp" : "tcp",
 	       o.pairs, o.pairs > 1 ? "s" : "");
 	fflush(stdout);
 	int sig;
@@ -378,51 +253,6 @@ static int tcp_exchange(int fd, const char *req)
 	if (write_all(fd, req, o.request, o.send_size))
 		return -1;
 	return read_some(fd, &reply, 1) == 1 ? 0 : -1;
-}
-
-/* One reliable UDP request (windows of o.window bytes) and its REPLY: retransmissions
- * (datagrams sent again), or -1 when MAX_RETRIES timeouts in a row passed. */
-static long udp_exchange(int fd, uint32_t txn, char *dg, const char *req)
-{
-	uint32_t total = (uint32_t)o.request, base = 0, pos = 0, wend = 0;
-	long resent = 0, timeouts = 0;
-	char in[HDR + 1];
-	wend = base + o.window < total ? base + o.window : total;
-	for (;;) {
-		while (pos < wend) { /* (re)send from pos to the window's end */
-			uint32_t len = wend - pos < o.send_size ? wend - pos : (uint32_t)o.send_size;
-			put_hdr(dg, DATA, txn, pos, total, wend);
-			memcpy(dg + HDR, req + pos, len);
-			if (send(fd, dg, HDR + len, 0) < 0 && errno != ECONNREFUSED)
-				return -1;
-			pos += len;
-		}
-		struct pollfd pf = {.fd = fd, .events = POLLIN};
-		int r = poll(&pf, 1, (int)o.rto_ms);
-		if (stopping)
-			return -1;
-		if (r == 0) { /* timeout: the whole window again */
-			if (++timeouts > MAX_RETRIES)
-				return -1;
-			resent += (wend - base + o.send_size - 1) / o.send_size;
-			pos = base;
-			continue;
-		}
-		ssize_t n = recv(fd, in, sizeof in, 0);
-		struct hdr h;
-		if (n < 0 || get_hdr(in, n, &h) || h.txn != txn)
-			continue; /* an ICMP error or a late answer of an earlier transaction */
-		timeouts = 0;
-		if (h.type == REPLY)
-			return resent;
-		if (h.type == ACK && h.off > base && h.off == wend) {
-			base = pos = h.off;
-			wend = base + o.window < total ? base + o.window : total;
-		} else if (h.type == NAK && h.off >= base && h.off < wend && h.off < pos) {
-			resent += (wend - h.off + o.send_size - 1) / o.send_size;
-			base = pos = h.off; /* go back to what the receiver expects */
-		}
-	}
 }
 
 static void add_row(struct pair *p, struct row r)
@@ -526,7 +356,7 @@ static int client(void)
 	if (!f)
 		die(o.out);
 	fprintf(f, "# %s proto=%s workload=%c request=%ld send_size=%ld sockbuf=%ld window=%ld "
-		   "rto_ms=%ld pairs=%d\n",
+		   "rto_ms=%ld pairs=%ld\n",
 		VERSION, o.udp ? "udp" : "tcp", o.workload, o.request, o.send_size, o.sockbuf,
 		o.window, o.rto_ms, o.pairs);
 	fprintf(f, "# kernel sndbuf=%d rcvbuf=%d mss=%d user_s=%.6f sys_s=%.6f\n", p[0].sndbuf,
@@ -553,16 +383,51 @@ static int client(void)
 
 /* ---------------------------------------------------------------- options */
 
-static long number(const char *name, const char *v, long lo, long hi)
+/* The integer options, each with its range. */
+static const struct {
+	const char *name;
+	long *value, lo, hi;
+} NUMBERS[] = {
+	{"--port", &o.port, 1, 65535},	       {"--pairs", &o.pairs, 1, MAX_PAIRS},
+	{"--request", &o.request, 1, 1L << 31}, {"--send-size", &o.send_size, 1, 1L << 30},
+	{"--sockbuf", &o.sockbuf, 1, 1L << 30}, {"--window", &o.window, 1, 1L << 30},
+	{"--rto-ms", &o.rto_ms, 1, 60000},      {"--count", &o.count, 1, 1L << 40},
+};
+
+/* One option and its value; exits with the reason when either is wrong. */
+static void set_option(const char *k, const char *v)
 {
-	char *end;
-	long n = strtol(v, &end, 10);
-	if (*end || n < lo || n > hi) {
-		fprintf(stderr, "trialbed-transact: %s %s: give an integer in %ld..%ld\n", name, v, lo,
-			hi);
-		exit(2);
+	for (size_t i = 0; i < sizeof NUMBERS / sizeof NUMBERS[0]; i++) {
+		if (strcmp(k, NUMBERS[i].name))
+			continue;
+		char *end;
+		long n = strtol(v, &end, 10);
+		if (*end || n < NUMBERS[i].lo || n > NUMBERS[i].hi) {
+			fprintf(stderr, "trialbed-transact: %s %s: give an integer in %ld..%ld\n", k,
+				v, NUMBERS[i].lo, NUMBERS[i].hi);
+			exit(2);
+		}
+		*NUMBERS[i].value = n;
+		return;
 	}
-	return n;
+	if (!strcmp(k, "--proto")) {
+		if (strcmp(v, "tcp") && strcmp(v, "udp"))
+			usage("--proto is tcp or udp");
+		o.udp = !strcmp(v, "udp");
+	} else if (!strcmp(k, "--workload")) {
+		if (strcmp(v, "short") && strcmp(v, "long") && strcmp(v, "file"))
+			usage("--workload is short, long or file");
+		o.workload = v[0];
+	} else if (!strcmp(k, "--bind"))
+		o.bind = v;
+	else if (!strcmp(k, "--connect"))
+		o.connect = v;
+	else if (!strcmp(k, "--out"))
+		o.out = v;
+	else if (!strcmp(k, "--duration"))
+		o.duration = atof(v);
+	else
+		usage("unknown option");
 }
 
 int main(int argc, char **argv)
@@ -577,48 +442,12 @@ int main(int argc, char **argv)
 	if (!o.server && strcmp(argv[1], "client"))
 		usage("the first word is server or client");
 	for (int i = 2; i < argc; i++) {
-		const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(k, "--close-first")) {
+		if (!strcmp(argv[i], "--close-first"))
 			o.close_first = 1;
-			continue;
-		}
-		if (!v)
-			usage("an option without its value");
-		i++;
-		if (!strcmp(k, "--proto")) {
-			if (strcmp(v, "tcp") && strcmp(v, "udp"))
-				usage("--proto is tcp or udp");
-			o.udp = !strcmp(v, "udp");
-		} else if (!strcmp(k, "--workload")) {
-			if (strcmp(v, "short") && strcmp(v, "long") && strcmp(v, "file"))
-				usage("--workload is short, long or file");
-			o.workload = v[0];
-		} else if (!strcmp(k, "--bind"))
-			o.bind = v;
-		else if (!strcmp(k, "--connect"))
-			o.connect = v;
-		else if (!strcmp(k, "--out"))
-			o.out = v;
-		else if (!strcmp(k, "--port"))
-			o.port = (int)number(k, v, 1, 65535);
-		else if (!strcmp(k, "--pairs"))
-			o.pairs = (int)number(k, v, 1, MAX_PAIRS);
-		else if (!strcmp(k, "--request"))
-			o.request = number(k, v, 1, 1L << 31);
-		else if (!strcmp(k, "--send-size"))
-			o.send_size = number(k, v, 1, 1L << 30);
-		else if (!strcmp(k, "--sockbuf"))
-			o.sockbuf = number(k, v, 1, 1L << 30);
-		else if (!strcmp(k, "--window"))
-			o.window = number(k, v, 1, 1L << 30);
-		else if (!strcmp(k, "--rto-ms"))
-			o.rto_ms = number(k, v, 1, 60000);
-		else if (!strcmp(k, "--count"))
-			o.count = number(k, v, 1, 1L << 40);
-		else if (!strcmp(k, "--duration"))
-			o.duration = atof(v);
+		else if (i + 1 < argc)
+			set_option(argv[i], argv[i + 1]), i++;
 		else
-			usage("unknown option");
+			usage("an option without its value");
 	}
 	if (!o.port || (o.server ? !o.bind : !o.connect))
 		usage("--port and --bind (server) or --connect (client) are required");
