@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import Field
 
@@ -14,6 +14,27 @@ from trials.fields import Name, StartOffset, Strict
 if TYPE_CHECKING:
     from core.daemons import Daemons
     from core.rack import Rack
+
+
+# A generator's two directions: forward (from -> to) and reverse (to -> from, a TCP flow's ACKs).
+Direction = Literal["forward", "reverse"]
+# The most packets each end of a TCP connection sends beyond its data segments: its SYN (or
+# SYN-ACK), the ACK that ends the handshake, its FIN and the ACK of the other end's FIN.
+CONNECTION_PACKETS = 4
+
+
+@dataclass(frozen=True)
+class OneWay:
+    """What a generator sends one way, as preflight's marker capacity check counts it
+    (trials/preflight/marker_load.py): `pps` packets/s at a rate of its own (`what` they are),
+    plus, for each direction in `full_frames_of`, as many packets/s as the slowest link of that
+    direction's path carries in full-size frames: this direction's own data, or at most one
+    ACK per data segment of the other direction."""
+
+    protocol: Literal["tcp", "udp"]
+    pps: float = 0.0
+    what: str = ""
+    full_frames_of: tuple[Direction, ...] = ()
 
 
 class GeneratorSpec(Strict):
@@ -33,6 +54,12 @@ class GeneratorSpec(Strict):
 
     def tools(self) -> dict[str, list[str]]:
         """Programs each node needs (checked by preflight before anything is touched)."""
+        raise NotImplementedError
+
+    def offered(self, bottleneck_bps: int | None) -> dict[Direction, OneWay]:
+        """The packets it sends each way (a direction it sends nothing in is left out);
+        `bottleneck_bps`: the rate of its forward path's bottleneck (None: unshaped), as
+        TrialNetwork.path_summary names it."""
         raise NotImplementedError
 
 

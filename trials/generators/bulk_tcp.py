@@ -15,7 +15,7 @@ from core.dscp import parse_dscp
 from core.hostside import BULK_SOCKET, program_command, remote_dir
 from core.link_rules import cc_kernel_name
 from trials.fields import CongestionControl, Dscp, Flows, Port, TrafficDuration, TransferBytes
-from trials.generators.base import GeneratorSpec, TrafficGenerator
+from trials.generators.base import Direction, GeneratorSpec, OneWay, TrafficGenerator
 
 BASE_PORT = 5201
 # SO_MAX_PACING_RATE far above any rack rate: it switches on TCP's internal pacing
@@ -65,6 +65,10 @@ class BulkTcpSpec(GeneratorSpec):
     def tools(self) -> dict[str, list[str]]:
         program = ["iperf3"] if self.tool == "iperf3" else ["python3"]
         return {self.from_: program, self.to: program}
+
+    def offered(self, bottleneck_bps: int | None) -> dict[Direction, OneWay]:
+        # Data as fast as the path carries it, and its ACKs (a few handshake packets aside).
+        return {d: OneWay("tcp", full_frames_of=("forward",)) for d in ("forward", "reverse")}
 
 
 class BulkTcp(TrafficGenerator):

@@ -15,7 +15,7 @@ from core.command import and_then, command
 from core.dscp import parse_dscp
 from core.link_rules import ETHERNET_HEADER
 from trials.fields import Dscp, PacketInterval, Port, TrafficDuration, UdpPacketBytes
-from trials.generators.base import GeneratorSpec, TrafficGenerator
+from trials.generators.base import Direction, GeneratorSpec, OneWay, TrafficGenerator
 from trials.udp_stream import rewrite_for_rack, write_stream_template
 
 BASE_PORT = 40000
@@ -38,6 +38,10 @@ class CbrUdpSpec(GeneratorSpec):
 
     def tools(self) -> dict[str, list[str]]:
         return {self.from_: ["tcpreplay"], self.to: ["python3"]}
+
+    def offered(self, bottleneck_bps: int | None) -> dict[Direction, OneWay]:
+        pps = 1e9 / self.interval
+        return {"forward": OneWay("udp", pps=pps, what=f"a CBR stream of {pps:g} packets/s")}
 
     def bitrate(self) -> float:
         """Ethernet-frame bits per second (what a shaper counts)."""

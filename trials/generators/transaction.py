@@ -21,7 +21,7 @@ from trials.fields import (
     TrafficDuration,
     Transactions,
 )
-from trials.generators.base import GeneratorSpec, TrafficGenerator
+from trials.generators.base import Direction, GeneratorSpec, OneWay, TrafficGenerator
 
 BASE_PORT = 45000  # + 100 * index; UDP pair i uses port + i
 PROGRAM = "trialbed-transact"
@@ -123,6 +123,13 @@ class TransactionSpec(GeneratorSpec):
     def tools(self) -> dict[str, list[str]]:
         # The transactions role builds the program on each end host with its gcc.
         return {self.from_: ["gcc"], self.to: ["gcc"]}
+
+    def offered(self, bottleneck_bps: int | None) -> dict[Direction, OneWay]:
+        # Requests one way, replies the other, each with the other's ACKs. Counted as data in
+        # full-size segments both ways: a small message's rate is bounded by round trips,
+        # which are not counted (eft_short's connection per transaction offers more).
+        both: tuple[Direction, ...] = ("forward", "reverse")
+        return {d: OneWay(self.protocol, full_frames_of=both) for d in both}
 
 
 def read_client_csv(path: Path) -> tuple[dict[str, str], list[dict[str, str]]]:

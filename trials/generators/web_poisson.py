@@ -30,7 +30,13 @@ from pydantic import Field, StrictBool, field_validator
 from core.command import Command
 from core.hostside import WEB_FLOWS, program_command, remote_dir
 from trials.fields import LOAD, MAX_SEED, LinkRate, Port, TrafficDuration, shown
-from trials.generators.base import GeneratorSpec, TrafficGenerator
+from trials.generators.base import (
+    CONNECTION_PACKETS,
+    Direction,
+    GeneratorSpec,
+    OneWay,
+    TrafficGenerator,
+)
 
 BASE_PORT = 8000
 # Seed 004's Table I: (bytes, packets of 1500 B) per group, each group equally likely.
@@ -119,6 +125,26 @@ class WebPoissonSpec(GeneratorSpec):
 
     def tools(self) -> dict[str, list[str]]:
         return {self.from_: ["python3"], self.to: ["python3"]}
+
+    def offered(self, bottleneck_bps: int | None) -> dict[Direction, OneWay]:
+        """Data (and the backlogged flow) as fast as the path carries it; beyond that, per flow,
+        each end's handshake and teardown, and the client's last, partial segment."""
+        rate = self.link_rate if self.link_rate is not None else bottleneck_bps
+        flows = arrival_rate(float(self.load), rate) if rate else 0.0
+        return {
+            "forward": OneWay(
+                "tcp",
+                pps=flows * (CONNECTION_PACKETS + 1),
+                what=f"{flows:.1f} web flows/s: each one's handshake, teardown and last segment",
+                full_frames_of=("forward",),
+            ),
+            "reverse": OneWay(
+                "tcp",
+                pps=flows * CONNECTION_PACKETS,
+                what=f"{flows:.1f} web flows/s: the server's handshake and teardown of each",
+                full_frames_of=("forward",),
+            ),
+        }
 
 
 class WebPoisson(TrafficGenerator):

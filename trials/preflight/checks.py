@@ -15,6 +15,7 @@ from trials.preflight.clocks import clock_problems
 from trials.preflight.context import Check, Context, TrialView, Wants
 from trials.preflight.disk import MIN_FREE_DISK, capture_bytes, results_disk_problems
 from trials.preflight.facts import kernel_modules, qdiscs_available
+from trials.preflight.marker_load import markers_keep_up
 from trials.preflight.routes import expected_routes, route_problems
 
 SHAPING_TOOLS = ["tc"]
@@ -510,6 +511,7 @@ CHECKS = [
     Check("interfaces and routes", need=need_routes, judge=host_networks, asks_routes=True),
     Check("rio levels on FreeBSD", need=rio_levels_on_freebsd),
     Check("rates the rack carries", need=rates_the_rack_carries),
+    Check("packets/s the markers carry", judge=markers_keep_up),
     Check("a flow's own cc_params", need=flows_own_cc_params),
     Check("kernel tick", need=need_kernel_tick, judge=wrong_kernel_tick),
     Check("link speed", need=need_link_speed, judge=slow_links),

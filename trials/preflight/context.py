@@ -70,6 +70,15 @@ class Context:
         max_rate = self.rack.vars.get("trialbed_max_rate")
         return max_rate, f"trialbed_max_rate {max_rate}, measured"
 
+    @cached_property
+    def marker_capacities(self) -> tuple[str, Any]:
+        """The inventory's variable that says how many packets/s the rack's edge markers
+        carry, per implementation, and its value (None: not given): trialbed_marker_max_pps,
+        on the VM rack trialbed_vm_marker_max_pps (the virtual inventory serves both kinds)."""
+        vm = self.rack.vars.get("trialbed_rack_kind") == "vm"
+        var = "trialbed_vm_marker_max_pps" if vm else "trialbed_marker_max_pps"
+        return var, self.rack.vars.get(var)
+
     def first_time(self, key: Hashable) -> bool:
         """True the first time `key` is asked in this run: a problem that several trials (or
         flows) would each find is said once."""
