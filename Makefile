@@ -23,7 +23,7 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help docs setup lock rack-up rack-down configure teardown status trial preflight batch validate-htcp nightly-install nightly-remove nightly-status nightly-run test test-long lint bench
+.PHONY: help docs setup lock rack-up rack-down configure teardown status trial preflight batch validate-htcp nightly-install nightly-remove nightly-status nightly-run test test-long lint bench bench-marker
 
 help:  ## every target, with what it does (the default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -140,6 +140,14 @@ bench: setup  ## the transaction generator's own overhead on loopback; a grouped
 	@nice -n 10 $(PYTHON) tests/bench/bench_transact.py
 	@nice -n 10 $(PYTHON) tests/bench/bench_catalog.py
 	@nice -n 10 $(PYTHON) tests/bench/bench_analysis.py $(BENCH_ARGS)
+
+# On the rack that is up (the virtual one, namespaces or VM: its topology must be chain2, which
+# experiments/diffserv.yml runs on; INVENTORY=: a lab rack), after a trial has shipped the hosts'
+# programs; BENCH_ARGS: the script's options (--implementations none python bpf, --seconds S).
+bench-marker: setup  ## the packets/s each edge-marker implementation carries on the rack (tests/bench/bench_marker.py): clears trials' shaping (make teardown), doubles a rate of full-size TCP segments through diffserv.yml's marker until it is not carried, prints the inventory lines preflight reads (trialbed_marker_max_pps; the VM rack: trialbed_vm_marker_max_pps)
+	@$(call need_file,$(RACK_INVENTORY),inventory,$(INVENTORY_HINT))
+	@$(ANSIBLE_PLAYBOOK) playbooks/teardown.yml -i $(RACK_INVENTORY)
+	@PYTHONPATH="$(CURDIR)" nice -n 10 $(PYTHON) tests/bench/bench_marker.py -i $(RACK_INVENTORY) $(BENCH_ARGS)
 
 .PHONY: trends
 trends: setup  ## write the nightly trends of $(EXPERIMENT) from the results catalog: each key metric per cell over the nights, the commit of each, the nights the test flagged, the night a shift holds from (results/catalog/trends/<name>/index.html)

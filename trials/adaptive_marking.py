@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core.command import Command
-from core.daemons import Daemons
+from core.daemons import READY_TIMEOUT_S, Daemons
 from core.dscp import af_code_points
 from core.hostside import (
     BPF_EDGE_MARKER,
@@ -114,11 +114,13 @@ def router_python(rack: Rack, host: str) -> str:
     return python
 
 
-def start(rack: Rack, daemons: Daemons, site: MarkerSite) -> None:
+def start(
+    rack: Rack, daemons: Daemons, site: MarkerSite, ready_timeout_s: float = READY_TIMEOUT_S
+) -> None:
     """Start the marker on its host; returns once its rules are in place."""
     shipped = remote_dir(rack.host(site.host).workdir)
     marker = site.marker_command(router_python(rack, site.host), shipped)
-    daemons.spawn(site.host, site.daemon, marker, ready="ready")
+    daemons.spawn(site.host, site.daemon, marker, ready="ready", ready_timeout_s=ready_timeout_s)
 
 
 def collect(trial_dir: Path, record: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ SENDING = {
     "trials/generators/cbr_udp.py", "trials/generators/transaction.py",
     "trials/generators/web_poisson.py", "trials/preflight/clocks.py",
     "trials/preflight/facts.py", "trials/preflight/reach.py", "trials/runner.py",
-    "trials/status.py",
+    "trials/status.py", "trials/udp_stream.py",
 }  # fmt: skip
 
 

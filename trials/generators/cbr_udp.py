@@ -3,7 +3,6 @@ generated as a pcap and replayed in real time by tcpreplay; a socket sink receiv
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -11,12 +10,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from core.command import and_then, command
+from core.command import command
 from core.dscp import parse_dscp
 from core.link_rules import ETHERNET_HEADER
 from trials.fields import Dscp, PacketInterval, Port, TrafficDuration, UdpPacketBytes
 from trials.generators.base import Direction, GeneratorSpec, OneWay, TrafficGenerator
-from trials.udp_stream import rewrite_for_rack, write_stream_template
+from trials.udp_stream import next_hop, rewrite_for_rack, write_stream_template
 
 BASE_PORT = 40000
 # The receiver's sink: a UDP socket bound to address $1, port $2 (python3 -c SINK ADDR PORT).
@@ -65,22 +64,7 @@ class CbrUdp(TrafficGenerator):
     def prepare(self) -> None:
         """Build the stream's pcap for the rack and put it on the sender."""
         rack, s = self.ctx.rack, self.spec
-        # The route and the interfaces' addresses in one round trip (two JSON lines).
-        route_and_links = and_then(
-            command("ip", "-j", "route", "get", str(self.dst)), command("ip", "-j", "link", "show")
-        )
-        route_json, links_json = rack.run(self.sender, route_and_links).splitlines()[:2]
-        route = json.loads(route_json)[0]
-        gateway, self.iface = route.get("gateway", str(self.dst)), route["dev"]
-        src_mac = {link["ifname"]: link.get("address") for link in json.loads(links_json)}[
-            self.iface
-        ]
-        found = rack.interface_with_address(gateway)
-        if found is None:
-            raise RuntimeError(f"no inventory host owns {self.sender}'s next hop {gateway}")
-        owner, owner_if = found
-        hop_mac = rack.run(owner.name, command("cat", f"/sys/class/net/{owner_if}/address"))
-        hop_mac = hop_mac.strip()
+        self.iface, src_mac, hop_mac = next_hop(rack, self.sender, str(self.dst))
         scratch = Path(tempfile.mkdtemp(prefix="trialbed-udp-"))
         template, stream = scratch / "template.pcap", scratch / self.stream_file
         try:
