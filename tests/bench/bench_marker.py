@@ -55,7 +55,7 @@ from core.command import STDOUT, command, redirected
 from core.daemons import Daemons
 from core.layout import remote_trial_dir
 from core.link_rules import FULL_FRAME_BYTES, MTU
-from core.rack import Rack
+from core.rack import Rack, RackError
 from trials import adaptive_marking
 from trials.network import resolve_network
 from trials.plan import load_plan
@@ -333,7 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[Step]] = {}
     for implementation in args.implementations:
         print(f"{implementation}:", flush=True)
-        results[implementation] = bench.search(implementation)
+        try:
+            results[implementation] = bench.search(implementation)
+        except RackError as exc:  # e.g. a router that cannot build the BPF marker
+            print(f"  could not run: {exc}", flush=True)
     when = datetime.now(UTC).strftime("%Y-%m-%d")
     commit = subprocess.run(["git", "-C", str(PROJECT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 from analysis.pcap import ip_to_int, read_pcap
 from core.command import Command
 from core.link_rules import FULL_FRAME_BYTES, MTU
-from core.rack import Rack
+from core.rack import Rack, RackError
 from tests.bench import bench_marker
 from tests.bench.bench_marker import DELIVERED, FLOWS, KEPT_UP, Step, tcp_frames, tcpreplay_counts
 from tests.unit.render_trial import topology_hosts
@@ -173,3 +173,22 @@ def test_a_sender_that_cannot_reach_the_rate_gives_a_lower_bound(monkeypatch, tm
     assert "  bpf: 1500  # at least: the sender's limit or --top" in said
     started = [c for n, c in rack.sent if n == "R1" and "bpf_edge_marker.py" in c]
     assert len(started) == 1 and "--queue" not in started[0]
+
+
+def test_an_implementation_that_cannot_start_is_said_and_the_others_measured(
+    monkeypatch, tmp_path, capsys
+):
+    rack = SimulatedRack(capacity=3000)
+    run = rack.run
+
+    def no_bpf(name: str, cmd: Command, **kwargs) -> str:
+        if "bpf_edge_marker.py" in cmd:
+            raise RackError(f"{name}: building hostside/bpf_tc failed (needs clang)")
+        return run(name, cmd, **kwargs)
+
+    monkeypatch.setattr(rack, "run", no_bpf)
+    steps = json.loads(run_bench(monkeypatch, tmp_path, rack, "--implementations", "bpf", "python"))
+    assert list(steps) == ["python"]
+    said = capsys.readouterr().out
+    assert "bpf:\n  could not run: R1: building hostside/bpf_tc failed (needs clang)" in said
+    assert "  python: 3000\n" in said and "  bpf:" not in said.split("Put in the inventory")[1]
