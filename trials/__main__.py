@@ -29,7 +29,7 @@ from rich.markup import escape
 from analysis.regressions import NIGHTS
 from analysis.workers import jobs_setting
 from core.layout import RESULTS_DIR
-from trials import cli_record, cli_results, rack_kind, validate_htcp
+from trials import cli_record, cli_results, rack_kind, validation
 from trials.console import console
 
 # What the commands do is in trials/commands.py, imported for them alone: `trials report`
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("batch", type=Path)
     cli_results.add_parser(sub)
     cli_record.add_parser(sub)
-    validate_htcp.add_parser(sub)
+    validation.add_parsers(sub)
     args = parser.parse_args(argv)
     try:  # the analysis at the end runs on this setting: refused before any host is touched
         jobs_setting()

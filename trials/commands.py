@@ -20,7 +20,7 @@ from analysis.regressions import judge
 from analysis.report import analyse_batch, print_batch
 from core.layout import BatchDir, new_batch_path
 from core.rack import DEFAULT_INVENTORY, PROJECT_DIR, Rack, RackError
-from trials import cli_record, cli_results, nightly, rack_kind, validate_htcp
+from trials import cli_record, cli_results, nightly, rack_kind
 from trials.ansible import PlaybookError, run_playbook
 from trials.batch import Batch, batch_name_problem
 from trials.batch_watch import watch
@@ -34,6 +34,7 @@ from trials.network import virtual_topology_problems
 from trials.plan import Plan, Trial, load_plan
 from trials.preflight import available, preflight
 from trials.spec import SpecError
+from trials.validation import VALIDATIONS, validate
 
 # Per trial beyond its traffic: configure, arm, start lead, drain, collect (measured on the
 # 2-core namespace rack: 3 s when only cc changes, 7-8 s when the router's shaping changes,
@@ -198,8 +199,10 @@ def run(args: argparse.Namespace) -> int:
             return run_batch(args)
         if args.command == "nightly":
             return run_nightly(args)
-        if args.command == "validate-htcp":
-            return validate_htcp.validate(args, run_batch, lambda m: print(m, flush=True))
+        if args.command in VALIDATIONS:
+            return validate(
+                VALIDATIONS[args.command], args, run_batch, lambda m: print(m, flush=True)
+            )
         plan = load_plan(args.experiment, args.sets)
         trials = plan.select(args.only)
         refuse_before_a_rack(plan, trials, virtual=args.command == "check" or not args.inventory)
