@@ -193,6 +193,13 @@ def cc_kernel_name(cc: str, implementation: str | None) -> str:
     return BPF_CC_PREFIX + cc if implementation == "bpf" else cc
 
 
+# -- RIO's implementation (roles/linux_router, network.links[].rio.implementation) -----------
+# Which implementation runs qdisc rio on a Linux router (linux_router_rio_implementation, one
+# per router): auto, GRED in RIO mode where the kernel has it and else the BPF program of
+# hostside/bpf_tc/rio; gred, GRED or an error; bpf, the BPF program even where GRED is there.
+RIO_IMPLEMENTATIONS = ("auto", "gred", "bpf")
+
+
 # -- configure.yml's tags -------------------------------------------------------------------
 # The tag that applies each trial variable: when only these changed on a host since the
 # runner applied it, only their tags run there (`--tags cc,shaping`). tests/unit/
@@ -211,6 +218,7 @@ CONFIGURE_TAGS = {
     "linux_router_forwarding": "shaping",
     "linux_router_links": "shaping",
     "linux_router_links_choices": "shaping",
+    "linux_router_rio_implementation": "shaping",
     "dscp_marker_rules": "marking",
     "capture_points": "captures",
 }

@@ -102,6 +102,9 @@ def host_vars(
             ]
             if choices := (shaping_choices or {}).get(host):
                 v["linux_router_links_choices"] = choices
+            # Only when asked (network.links[].rio.implementation): the role's default is auto.
+            if asked := net.rio_implementation.get(host):
+                v["linux_router_rio_implementation"] = asked[0]
         # Always set, so that the next trial without marking takes the table away again.
         v["dscp_marker_rules"] = net.marking.get(host, [])
         points = [c for c in net.captures if c.host == host]
@@ -131,12 +134,15 @@ def cc_switchable(applied: dict[str, Any] | None, wanted: dict[str, Any]) -> boo
 def shaping_switchable(applied: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
     """Whether a router's links go from `applied`'s to `wanted`'s by its trialbed-select-shaping:
     they differ, and the configure that applied `applied` rendered the wanted ones among the
-    same choices (linux_router_links_choices)."""
+    same choices (linux_router_links_choices) with the same RIO implementation (the choices
+    are rendered for one)."""
     if applied is None or "linux_router_links" not in wanted:
         return False
     choices = wanted.get("linux_router_links_choices", [])
+    impl = "linux_router_rio_implementation"
     return (
         applied.get("linux_router_links") != wanted["linux_router_links"]
+        and applied.get(impl) == wanted.get(impl)
         and wanted["linux_router_links"] in choices
         and applied.get("linux_router_links_choices") == choices
     )

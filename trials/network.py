@@ -16,10 +16,11 @@ from typing import Any
 import yaml
 
 from core import link_rules
+from core.link_rules import RIO_IMPLEMENTATIONS
 from core.rack import PROJECT_DIR, Host, Rack, RackError
 from trials.generators import GENERATOR_TYPES
 from trials.generators.base import TrialContext
-from trials.spec import Experiment, HostSettings, Shaping
+from trials.spec import Experiment, HostSettings, Link, Shaping
 
 ROUTER_GROUPS = ("linux_routers", "freebsd_routers")
 # Hosts that run FreeBSD: dummynet routers, and end hosts whose cwnd SIFTR records.
@@ -61,6 +62,9 @@ class ResolvedNetwork:
     bottleneck: str | None = None  # the link named as the congestion point, if any
     # host -> its DSCP marking rules as the role dscp_marker takes them (addresses resolved)
     marking: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # router host -> the RIO implementation its rio links ask for (gred, bpf) and the key that
+    # asks; a router whose rio links all say auto is not here (the role chooses)
+    rio_implementation: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def host_of(self, node: str) -> str:
         return self.nodes[node]
@@ -264,6 +268,7 @@ def resolve_network(exp: Experiment, rack: Rack, source: str) -> ResolvedNetwork
             if other is None:
                 seen[(egress.host, iface)] = egress
                 resolved.egress.append(egress)
+                _ask_rio_implementation(resolved, egress, rio_key(link, which), source)
 
     links = {lk.name: lk for lk in net.links}
     clock_default = rack.vars.get("trialbed_clock_domain")
@@ -285,6 +290,33 @@ def resolve_network(exp: Experiment, rack: Rack, source: str) -> ResolvedNetwork
         resolved.captures.append(CaptureSite(point.name, node, host.name, iface, str(clock)))
     resolved.marking = resolve_marking(exp, resolved, source)
     return resolved
+
+
+def rio_key(link: Link, which: str) -> str:
+    """The key of a link direction's RIO implementation: its forward/reverse override's
+    where that gives rio, else the link's."""
+    override = link.forward if which == "forward" else link.reverse
+    return (
+        f"network.links[{link.name}].{f'{which}.' if 'rio' in override else ''}rio.implementation"
+    )
+
+
+def _ask_rio_implementation(net: ResolvedNetwork, e: Egress, key: str, source: str) -> None:
+    """Note what a rio egress asks of its router's one RIO implementation (gred, bpf; auto
+    leaves it to the role); RackError naming both keys when another rio link of that router
+    asked for the other."""
+    if e.shaping.qdisc != "rio" or e.shaping.rio is None:
+        return
+    asked = e.shaping.rio.implementation
+    if asked == RIO_IMPLEMENTATIONS[0]:
+        return
+    have, have_key = net.rio_implementation.setdefault(e.host, (asked, key))
+    if have != asked:
+        raise RackError(
+            f"{source}: key '{key}': {asked} on router {e.node} ({e.host}), whose other rio "
+            f"link asks for {have} ('{have_key}'); a router runs one implementation of RIO "
+            f"(linux_router_rio_implementation): ask both for the same, or leave one auto"
+        )
 
 
 PROTOCOLS = {6: "tcp", 17: "udp", 1: "icmp"}

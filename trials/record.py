@@ -122,7 +122,8 @@ def rio_record(
 ) -> dict[str, Any]:
     """Per RIO egress (host:iface): its virtual queues as configured (thresholds in packets
     and in bytes, the mean packet size that converted them, w_q asked and used), which
-    implementation ran, and what each VQ counted during the trial (GRED's counters, after
+    implementation was asked (network.links[].rio.implementation) and which ran, and what each
+    VQ counted during the trial (GRED's counters, after
     minus before; or the BPF RIO's per level, rio_record_bpf). On a FreeBSD router, the
     dummynet approximation instead (rio_record_dummynet); `delay`: trial.json's delay record
     (the routers' delay_backend.json), which labels both."""
@@ -134,6 +135,7 @@ def rio_record(
             "link": e.link,
             "direction": e.direction,
             "in_dscp": [parse_dscp(d) for d in e.shaping.rio.in_dscp],  # type: ignore[union-attr]
+            "asked": e.shaping.rio.implementation,  # type: ignore[union-attr]
         }
         if high := rio_high_dscp(e.shaping.rio.settings()):  # type: ignore[union-attr]
             entry["high_dscp"] = high

@@ -16,6 +16,11 @@ from trials.preflight.context import Check, Context, TrialView, Wants
 from trials.preflight.disk import MIN_FREE_DISK, capture_bytes, results_disk_problems
 from trials.preflight.facts import kernel_modules, qdiscs_available
 from trials.preflight.marker_load import markers_keep_up
+from trials.preflight.rio import (
+    missing_rio_implementation,
+    need_rio_implementation,
+    rio_bpf_lacks,
+)
 from trials.preflight.routes import expected_routes, route_problems
 
 SHAPING_TOOLS = ["tc"]
@@ -401,21 +406,6 @@ def missing_qdiscs(ctx: Context, wants: Wants) -> list[str]:
     return problems
 
 
-def rio_bpf_lacks(facts: dict, modules: bool) -> list[str]:
-    """What a Linux host lacks to run qdisc rio as the BPF program (roles/linux_router builds
-    it with clang and libbpf-dev's headers and loads it with Python through libbpf): `modules`
-    says whether its kernel can load core.rio_bpf.KERNEL_MODULES."""
-    lacking = [] if modules else [" and ".join(rio_bpf.KERNEL_MODULES) + " in the kernel"]
-    support = facts.get("bpf_cc_kernel") or {}
-    if not (support.get("tools") or {}).get("clang"):
-        lacking.append("clang")
-    if not support.get("libbpf_headers"):
-        lacking.append("libbpf-dev")
-    if not (facts.get("tools") or {}).get("python3"):
-        lacking.append("python3")
-    return lacking
-
-
 def freebsd_qdisc_problems(
     source: str, needs: dict[str, dict[str, str]], facts: dict[str, dict]
 ) -> list[str]:
@@ -520,6 +510,7 @@ CHECKS = [
     Check("siftr", need=need_siftr, judge=missing_siftr),
     Check("BPF markers", need=need_bpf_tc, judge=missing_bpf_tc),
     Check("qdiscs", need=need_qdiscs, judge=missing_qdiscs),
+    Check("rio implementation", need=need_rio_implementation, judge=missing_rio_implementation),
     Check("host disk", need=need_capture_disk, judge=full_disks),
     Check("clocks", need=need_clock_domain, judge=clocks_apart),
     Check("results disk", judge=full_results_disk),

@@ -17,7 +17,13 @@ from pydantic import (
 )
 
 from core.dscp import parse_dscp
-from core.link_rules import DEFAULT_QDISC, ETHERNET_HEADER, MTU, QDISC_NAMES
+from core.link_rules import (
+    DEFAULT_QDISC,
+    ETHERNET_HEADER,
+    MTU,
+    QDISC_NAMES,
+    RIO_IMPLEMENTATIONS,
+)
 from core.rio import DEFAULTS as RIO_DEFAULTS
 from core.rio import HIGH_DSCP, IN_DSCP, MAX_OVER_MIN, MEAN_PACKET, RioError, virtual_queues
 from core.units import parse_bytes
@@ -97,9 +103,17 @@ class Rio(Strict):
     high_dscp: DscpList | None = Field(
         None, description="with high: its DSCPs (default {})".format(", ".join(HIGH_DSCP))
     )
+    implementation: Literal[RIO_IMPLEMENTATIONS] = Field(  # type: ignore[valid-type]
+        RIO_IMPLEMENTATIONS[0],
+        description="which implementation runs it on a Linux router: auto (GRED in RIO mode "
+        "where the kernel has it, else the tc BPF program of hostside/bpf_tc/rio), gred "
+        "(GRED; a kernel without it is an error) or bpf (the BPF program even beside GRED). "
+        "One per router: its rio links that ask for gred or bpf ask for the same",
+    )
 
     def settings(self) -> dict[str, Any]:
-        """The form core/rio.py and role linux_router take (packets, mean_packet with unit)."""
+        """The form core/rio.py and role linux_router take (packets, mean_packet with unit);
+        the implementation is the router's (linux_router_rio_implementation), not the link's."""
         return {
             "mean_packet": f"{self.mean_packet}B",
             "in": self.in_.model_dump(exclude_none=True),
