@@ -23,7 +23,7 @@ RACK_VARS = $(if $(RACK_PREFIX),-e virtual_rack_namespace_prefix=$(RACK_PREFIX))
   $(if $(RACK_SUBNET),-e virtual_rack_management_subnet=$(RACK_SUBNET))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help docs setup lock rack-up rack-down configure teardown status trial preflight batch validate-htcp nightly-install nightly-remove nightly-status nightly-run test test-long lint bench bench-marker
+.PHONY: help docs setup lock rack-up rack-down configure teardown status trial preflight batch validate-htcp validate-rio nightly-install nightly-remove nightly-status nightly-run test test-long lint bench bench-marker
 
 help:  ## every target, with what it does (the default)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -77,6 +77,11 @@ batch: setup  ## run $(EXPERIMENT) unattended: plan, progress and ETA, resumable
 REPETITIONS ?= 5
 validate-htcp: setup  ## H-TCP's kernel module against its BPF implementation (hostside/bpf_cc/htcp) on the VM rack: $(REPETITIONS) trials of each as one batch, then goodput, UDP median OWD, congestion-epoch length and cwnd shape per implementation; exit 1 when one differs by more than 2 pooled sd
 	@$(TRIALBED) validate-htcp --repetitions $(REPETITIONS) $(if $(BATCH),--batch $(BATCH)) \
+	  --rack-kind $(if $(filter auto,$(RACK)),vm,$(RACK)) $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES)
+
+# The same for RIO (GRED has no module on this machine's kernel: the VM rack unless RACK is given).
+validate-rio: setup  ## RIO as GRED in RIO mode against its BPF implementation (hostside/bpf_tc/rio) on the VM rack: $(REPETITIONS) trials of each (experiments/rio_validation.yml) as one batch, then IN and OUT drop %, the queue's mean and quantiles, goodput and transit per implementation; exit 1 when one differs by more than 2 pooled sd
+	@$(TRIALBED) validate-rio --repetitions $(REPETITIONS) $(if $(BATCH),--batch $(BATCH)) \
 	  --rack-kind $(if $(filter auto,$(RACK)),vm,$(RACK)) $(foreach r,$(RACKS),--rack $(r)) --retries $(RETRIES)
 
 # Nightly: AT=HH:MM, KEEP_CAPTURES=days a batch keeps its captures (its tables stay);

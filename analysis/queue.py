@@ -28,6 +28,7 @@ __all__ = [
     "EVENT_NAMES",
     "occupancy_at",
     "queue_occupancy",
+    "queue_quantiles",
     "queue_summary",
 ]
 
@@ -111,18 +112,39 @@ def occupancy_at(queue: pd.DataFrame, ts_ns: np.ndarray) -> pd.DataFrame:
     )
 
 
-def queue_summary(queue: pd.DataFrame, *, start_ns: int, end_ns: int) -> dict[str, float]:
-    """Time-weighted mean and the maximum occupancy over [start_ns, end_ns), and drops."""
+def _held(queue: pd.DataFrame, start_ns: int, end_ns: int, col: str) -> tuple[np.ndarray, ...]:
+    """Each level of ``col`` the queue held over [start_ns, end_ns) (the one at the start
+    first) and for how long (ns)."""
     ts = queue["ts_ns"].to_numpy()
     inside = (ts >= start_ns) & (ts < end_ns)
     at_start = occupancy_at(queue, np.array([start_ns]))
-    edges = np.r_[start_ns, ts[inside], end_ns]
-    span = np.diff(edges)
+    span = np.diff(np.r_[start_ns, ts[inside], end_ns])
+    return np.r_[at_start[col].to_numpy(), queue[col].to_numpy()[inside]], span
+
+
+def queue_summary(queue: pd.DataFrame, *, start_ns: int, end_ns: int) -> dict[str, float]:
+    """Time-weighted mean and the maximum occupancy over [start_ns, end_ns), and drops."""
     out: dict[str, float] = {}
     for col in ("packets", "bytes"):
-        level = np.r_[at_start[col].to_numpy(), queue[col].to_numpy()[inside]]
+        level, span = _held(queue, start_ns, end_ns, col)
         total = span.sum()
         out[f"mean_{col}"] = float((level * span).sum() / total) if total > 0 else float("nan")
         out[f"max_{col}"] = float(level.max()) if len(level) else float("nan")
+    ts = queue["ts_ns"].to_numpy()
+    inside = (ts >= start_ns) & (ts < end_ns)
     out["drops"] = int((queue["event"] == "drop").to_numpy()[inside].sum())
     return out
+
+
+def queue_quantiles(
+    queue: pd.DataFrame, quantiles: list[float], *, start_ns: int, end_ns: int
+) -> list[float]:
+    """The occupancy in packets at each of ``quantiles`` (0..1) of the time over
+    [start_ns, end_ns): the least level the queue held at or below for that share of it."""
+    level, span = _held(queue, start_ns, end_ns, "packets")
+    if span.sum() <= 0:
+        return [float("nan")] * len(quantiles)
+    order = np.argsort(level, kind="stable")
+    held = np.cumsum(span[order]) / span.sum()
+    at = np.searchsorted(held, np.asarray(quantiles, np.float64) - 1e-12, side="left")
+    return level[order][np.minimum(at, len(level) - 1)].astype(float).tolist()

@@ -15,6 +15,7 @@ record results/<batch> docs/reproductions/<family>
 nightly install|remove|status|run EXPERIMENT  nightly batches (exit 3: ran, a change found)
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
 validate-htcp [--repetitions N] [--batch DIR] H-TCP's kernel module against its BPF implementation
+validate-rio [--repetitions N] [--batch DIR]  RIO as GRED against its BPF implementation
 """
 
 from __future__ import annotations

@@ -44,6 +44,11 @@ VALIDATIONS = {
             "tcp_htcp", "H-TCP's kernel module against its BPF implementation: one batch, then "
             "the table",
         ),
+        Validation(
+            "validate-rio", EXPERIMENTS / "rio_validation.yml", "analysis.rio_validation",
+            "sch_gred", "RIO as GRED in RIO mode against its BPF implementation: one batch, then "
+            "the table",
+        ),
     )
 }  # fmt: skip
 

@@ -2,11 +2,15 @@
 the schema's message for a wrong value, the router's role variable (one per router; a router
 whose rio links ask for two is refused naming both keys), what configure runs when only it
 changes, preflight's refusals (gred without GRED, bpf without the BPF RIO's tools, either on a
-FreeBSD router), and the record's `asked`. Nothing here touches a host."""
+FreeBSD router), the record's `asked`, and `trialbed validate-rio` refusing the namespace rack.
+Nothing here touches a host."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -25,6 +29,7 @@ from trials.host_vars import host_vars, shaping_switchable
 from trials.network import host_settings, resolve_network
 from trials.plan import load_plan
 from trials.spec import SpecError
+from trials.validation import VALIDATIONS, refusal, this_kernel_has
 
 PROJECT = Path(__file__).resolve().parents[2]
 VALIDATION = PROJECT / "experiments" / "rio_validation.yml"
@@ -172,3 +177,22 @@ def test_the_roles_default_and_choices_are_the_rule():
     assert defaults[VAR] == RIO_IMPLEMENTATIONS[0]
     spec = yaml.safe_load((role / "meta/argument_specs.yml").read_text())
     assert tuple(spec["argument_specs"]["main"]["options"][VAR]["choices"]) == RIO_IMPLEMENTATIONS
+
+
+def test_validate_rio_refuses_the_namespace_rack_and_too_few_repetitions_before_anything_runs():
+    rio = VALIDATIONS["validate-rio"]
+    asked = Namespace(repetitions=5, racks=None, rack_kind="namespaces")
+    if this_kernel_has("sch_gred"):
+        assert refusal(rio, asked) is None
+    else:
+        assert "no sch_gred module, so only the BPF implementation" in refusal(rio, asked)
+        assert "RACK=vm" in refusal(rio, asked)
+    assert refusal(rio, Namespace(repetitions=5, racks=None, rack_kind="vm")) is None
+    assert refusal(rio, Namespace(repetitions=5, racks=["lab.yml"], rack_kind="namespaces")) is None
+    few = refusal(rio, Namespace(repetitions=1, racks=None, rack_kind="vm"))
+    assert "at least 2 trials of each implementation" in few
+    done = subprocess.run(
+        [sys.executable, "-m", "trials", "validate-rio", "--repetitions", "1"],
+        cwd=PROJECT, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2 and "validate-rio: --repetitions 1" in done.stderr + done.stdout
