@@ -9,8 +9,9 @@ analysis/families/diffserv.py); per implementation their mean and run-to-run spr
 the verdict, by analysis/agreement.py's rule and table (H-TCP's validation shares them).
 
 A packet before the queue and none after it was dropped there: the captures before and after
-must see every packet (a capture's kernel drops leave the trial out) and the queue must have
-drained before they stopped (the runner's drain).
+must see every packet, and the queue must have drained before they stopped (the experiment's
+drain); a trial where either fails (a capture's kernel drops, packets the queue analysis
+could not tell from drops at the end) is left out, named.
 """
 
 from __future__ import annotations
@@ -139,6 +140,11 @@ def trial_metrics(trial_dir: Path) -> dict[str, Any]:
     if lost and row["problem"] is None:
         said = ", ".join(f"{p} {n}" for p, n in sorted(lost.items()))
         row["problem"] = f"captures lost packets in the kernel ({said}): drops would be miscounted"
+    if (waiting := queue.get("queue_undecided_at_end") or 0) and row["problem"] is None:
+        row["problem"] = (
+            f"{waiting} packets may have been in the queue still when the captures stopped, "
+            "which the counts by DSCP take for drops: give the trial a longer drain"
+        )
     offered = sum(before for before, _ in counts.values())
     row["in_share_pct"] = 100 * counts["in"][0] / offered if offered else math.nan
     for name, (before, after) in counts.items():

@@ -81,7 +81,7 @@ def queue_of(ts: np.ndarray, dropped: np.ndarray) -> tuple[pd.DataFrame, np.ndar
 
 def write_trial(
     batch: Path, name: str, ran: str, seed: int, *, out_min: int = 2, asked: str | None = None,
-    capture_drops: int = 0,
+    capture_drops: int = 0, undecided: int = 0,
 ) -> dict:  # fmt: skip
     """One trial's record, summary and queue table; the truth returned: per level the
     packets offered and dropped, and the queue's occupancy every millisecond."""
@@ -123,7 +123,13 @@ def write_trial(
     steady = left[(ts[~dropped] >= WARMUP * 10**9) & (left < SECONDS * 10**9)]
     summary = {
         "generators": generators,
-        "queues": {"bottleneck": {"captures_before": [POINTS[0]], "captures_after": [POINTS[1]]}},
+        "queues": {
+            "bottleneck": {
+                "captures_before": [POINTS[0]],
+                "captures_after": [POINTS[1]],
+                "queue_undecided_at_end": undecided,
+            }
+        },
         "capture_drops": {POINTS[0]: capture_drops, POINTS[1]: 0},
         "goodput_bps": len(steady) * PAYLOAD * 8 / (SECONDS - WARMUP),
         "transit_mean_ms": float((left - ts[~dropped]).mean() / 1e6),
@@ -194,9 +200,11 @@ def test_what_cannot_count_is_left_out_and_one_implementation_is_not_judged(tmp_
     batch = batch_of(tmp_path, runs=3)
     write_trial(batch, "implementation-bpf_r4", "gred", seed=9, asked="bpf")
     write_trial(batch, "implementation-bpf_r5", "bpf", seed=10, capture_drops=3)
+    write_trial(batch, "implementation-gred_r4", "gred", seed=11, undecided=2)
     rows = batch_metrics(batch).set_index("trial")
     assert rows.loc["implementation-bpf_r4", "problem"] == f"{WHERE}: asked bpf, ran gred"
     assert "before_bottleneck 3" in rows.loc["implementation-bpf_r5", "problem"]
+    assert "2 packets may have been in the queue" in rows.loc["implementation-gred_r4", "problem"]
     _, verdicts = compare(rows.reset_index(), JUDGED)
     assert all(v.n == (3, 3) for v in verdicts)
     only = tmp_path / "only"
