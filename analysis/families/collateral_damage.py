@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.batches import trial_dir
-from analysis.families.common import first_of, fmt, trimmed
+from analysis.families.common import TRIMMED_MEAN, first_of, fmt, trimmed, trimmed_mean, used
 from analysis.lazy import pd
 from core.units import parse_duration_ns
 
@@ -89,7 +89,8 @@ def goodput_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "runs": grouped.size(),
-            "mean_kBps": grouped.apply(lambda s: trimmed(s).mean()),
+            "used": grouped.apply(used),
+            "mean_kBps": grouped.apply(trimmed_mean),
             "std_kBps": grouped.apply(lambda s: trimmed(s).std(ddof=1)),
         }
     )
@@ -115,13 +116,17 @@ def owd_table(batch_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
 
 
 def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
-    t1 = Table(title="Table 1: aggregate TCP goodput (KB/s, steady state, from captures)")
-    for col in ("CC", "RTT ms", "flows", "runs", "mean", "σ"):
+    t1 = Table(
+        title="Table 1: aggregate TCP goodput (KB/s, steady state, from captures): "
+        f"{TRIMMED_MEAN} (used) and σ of the same"
+    )
+    for col in ("CC", "RTT ms", "flows", "runs", "used", "mean", "σ"):
         t1.add_column(col, justify="right")
     for (cc, rtt, flows), row in goodput_table(table).iterrows():
         t1.add_row(
-            cc, f"{rtt:g}", str(flows), str(int(row.runs)), fmt(row.mean_kBps), fmt(row.std_kBps)
-        )
+            cc, f"{rtt:g}", str(flows), str(int(row.runs)), str(int(row.used)),
+            fmt(row.mean_kBps), fmt(row.std_kBps),
+        )  # fmt: skip
     console.print(t1)
     t2 = Table(title="Table 2: UDP one-way delay through the router (ms, from captures)")
     for col in ("CC", "RTT ms", "flows", "median", "mean", "σ", "lost"):

@@ -1,4 +1,5 @@
-"""Helpers the family reports share."""
+"""Helpers the family reports share: the generator a figure comes from, numbers as text, and
+the trimmed mean every family's tables average repetitions with."""
 
 from __future__ import annotations
 
@@ -20,7 +21,28 @@ def fmt(value: Any, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+# From this many repetitions on, the highest and the lowest are dropped (seed 000's protocol:
+# 5 runs, the mean of the middle 3; the papers' protocols here run 5 of every cell).
+TRIM_FROM = 5
+TRIMMED_MEAN = (
+    f"trimmed mean over the repetitions: with {TRIM_FROM} or more, the highest and the lowest "
+    f"dropped (the middle 3 of 5); with fewer, the mean of all"
+)
+
+
 def trimmed(values):
-    """With five or more repetitions the highest and lowest are dropped, as in seed 000."""
-    values = values.sort_values()
-    return values.iloc[1:-1] if len(values) >= 5 else values
+    """The repetitions a trimmed mean averages: those with a value, less the highest and the
+    lowest when there are TRIM_FROM or more."""
+    values = values.dropna().sort_values()
+    return values.iloc[1:-1] if len(values) >= TRIM_FROM else values
+
+
+def trimmed_mean(values) -> float:
+    """The mean of trimmed(values) (NaN when no repetition has a value)."""
+    kept = trimmed(values.astype(float))
+    return float(kept.mean()) if len(kept) else float("nan")
+
+
+def used(values) -> int:
+    """How many repetitions trimmed_mean(values) averages."""
+    return len(trimmed(values))

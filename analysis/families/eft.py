@@ -1,7 +1,8 @@
 """Seed 003 (Lipovac, Batos, Sertic 2009): response time per transaction of EFT-SHORT and
 EFT-LONG over TCP and UDP (the paper's Figs. 9-11: mean, and here median and p99 too, from the
 client and from the capture), and the throughput of FILETRANSF-LONG per protocol, rate, send
-size and file size (Figs. 4-8), with what the capture says about partial frames and ACKs."""
+size and file size (Figs. 4-8), with what the capture says about partial frames and ACKs; each
+figure a trimmed mean over the repetitions (analysis/families/common.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from analysis.families.common import first_of, fmt
+from analysis.families.common import TRIMMED_MEAN, first_of, fmt, trimmed_mean, used
 from analysis.lazy import pd
 
 CARRIED = (
@@ -60,14 +61,28 @@ def host_factors(table: pd.DataFrame) -> list[str]:
     return [c for c in table if c.startswith("factor:hosts.")]
 
 
+# What the paper compares at (section 3.1): the workload, the protocol, the link's rate, the
+# file or request size and the pairs (and the hosts' settings an experiment varies). The send
+# size and the TCP window are each protocol's own (TCP sends 32 767 bytes, UDP 8 863, at
+# 100 Mbit/s 32 543): TCP meets UDP at its own, so they are no group of the comparisons.
+COMPARED = ("workload", "protocol", "rate_mbps", "request_bytes", "pairs")
+OWN_SETTINGS = ("send_bytes", "tcp_window")
+
+
+def compared(table: pd.DataFrame) -> list[str]:
+    """The columns the paper's comparisons group trials by (COMPARED and host_factors)."""
+    return [*COMPARED, *host_factors(table)]
+
+
 def _complete(table: pd.DataFrame) -> pd.DataFrame:
     ok = table[table.status == "complete"]
     return ok[ok.workload.notna()] if "workload" in ok else ok.iloc[:0]
 
 
 def response_table(table: pd.DataFrame) -> pd.DataFrame:
-    """EFT-SHORT and EFT-LONG per rate, protocol and pairs: means over the runs of each
-    trial's mean, median and p99 response time (client), and the capture's median."""
+    """EFT-SHORT and EFT-LONG per rate, protocol and pairs: trimmed means over the runs of
+    each trial's mean, median and p99 response time (client), and the capture's median;
+    used: the runs averaged (of those with a mean response time)."""
     ok = _complete(table)
     ok = ok[ok.workload.isin(["eft_short", "eft_long"])]
     keys = ["rate_mbps", "protocol", "pairs", *host_factors(ok), "workload"]
@@ -75,11 +90,12 @@ def response_table(table: pd.DataFrame) -> pd.DataFrame:
         ok.groupby(keys, dropna=False)
         .agg(
             runs=("trial", "size"),
+            used=("response_mean_ms", used),
             transactions=("transactions", "sum"),
-            mean_ms=("response_mean_ms", "mean"),
-            median_ms=("response_median_ms", "mean"),
-            p99_ms=("response_p99_ms", "mean"),
-            capture_median_ms=("capture_response_median_ms", "mean"),
+            mean_ms=("response_mean_ms", trimmed_mean),
+            median_ms=("response_median_ms", trimmed_mean),
+            p99_ms=("response_p99_ms", trimmed_mean),
+            capture_median_ms=("capture_response_median_ms", trimmed_mean),
         )
         .reset_index()
         .rename(columns=lambda c: c.removeprefix("factor:"))
@@ -87,6 +103,9 @@ def response_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def throughput_table(table: pd.DataFrame) -> pd.DataFrame:
+    """FILETRANSF-LONG per rate, protocol, send size, file size, TCP window and pairs:
+    trimmed means over the runs of each trial's median and mean throughput and its capture's
+    counts per transfer; used: the runs averaged (of those with a median throughput)."""
     ok = _complete(table)
     ok = ok[ok.workload == "filetransf_long"]
     keys = ["rate_mbps", "protocol", "send_bytes", "request_bytes", "tcp_window", "pairs"]
@@ -95,24 +114,30 @@ def throughput_table(table: pd.DataFrame) -> pd.DataFrame:
         ok.groupby(keys, dropna=False)
         .agg(
             runs=("trial", "size"),
+            used=("throughput_median_mbps", used),
             transfers=("transactions", "sum"),
-            median_mbps=("throughput_median_mbps", "mean"),
-            mean_mbps=("throughput_mean_mbps", "mean"),
-            packets=("data_packets_per_transfer", "mean"),
-            partial=("partial_segments_per_transfer", "mean"),
-            acks=("server_acks_per_transfer", "mean"),
+            median_mbps=("throughput_median_mbps", trimmed_mean),
+            mean_mbps=("throughput_mean_mbps", trimmed_mean),
+            packets=("data_packets_per_transfer", trimmed_mean),
+            partial=("partial_segments_per_transfer", trimmed_mean),
+            acks=("server_acks_per_transfer", trimmed_mean),
         )
         .reset_index()
         .rename(columns=lambda c: c.removeprefix("factor:"))
     )
 
 
+RESPONSE_TITLE = "Response time per transaction, EFT-SHORT vs EFT-LONG"
+THROUGHPUT_TITLE = "FILETRANSF-LONG throughput (Mbit/s of payload per transfer)"
+
+
 def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
     resp = response_table(table)
     if not resp.empty:
-        t = Table(title="Response time per transaction, EFT-SHORT vs EFT-LONG (ms)")
+        t = Table(title=f"{RESPONSE_TITLE} (ms): {TRIMMED_MEAN} (used)")
         extra = [c.removeprefix("factor:") for c in host_factors(_complete(table))]
-        for col in ("Mbit/s", "protocol", "pairs", *extra, "workload", "runs", "transactions"):
+        cols = ("Mbit/s", "protocol", "pairs", *extra, "workload", "runs", "used", "transactions")
+        for col in cols:
             t.add_column(col, justify="right")
         for col in ("mean", "median", "p99", "capture median"):
             t.add_column(col, justify="right")
@@ -124,6 +149,7 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
                 *(str(r[c]) for c in extra),
                 r.workload,
                 str(r.runs),
+                str(r.used),
                 str(r.transactions),
                 *(fmt(r[c], 3) for c in ("mean_ms", "median_ms", "p99_ms", "capture_median_ms")),
             )
@@ -136,12 +162,20 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
         )
     thr = throughput_table(table)
     if not thr.empty:
-        t = Table(title="FILETRANSF-LONG throughput (Mbit/s of payload per transfer)")
+        t = Table(title=f"{THROUGHPUT_TITLE}: {TRIMMED_MEAN} (used)")
         extra = [c.removeprefix("factor:") for c in host_factors(_complete(table))]
         for col in ("Mbit/s", "protocol", "send B", "file B", "TCP window B", "pairs", *extra):
             t.add_column(col, justify="right")
-        t.add_column("runs", justify="right")
-        for col in ("transfers", "median", "mean", "packets", "partial", "server ACKs"):
+        for col in (
+            "runs",
+            "used",
+            "transfers",
+            "median",
+            "mean",
+            "packets",
+            "partial",
+            "server ACKs",
+        ):
             t.add_column(col, justify="right")
         for _, r in thr.iterrows():
             window = r.tcp_window
@@ -154,6 +188,7 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
                 str(r.pairs),
                 *(str(r[c]) for c in extra),
                 str(r.runs),
+                str(r.used),
                 str(r.transfers),
                 fmt(r.median_mbps, 2),
                 fmt(r.mean_mbps, 2),

@@ -12,7 +12,10 @@ SYN (``acked_since_first_syn_<c>``) and from T0, the launch of the senders
 (``acked_since_t0_<c>``, with iperf3's set-up: its control connection, three round trips
 before the data SYN). Trials analysed before the table counted transferred bytes (2026-12-07)
 carry only acknowledged ones (``delivered_<c>`` from T0, or ``delivered_since_first_syn_<c>``):
-the tables leave them out and say how many (``legacy_trials``)."""
+the tables leave them out and say how many (``legacy_trials``).
+
+Every figure of the tables is a trimmed mean over the group's repetitions (common.trimmed_mean:
+of 5, the middle 3), beside the number of repetitions it averages."""
 
 from __future__ import annotations
 
@@ -20,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from analysis.families.common import fmt
+from analysis.families.common import TRIMMED_MEAN, fmt, trimmed_mean, used
 from analysis.lazy import pd
 
 CUTOFFS = ("1s", "5s", "10s", "20s", "30s")
@@ -167,28 +171,38 @@ def _key_columns(by: list[str], key: Any) -> dict[str, Any]:
 
 
 FIRST_SYN_COLUMN = "first data SYN, s after T0"
+KB, SHARE, USED = " KB", " %", " used"  # a cut-off's columns: f"{cutoff}{KB}" ...
+
+
+def group_columns(through: pd.DataFrame) -> list[str]:
+    """The columns of throughput_table that name its groups (those before ``runs``)."""
+    return list(through.columns[: through.columns.get_loc("runs")])
+
+
+def _column(rows: pd.DataFrame, key: str) -> pd.Series:
+    return rows.get(key, pd.Series(index=rows.index, dtype=float))
 
 
 def throughput_table(
     table: pd.DataFrame, measure: str = TRANSFERRED, origin: str = SINCE_SYN
 ) -> pd.DataFrame:
-    """Per group of complete trials: runs, when the first data SYN came (mean, s after T0), and
-    per cut-off t the mean bytes over all flows that passed the capture after the bottleneck in
-    sequence by the first data SYN + t (``measure`` ACKED: acknowledged at the senders' side;
-    ``origin`` SINCE_T0: by T0 + t) in KB (1 KB = 1000 B) and their share of the bottleneck's
-    capacity (%). A mean is over the runs that have the figure (legacy_trials have none)."""
+    """Per group of complete trials: runs, when the first data SYN came (s after T0), and per
+    cut-off t the bytes over all flows that passed the capture after the bottleneck in sequence
+    by the first data SYN + t (``measure`` ACKED: acknowledged at the senders' side; ``origin``
+    SINCE_T0: by T0 + t) in KB (1 KB = 1000 B), their share of the bottleneck's capacity (%)
+    and the runs averaged (used). Each figure is the trimmed mean of the runs that have it
+    (legacy_trials have none; a trial shorter than t neither)."""
     keyed, by = _keyed(table)
     rows = []
     for key, rows_ in keyed.groupby(by, dropna=False):
         row = {**_key_columns(by, key), "runs": len(rows_)}
-        syn = rows_.get("first_data_syn_s", pd.Series(dtype=float))
-        row[FIRST_SYN_COLUMN] = syn.mean() if syn.notna().any() else float("nan")
+        row[FIRST_SYN_COLUMN] = trimmed_mean(_column(rows_, "first_data_syn_s"))
         for c in CUTOFFS:
-            got = rows_.get(bytes_key(measure, origin, c), pd.Series(dtype=float))
-            share = rows_.get(share_key(measure, origin, c), pd.Series(dtype=float))
-            have = got.notna().any()
-            row[f"{c} KB"] = got.mean() / 1000 if have else float("nan")
-            row[f"{c} %"] = share.mean() * 100 if have else float("nan")
+            got = _column(rows_, bytes_key(measure, origin, c))
+            share = _column(rows_, share_key(measure, origin, c))
+            row[f"{c}{KB}"] = trimmed_mean(got) / 1000
+            row[f"{c}{SHARE}"] = trimmed_mean(share) * 100
+            row[f"{c}{USED}"] = used(got)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -200,7 +214,8 @@ LATE_DIGITS = {LAUNCH_COLUMN: 0, LATE_SYN_COLUMN: 2, "share": 2}
 def late_joiner_table(table: pd.DataFrame) -> pd.DataFrame:
     """Per group of complete trials with a late joiner: when it was launched and when its
     first data SYN came, the data it carried in the LATE_WINDOW_S seconds after its own data
-    SYN(s) against its fair share, timeouts and fast retransmits (means over the runs)."""
+    SYN(s) against its fair share, timeouts and fast retransmits (trimmed means over the runs;
+    used: the runs averaged, of those with a share)."""
     keyed, by = _keyed(table)
     if "late_generator" not in keyed:
         return pd.DataFrame()
@@ -211,13 +226,14 @@ def late_joiner_table(table: pd.DataFrame) -> pd.DataFrame:
             {
                 **_key_columns(by, key),
                 "runs": len(r),
-                LAUNCH_COLUMN: r.late_start_s.mean(),
-                LATE_SYN_COLUMN: r.get("late_first_syn_s", pd.Series(dtype=float)).mean(),
-                f"first {LATE_WINDOW_S} s KB": r.late_first5s_bytes.mean() / 1000,
-                "fair share KB": r.late_fair_share_bytes.mean() / 1000,
-                "share": r.late_share_of_fair.mean(),
-                "timeouts": r.timeouts.mean(),
-                "fast rtx": r.fast_retransmits.mean(),
+                "used": used(_column(r, "late_share_of_fair")),
+                LAUNCH_COLUMN: trimmed_mean(r.late_start_s),
+                LATE_SYN_COLUMN: trimmed_mean(_column(r, "late_first_syn_s")),
+                f"first {LATE_WINDOW_S} s KB": trimmed_mean(r.late_first5s_bytes) / 1000,
+                "fair share KB": trimmed_mean(r.late_fair_share_bytes) / 1000,
+                "share": trimmed_mean(_column(r, "late_share_of_fair")),
+                "timeouts": trimmed_mean(r.timeouts),
+                "fast rtx": trimmed_mean(r.fast_retransmits),
             }
         )
     return pd.DataFrame(rows)
@@ -237,6 +253,7 @@ THROUGHPUT_TITLE = (
 LATE_TITLE = (
     f"Late joiner: data it carried in the first {LATE_WINDOW_S} s after its data SYN, and timeouts"
 )
+STATISTIC = f"each figure the {TRIMMED_MEAN}; used: the repetitions averaged"
 
 
 def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None:
@@ -244,13 +261,16 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
     if through.empty:
         return
     scaled = scaled_note(table)
-    t = Table(title=THROUGHPUT_TITLE + (f" — SCALED: {scaled}" if scaled else ""))
-    keys = [c for c in through.columns if c == "runs" or not c.endswith((" KB", " %"))]
+    title = f"{THROUGHPUT_TITLE}: {STATISTIC}" + (f" — SCALED: {scaled}" if scaled else "")
+    t = Table(title=title)
+    keys = [*group_columns(through), "runs", FIRST_SYN_COLUMN]
     for col in keys + list(CUTOFFS):
-        t.add_column(col, justify="right")
+        t.add_column(escape(col), justify="right")  # a factor: traffic[pair2].start
     for _, row in through.iterrows():
         cells = [
-            "-" if pd.isna(row[f"{c} KB"]) else f"{row[f'{c} KB']:.0f} ({row[f'{c} %']:.0f}%)"
+            "-"
+            if pd.isna(row[f"{c}{KB}"])
+            else f"{row[f'{c}{KB}']:.0f} ({row[f'{c}{SHARE}']:.0f}%, used {row[f'{c}{USED}']})"
             for c in CUTOFFS
         ]
         first = fmt(row[FIRST_SYN_COLUMN], 3)
@@ -261,11 +281,11 @@ def print_tables(batch_dir: Path, table: pd.DataFrame, console: Console) -> None
             console.print(note)
     late = late_joiner_table(table)
     if not late.empty:
-        t2 = Table(title=LATE_TITLE)
+        t2 = Table(title=f"{LATE_TITLE}: {STATISTIC}")
         for col in late.columns:
-            t2.add_column(col, justify="right")
+            t2.add_column(escape(col), justify="right")
         digits = LATE_DIGITS
-        n_keys = late.columns.get_loc("runs") + 1
+        n_keys = late.columns.get_loc("used") + 1
         for _, row in late.iterrows():
             cells = list(row.items())
             t2.add_row(

@@ -112,7 +112,6 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
 
 def table_1(page: Page, ok: pd.DataFrame) -> None:
     t1 = family.goodput_table(ok)
-    t1.insert(1, "used", [n - 2 if n >= 5 else n for n in t1.runs])
     page.table(
         t1,
         "Table 1: aggregate TCP goodput (KB/s, 1 KB = 1000 B, steady state, from the captures): "

@@ -1,7 +1,8 @@
 """The EFT family (seed 003, ../shared/EXPERIMENTS.md §3) in the HTML report: the response-time
 table (the paper's Figs. 9-11) and the FILETRANSF-LONG throughput table (Figs. 4-8), the same
 numbers as the terminal report (analysis/families/eft.py), and the distribution of response
-times per workload and protocol as a figure; the orderings the paper's text states beside ours."""
+times per workload and protocol as a figure; the orderings the paper's text states beside ours,
+TCP and UDP compared each at its own send size and window (family.COMPARED)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from analysis.batches import trial_dir
 from analysis.families import eft as family
+from analysis.families.common import TRIMMED_MEAN
 from analysis.html_report import paper
 from analysis.html_report.page import Page, plt
 
@@ -31,10 +33,6 @@ def groups(trials: pd.DataFrame) -> list[str]:
     a second EFT batch's report failed)."""
     wanted = ["workload", "protocol", "rate_mbps", "send_bytes", "file_bytes", "pairs"]
     return [c for c in wanted if c in trials] or ["family"]
-
-
-def _mean(values: pd.Series) -> float:
-    return float(values.astype(float).mean())
 
 
 def usable(trials: pd.DataFrame) -> pd.DataFrame:
@@ -59,18 +57,19 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         return
     page.text(
         "Response time: the client's own timing of each transaction (CLOCK_REALTIME around "
-        "its socket calls), as means over the repetitions of each trial's mean, median and "
-        "p99; 'capture median' is the same transactions timed in the capture nearest the "
-        "client (first request packet to reply; EFT-SHORT over TCP: SYN to the server's FIN, "
-        "set-up and teardown counted). HTB lets an isolated packet through at once, "
-        "so a small transaction here has no serialization at the link's rate."
+        f"its socket calls): of each trial's mean, median and p99, the {TRIMMED_MEAN} (used: "
+        "the repetitions averaged, of runs); 'capture median' is the same transactions timed "
+        "in the capture nearest the client (first request packet to reply; EFT-SHORT over "
+        "TCP: SYN to the server's FIN, set-up and teardown counted). HTB lets an isolated "
+        "packet through at once, so a small transaction here has no serialization at the "
+        "link's rate."
     )
     resp = family.response_table(ok)
     if not resp.empty:
         page.table(
             resp,
-            "Response time per transaction, EFT-SHORT vs EFT-LONG, TCP vs UDP (ms; the "
-            "paper's Figs. 9-11)",
+            f"{family.RESPONSE_TITLE}, TCP vs UDP (ms; the paper's Figs. 9-11): "
+            f"{TRIMMED_MEAN}; used: the repetitions averaged",
             csv="eft_response.csv",
             digits={c: 3 for c in ("mean_ms", "median_ms", "p99_ms", "capture_median_ms")},
         )
@@ -78,14 +77,13 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     if not thr.empty:
         page.table(
             thr,
-            "FILETRANSF-LONG throughput (Mbit/s of payload per transfer; the paper's Figs. "
-            "4-8); packets, partial, acks: per transfer in the capture (TCP)",
+            f"{family.THROUGHPUT_TITLE} (the paper's Figs. 4-8): {TRIMMED_MEAN}; used: the "
+            "repetitions averaged; packets, partial, acks: per transfer in the capture (TCP)",
             csv="eft_throughput.csv",
             digits={"median_mbps": 2, "mean_mbps": 2, "packets": 0, "partial": 0, "acks": 0},
         )
-    # the paper's orderings over the family's table groups (means over runs, as the tables)
-    keys = [*groups(ok), "request_bytes", *family.host_factors(ok)]
-    paper.orderings(page, "eft", ok, keys, _mean, "means")
+    # the paper's orderings per group of what it compares, each protocol at its own settings
+    paper.orderings(page, "eft", ok, family.compared(ok), family.OWN_SETTINGS)
     eft = ok[ok.workload.isin(["eft_short", "eft_long"])]
     if eft.empty:
         return

@@ -1,20 +1,19 @@
 """The paper's published values beside ours in a family's report (analysis/families/published):
 a table of ours with the paper's columns next to it, each labelled "paper", and the orderings
-the paper's text states of its figures against the order of our means. Display only."""
+the paper's text states of its figures against the order of our trimmed means. Display only."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pandas as pd
 
-from analysis.families.common import trimmed
+from analysis.families.common import TRIMMED_MEAN, trimmed_mean, used
 from analysis.families.published import Published, published
 from analysis.html_report.page import Page
 
 __all__ = ["PAPER", "beside", "orderings"]
 
 PAPER = "paper"  # the label of every published value on the page and in the CSV
+AVERAGED = "trimmed means"  # what our side of an ordering compares (common.TRIMMED_MEAN)
 
 
 def _our_cc(pub: Published, frame: pd.DataFrame) -> pd.DataFrame:
@@ -59,26 +58,47 @@ def _flag(holds: object) -> str | None:
     return "flag" if holds is not None and not bool(holds) else None
 
 
-def _order(means: pd.Series) -> str:
-    return " > ".join(f"{k} {v:.3g}" for k, v in means.sort_values(ascending=False).items())
+def _setting(name: str, value: object) -> str | None:
+    """A level's setting in its label (none where it has none: UDP's TCP window)."""
+    if pd.isna(value):
+        return None
+    whole = isinstance(value, float) and value.is_integer()
+    return f"{name} {int(value) if whole else value}"
 
 
-def trimmed_mean(values: pd.Series) -> float:
-    """The mean of a group's runs as the collateral-damage figures' bars (trimmed at five)."""
-    return float(trimmed(values.astype(float)).mean())
+def _levels(g: pd.DataFrame, by: str, metric: str, settings: list[str]) -> pd.DataFrame:
+    """Per level of ``by`` in a group and per setting it ran at: its label (the settings
+    that differ in the group, where it has them), the trimmed mean of its runs, the runs
+    averaged and the runs there are."""
+    own = [s for s in settings if s != by and s in g]
+    differ = {s for s in own if g[s].nunique(dropna=False) > 1}
+    rows = []
+    for key, runs in g.groupby([by, *own], sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        shown = [_setting(s, v) for s, v in zip(own, key[1:], strict=True) if s in differ]
+        shown = [s for s in shown if s]
+        label = f"{key[0]} ({', '.join(shown)})" if shown else str(key[0])
+        values = runs[metric]
+        rows.append((key[0], label, trimmed_mean(values), used(values), len(values)))
+    return pd.DataFrame(rows, columns=["level", "label", "mean", "used", "runs"])
+
+
+def _order(levels: pd.DataFrame) -> str:
+    """Levels from the highest trimmed mean down, each with the runs it averages."""
+    return " > ".join(
+        f"{r.label} {r.mean:.3g} ({r.used} of {r.runs})"
+        for r in levels.sort_values("mean", ascending=False).itertuples()
+    )
 
 
 def orderings(
-    page: Page,
-    family: str,
-    ok: pd.DataFrame,
-    groups: list[str],
-    average: Callable[[pd.Series], float] = trimmed_mean,
-    averaged: str = "trimmed means",
+    page: Page, family: str, ok: pd.DataFrame, groups: list[str], settings: tuple[str, ...] = ()
 ) -> None:
     """Per statement of the paper and group of ours it is about (``groups``: the columns a
-    group is made of): the paper's ordering, ours (``average`` of each level's runs, the
-    figures' ``averaged``), and whether ours has it."""
+    group is made of, what the paper compares at): the paper's ordering, ours (the trimmed
+    mean of each level's runs; a level that ran at several ``settings``, e.g. a protocol's own
+    send size, once per setting), and whether ours has it: every setting of a level in
+    `more` above every one of a level in `than`."""
     pub = published(family)
     if pub is None or not pub.orderings:
         return
@@ -93,16 +113,20 @@ def orderings(
         named = pub.ours if o.by == "cc" else (lambda level: level)
         more, than = [named(n) for n in o.more], [named(n) for n in o.than]
         for key, g in data.groupby(by, sort=True, dropna=False) if by else [((), data)]:
-            means = g.groupby(o.by)[o.metric].apply(average)
-            have = all(c in means for c in more + than)
+            levels = _levels(g, o.by, o.metric, list(settings))
+            if not levels.level.isin(more + than).any():
+                continue  # none of the levels the statement is about ran in this group
+            have = all(c in set(levels.level) for c in more + than)
+            high = levels[levels.level.isin(more)]["mean"]
+            low = levels[levels.level.isin(than)]["mean"]
             rows.append(
                 {
                     "figure": o.figure,
                     **dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
                     f"{PAPER}: more": ", ".join(map(str, o.more)),
                     f"{PAPER}: than": ", ".join(map(str, o.than)),
-                    f"ours ({averaged})": _order(means),
-                    f"ours as the {PAPER}": (min(means[more]) > max(means[than])) if have else None,
+                    f"ours ({AVERAGED})": _order(levels),
+                    f"ours as the {PAPER}": bool(high.min() > low.max()) if have else None,
                 }
             )
     if not rows:
@@ -112,7 +136,8 @@ def orderings(
     page.table(
         pd.DataFrame(rows),
         f"The paper's orderings (labelled '{PAPER}': its text, display only) beside the order "
-        f"of our {averaged} per group; – where a level has no trial",
+        f"of ours per group, each level's {TRIMMED_MEAN} (its runs averaged, of those there "
+        "are); – where a level has no trial",
         csv=f"orderings_vs_{PAPER}.csv",
         digits={"rtt_ms": 0, "rate_mbps": 0},
         row_class=lambda r: _flag(r[f"ours as the {PAPER}"]),

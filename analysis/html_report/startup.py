@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.families import startup as family
+from analysis.families.common import TRIMMED_MEAN
 from analysis.families.published import published
 from analysis.html_report.page import Page, plt
 from analysis.html_report.paper import PAPER
@@ -54,8 +55,9 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     if scaled:
         page.warn(f"SCALED from the paper's setup: {scaled}")
     page.text(
-        "Means over the complete repetitions of each group (the factors the experiment "
-        "varies); no trimming. KB: 1000 bytes of TCP payload over all flows that passed the "
+        f"Each figure is the {TRIMMED_MEAN}, over the complete repetitions of each group (the "
+        "factors the experiment varies) that have it; '<t> used': the repetitions averaged. "
+        "KB: 1000 bytes of TCP payload over all flows that passed the "
         "capture after the bottleneck in sequence (new bytes, contiguous from each flow's "
         "first: the paper's useful data, as it reached the receivers; not yet acknowledged) "
         "since the trial's first data SYN (the start of the transfers; iperf3 opens its control "
@@ -68,10 +70,11 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     through = family.throughput_table(ok)
     page.table(
         through,
-        "Effective throughput vs elapsed time since the first data SYN (the paper's Fig. 3 table)",
+        "Effective throughput vs elapsed time since the first data SYN (the paper's Fig. 3 "
+        f"table): {family.STATISTIC}",
         csv="startup_throughput.csv",
-        digits={f"{c} KB": 0 for c in family.CUTOFFS}
-        | {f"{c} %": 0 for c in family.CUTOFFS}
+        digits={f"{c}{family.KB}": 0 for c in family.CUTOFFS}
+        | {f"{c}{family.SHARE}": 0 for c in family.CUTOFFS}
         | {family.FIRST_SYN_COLUMN: 3},
     )
     if len(ok) == ok.groupby(groups(ok), dropna=False).ngroups:
@@ -82,16 +85,17 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         page.text("No late joiner in this batch (every sender starts at T0).")
     else:
         page.table(
-            late, family.LATE_TITLE, csv="startup_late_joiner.csv", digits=family.LATE_DIGITS
+            late,
+            f"{family.LATE_TITLE}: {family.STATISTIC}",
+            csv="startup_late_joiner.csv",
+            digits=family.LATE_DIGITS,
         )
     page.section("Startup: figure")
-    keys = [c for c in through.columns if c == "runs" or not c.endswith((" KB", " %"))]
-    keys.remove("runs")
-    keys.remove(family.FIRST_SYN_COLUMN)
+    keys = family.group_columns(through)
     seconds = [float(c[:-1]) for c in family.CUTOFFS]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for _, row in through.iterrows():
-        y = [row[f"{c} %"] for c in family.CUTOFFS]
+        y = [row[f"{c}{family.SHARE}"] for c in family.CUTOFFS]
         label = ", ".join(f"{k}={row[k]}" for k in keys)
         ax.plot(seconds, y, "o-", label=label)
     ax.set_xlabel("elapsed time since the first data SYN (s)")
@@ -105,8 +109,8 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         fig,
         "startup_utilization.png",
         "Effective throughput: data transferred by the first data SYN + t over all flows, as a "
-        "share of the bottleneck's capacity (means per group); missing points: trials "
-        "shorter than t.",
+        "share of the bottleneck's capacity (trimmed means per group, as the table); missing "
+        "points: trials shorter than t.",
     )
 
 
@@ -126,8 +130,7 @@ def beside_paper(page: Page, ok: pd.DataFrame) -> None:
         )
         return
     through = family.throughput_table(mine)
-    keys = [c for c in through if c not in ("runs", family.FIRST_SYN_COLUMN)]
-    keys = [c for c in keys if not c.endswith((" KB", " %"))]
+    keys = family.group_columns(through)
     rows = []
     for _, p in table.rows.iterrows():
         row = {
@@ -137,13 +140,15 @@ def beside_paper(page: Page, ok: pd.DataFrame) -> None:
         }
         for _, g in through.iterrows():
             label = ", ".join(f"{k}={g[k]}" for k in keys) or "all"
-            row[f"ours % ({label})"] = g.get(f"{p.cutoff} %")
+            row[f"ours % ({label})"] = g.get(f"{p.cutoff}{family.SHARE}")
+            row[f"ours used ({label})"] = g.get(f"{p.cutoff}{family.USED}")
         rows.append(row)
     page.table(
         pd.DataFrame(rows),
         f"{table.title}, from the paper ({pub.citation}), beside ours: the columns labelled "
         f"'{PAPER}' are its published values (display only); ours: % of the bottleneck's "
-        "capacity delivered by the first data SYN + the elapsed time, mean per group",
+        "capacity delivered by the first data SYN + the elapsed time per group, the "
+        f"{TRIMMED_MEAN} (used: the repetitions averaged)",
         csv=f"fig3_vs_{PAPER}.csv",
         digits={c: 2 if c.startswith(PAPER) else 0 for c in rows[0]},
     )

@@ -137,16 +137,18 @@ def _packets(spec: TransactionSpec, port: int, start: int, end: int, k: int) -> 
 def write_eft_trial(
     trial_dir: Path, spec: TransactionSpec, rate_bps: int, *, transactions: int = 40,
     seed: int = 1, overrides: dict | None = None, repetition: int = 1,
-    status: str = "complete", duration_ns: int = 20 * 10**9,
+    status: str = "complete", duration_ns: int = 20 * 10**9, slower: float = 1.0,
 ) -> GeneratedEft:  # fmt: skip
     """A trial directory of ``transactions`` transactions of ``spec`` (as the plan resolved
     it) on a link of ``rate_bps``, one after the other from T0: a file takes its bytes' time
-    at the rate and some more, a short transaction 100-300 us; the capture sees each one
-    INSIDE_NS after the client's clock starts and before it stops."""
+    at the rate and some more, a short transaction 100-300 us, each ``slower`` times that (a
+    slow repetition); the capture sees each one INSIDE_NS after the client's clock starts and
+    before it stops."""
     rng = np.random.default_rng(seed)
     file = spec.workload == "filetransf_long"
     wire_ns = spec.request_bytes * 8 * 10**9 // rate_bps if file else 0
     response = wire_ns + rng.integers(100_000, 300_000, transactions)
+    response = (response * slower).astype(np.int64)
     gap = rng.integers(20_000, 60_000, transactions)
     start = T0_NS + np.cumsum(gap + np.r_[0, response[:-1]])
     short_tcp = spec.workload == "eft_short" and spec.protocol == "tcp"

@@ -273,10 +273,12 @@ def test_a_startup_record_beside_the_papers_fig3(tmp_path: Path) -> None:
     beside = pd.read_csv(record / REPORT / f"fig3_vs_{PAPER}.csv").set_index("elapsed")
     fig3 = published("startup").tables["fig3"].rows.set_index("cutoff")
     assert beside[f"{PAPER} effective throughput %"].to_dict() == fig3.utilization_pct.to_dict()
-    (ours,) = [c for c in beside if c.startswith("ours")]
+    (ours,) = [c for c in beside if c.startswith("ours %")]
+    (runs,) = [c for c in beside if c.startswith("ours used")]  # the one trial, where it has t
     for cut, value in beside[ours].items():
         got = summary.get(startup_family.share_key(*table, cut))
         assert value == pytest.approx(got * 100) if got is not None else pd.isna(value), cut
+        assert beside[runs][cut] == (got is not None), cut
 
 
 def test_make_trial_batch_given_to_the_command_line(tmp_path: Path, capsys) -> None:
