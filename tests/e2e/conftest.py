@@ -247,18 +247,21 @@ def test_rack(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the virtual rack needs root (network namespaces)")
     # As on a fresh machine, the initial namespace does not allow CUBIC: configure must add it
-    # for the rack's namespaces, and rack-down must put the list back.
+    # for the rack's namespaces, and rack-down must put the list back. The list is the
+    # machine's: while other racks are up (another checkout's, a long batch's) it holds what
+    # they need, so the test narrows it only on a machine with no rack recorded, and otherwise
+    # checks that this rack gives back exactly the list it found.
     allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    shared = OWNER_DIR / "allowed_cc.json"
     original = allowed.read_text()
-    allowed.write_text("reno")
+    if not shared.exists():
+        allowed.write_text("reno")
+    found = set(allowed.read_text().split())
     try:
         yield from built_rack(tmp_path_factory, "dumbbell", PREFIX, 1)
-        # the list is the machine's: other racks still up keep what they need in it
-        shared = OWNER_DIR / "allowed_cc.json"
         others = json.loads(shared.read_text())["racks"] if shared.exists() else {}
         assert str(state_dir(f"{PREFIX.rstrip('-')}-dumbbell")) not in others
-        needed = {"reno"}.union(*others.values())
-        assert set(allowed.read_text().split()) == needed, others
+        assert set(allowed.read_text().split()) == found, others
     finally:
         allowed.write_text(original)
 
