@@ -19,6 +19,15 @@
  * alpha is a whole number of segments per RTT, at least 1 (as in the Linux and FreeBSD
  * implementations), and D counts from the end of the event's recovery (the Linux module's
  * last_cong fix, which the collateral-damage paper ran with).
+ *
+ * Where the algorithm leaves the arithmetic open, this does what the Linux module does, since
+ * the module is what it is validated against (make validate-htcp): RTT scaling divides by a
+ * scale in eighths, floored; congestion avoidance counts acked segments from ACK to ACK and
+ * adds one segment when the count times alpha reaches cwnd, without counting that ACK's
+ * segments (a delayed ACK's two segments per increment), at most one segment per ACK; slow
+ * start's leftover segments are not carried into congestion avoidance. Counting every segment
+ * exactly instead made epochs 7 % shorter than the module's on the VM rack (3.78 s against
+ * 4.07 s, 1 Mbit/s, RTT 50 ms).
  */
 #include "../bpf_cc.h"
 
@@ -43,7 +52,7 @@ BPF_CC_PARAM __u32 use_adaptive_backoff = 1;
 struct htcp {
 	__u32 alpha;		/* increase: segments per RTT, times SCALE */
 	__u32 beta;		/* decrease factor, times SCALE */
-	__u32 credit;		/* acked segments times alpha, not yet whole segments of cwnd */
+	__u32 acked_count;	/* segments acked since cwnd last grew (the module's snd_cwnd_cnt) */
 	__u32 epoch_start;	/* us: the last congestion event's end */
 	__u32 rtt_min;		/* us, 0 before the first sample */
 	__u32 rtt_max;		/* us, as seen in the Open state */
@@ -85,8 +94,11 @@ static __always_inline __u64 segments_per_rtt(const struct htcp *ca, __u32 now)
 		segments = 1 + (10 * t + t * t / 4 / US_PER_S) / US_PER_S;
 	}
 	if (use_rtt_scaling && ca->rtt_min) {
-		segments = segments * clamp_u32(ca->rtt_min, RTT_REF_US / 10, 2 * RTT_REF_US) /
-			   RTT_REF_US;
+		/* times RTTmin / RTT_REF, as the module: divided by RTT_REF / RTTmin in eighths,
+		 * floored, kept within [0.5, 10] */
+		__u32 scale = clamp_u32(8 * RTT_REF_US / ca->rtt_min, 4, 80);
+
+		segments = (segments << 3) / scale;
 		if (!segments)
 			segments = 1;
 	}
@@ -196,7 +208,7 @@ __u32 BPF_PROG(htcp_ssthresh, struct sock *sk)
 	if (ca->rtt_min && ca->rtt_max > ca->rtt_min)
 		ca->rtt_max = ca->rtt_min + (__u64)(ca->rtt_max - ca->rtt_min) * 95 / 100;
 	ca->epoch_start = now; /* again at the end of recovery (set_state) */
-	ca->credit = 0;
+	ca->acked_count = 0;
 	update_alpha(ca, now);
 	target = (__u64)cwnd * ca->beta / SCALE;
 	return target > 2 ? target : 2;
@@ -207,32 +219,23 @@ void BPF_PROG(htcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct htcp *ca = ca_state_of(sk);
-	__u64 credit, per_segment;
-	__u32 cwnd, grow;
 
 	if (!cwnd_limited(tp))
 		return;
 	if (in_slow_start(tp)) {
-		acked = tcp_slow_start(tp, acked);
-		if (!acked)
-			return;
-	}
-	/* cwnd += alpha / cwnd per acked segment, added in whole segments. */
-	cwnd = tp->snd_cwnd;
-	per_segment = (__u64)cwnd * SCALE;
-	credit = ca->credit + (__u64)acked * ca->alpha;
-	if (credit < per_segment) {
-		ca->credit = credit;
+		tcp_slow_start(tp, acked);
 		return;
 	}
-	grow = credit / per_segment;
-	ca->credit = credit - grow * per_segment;
-	if (cwnd >= tp->snd_cwnd_clamp)
-		return;
-	if (grow > tp->snd_cwnd_clamp - cwnd)
-		grow = tp->snd_cwnd_clamp - cwnd;
-	tp->snd_cwnd = cwnd + grow;
-	update_alpha(ca, now_us());
+	/* cwnd += alpha / cwnd per acked segment: one segment once the count times alpha reaches
+	 * cwnd (the module's arithmetic, see the top of the file) */
+	if ((__u64)ca->acked_count * ca->alpha / SCALE >= tp->snd_cwnd) {
+		if (tp->snd_cwnd < tp->snd_cwnd_clamp)
+			tp->snd_cwnd = tp->snd_cwnd + 1;
+		ca->acked_count = 0;
+		update_alpha(ca, now_us());
+	} else {
+		ca->acked_count += acked;
+	}
 }
 
 SEC("struct_ops/htcp_set_state")
