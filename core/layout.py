@@ -52,6 +52,7 @@ ATTEMPT_LABEL = "ATTEMPT.json"
 SUMMARY = "summary.json"
 PRUNED_FILE = "PRUNED.json"  # <batch>/PRUNED.json: the files retention removed
 BATCH_SUMMARY_TABLE = "summary.parquet"
+VALIDATION_TABLE = "validation.txt"  # <batch>/validation.txt: validate-htcp's or -rio's verdicts
 # This checkout, and its results directory (make trial, batch and nightly write under it).
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 RESULTS_DIR = PROJECT_DIR / "results"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.layout import PROJECT_DIR, new_batch_path
+from core.layout import PROJECT_DIR, VALIDATION_TABLE, new_batch_path
 from trials import rack_kind
 
 DEFAULT_REPETITIONS = 5
@@ -141,10 +141,14 @@ def validate(
     except ValueError as exc:
         say(f"{v.command}: {path}: cannot compare: {exc}")
         return 2
-    say("\n".join(format_verdicts(names, verdicts, analysis.JUDGED)))
+    table = "\n".join(format_verdicts(names, verdicts, analysis.JUDGED))
+    say(table)
     if not judged(verdicts):
         say(f"{v.command}: fewer than two usable trials of an implementation: not judged")
         return 2
     agree = all(x.agree for x in verdicts)
-    say(f"{v.command}: {names[0]} and {names[1]} {'agree' if agree else 'DISAGREE'} ({path})")
+    verdict = f"{v.command}: {names[0]} and {names[1]} {'agree' if agree else 'DISAGREE'}"
+    say(f"{verdict} ({path})")
+    # kept with the batch: the table is the validation's result, to cite and to commit
+    (path / VALIDATION_TABLE).write_text(f"{table}\n{verdict}\n")
     return 0 if agree and code == 0 else 1

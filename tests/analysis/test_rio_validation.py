@@ -238,6 +238,7 @@ def test_validate_rio_runs_its_batch_then_judges_it(tmp_path):
     (a failed trial makes it 1 even where the rest agree)."""
     from argparse import Namespace
 
+    from core.layout import VALIDATION_TABLE
     from trials.validation import VALIDATIONS, validate
 
     batch, asked, said = batch_of(tmp_path), [], []
@@ -249,9 +250,13 @@ def test_validate_rio_runs_its_batch_then_judges_it(tmp_path):
     assert asked[0].experiment.name == "rio_validation.yml" and asked[0].batch == batch
     assert asked[0].sets == ["repetitions=5"]
     assert said[-1] == f"validate-rio: bpf and gred agree ({batch})"
+    # the table stays with the batch, as said
+    kept = (batch / VALIDATION_TABLE).read_text()
+    assert kept == f"{said[-2]}\nvalidate-rio: bpf and gred agree\n"
     assert validate(rio, args, lambda ns: 1, said.append) == 1
     planted = batch_of(tmp_path / "planted", bpf_out_min=20)
     assert (
         validate(rio, Namespace(**{**vars(args), "batch": planted}), lambda ns: 0, said.append) == 1
     )
     assert said[-1] == f"validate-rio: bpf and gred DISAGREE ({planted})"
+    assert (planted / VALIDATION_TABLE).read_text().endswith("bpf and gred DISAGREE\n")
