@@ -25,7 +25,9 @@
  * scale in eighths, floored; congestion avoidance counts acked segments from ACK to ACK and
  * adds one segment when the count times alpha reaches cwnd, without counting that ACK's
  * segments (a delayed ACK's two segments per increment), at most one segment per ACK; slow
- * start's leftover segments are not carried into congestion avoidance. Counting every segment
+ * start's leftover segments are not carried into congestion avoidance; alpha is computed
+ * again only when cwnd grows and at a congestion event, there from the epoch that ends, so
+ * that an epoch's first segment of growth comes at the last epoch's alpha. Counting every segment
  * exactly instead made epochs 7 % shorter than the module's on the VM rack (3.78 s against
  * 4.07 s, 1 Mbit/s, RTT 50 ms).
  */
@@ -207,9 +209,10 @@ __u32 BPF_PROG(htcp_ssthresh, struct sock *sk)
 	/* RTTmax forgets slowly (5 % of its excess per event), for a path that changes. */
 	if (ca->rtt_min && ca->rtt_max > ca->rtt_min)
 		ca->rtt_max = ca->rtt_min + (__u64)(ca->rtt_max - ca->rtt_min) * 95 / 100;
+	/* alpha from the epoch that ends, as the module: until cwnd next grows it stays that */
+	update_alpha(ca, now);
 	ca->epoch_start = now; /* again at the end of recovery (set_state) */
 	ca->acked_count = 0;
-	update_alpha(ca, now);
 	target = (__u64)cwnd * ca->beta / SCALE;
 	return target > 2 ? target : 2;
 }
@@ -244,12 +247,10 @@ void BPF_PROG(htcp_set_state, struct sock *sk, __u8 new_state)
 	struct htcp *ca = ca_state_of(sk);
 
 	if (new_state == TCP_CA_Open && ca->undo_pending) {
-		/* Recovered: the new epoch starts now, NewReno-like for D_L. */
-		__u32 now = now_us();
-
+		/* Recovered: the new epoch starts now, NewReno-like for D_L (from cwnd's next
+		 * growth, which recomputes alpha). */
 		ca->undo_pending = 0;
-		ca->epoch_start = now;
-		update_alpha(ca, now);
+		ca->epoch_start = now_us();
 	}
 	ca->ca_state = new_state;
 }
