@@ -2,7 +2,7 @@
 effective-throughput table (the paper's Fig. 3 table) and the late-joiner table, the same
 numbers as the terminal report (analysis/families/startup.py), and the transferred share of
 the bottleneck against elapsed time as a figure; the paper's Fig. 3 table beside ours where the
-batch ran its network."""
+batch ran its network, and the orderings its text states of Figs. 7-10 beside ours."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pandas as pd
 from analysis.families import startup as family
 from analysis.families.common import TRIMMED_MEAN
 from analysis.families.published import published
+from analysis.html_report import paper
 from analysis.html_report.page import Page, plt
 from analysis.html_report.paper import PAPER
 
@@ -80,6 +81,8 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
     if len(ok) == ok.groupby(groups(ok), dropna=False).ngroups:
         page.note("One repetition per group: the table shows single runs, not means.")
     beside_paper(page, ok)
+    # Figs. 7-10: each statement per group of the other factors (display only)
+    paper.orderings(page, "startup", ok, groups(ok))
     late = family.late_joiner_table(ok)
     if late.empty:
         page.text("No late joiner in this batch (every sender starts at T0).")
