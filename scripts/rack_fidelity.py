@@ -102,8 +102,11 @@ def cpu_per_s(trial_dir: Path, record: dict[str, Any], side: str) -> float | Non
     for name, gen in record.get("traffic", {}).items():
         host = gen.get("sender" if side == "client" else "receiver")
         report = _json(trial_dir / str(host) / f"{name}_{side}.json")
-        if "cpu_s" in report:
-            spent.append(float(report["cpu_s"]))
+        used = report.get("cpu_s")  # bulk_socket.py: {"user": s, "system": s}
+        if isinstance(used, dict):
+            spent.append(sum(float(v) for v in used.values()))
+        elif used is not None:
+            spent.append(float(used))
     seconds = parse_duration_ns(record["parameters"]["duration"]) / 1e9
     return sum(spent) / seconds if spent else None
 

@@ -70,7 +70,8 @@ def trial(tmp_path: Path) -> Path:
     for host, name, side, cpu in (("S1", "pair1", "client", 1.5), ("S2", "pair2", "client", 0.5),
                                   ("D1", "pair1", "server", 3.0)):  # fmt: skip
         (t.path / host).mkdir(exist_ok=True)
-        (t.path / host / f"{name}_{side}.json").write_text(json.dumps({"cpu_s": cpu}))
+        used = {"user": cpu * 0.25, "system": cpu * 0.75}  # as hostside/traffic/bulk_socket.py
+        (t.path / host / f"{name}_{side}.json").write_text(json.dumps({"cpu_s": used}))
     return t.path
 
 
