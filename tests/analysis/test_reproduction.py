@@ -424,6 +424,7 @@ def test_the_startup_orderings_beside_our_means(tmp_path: Path) -> None:
         "factor:hosts.senders.rto_min", "factor:traffic[*].pacing", "factor:traffic[pair2].start"
     )  # fmt: skip
     initcwnd, delay = "factor:hosts.senders.initcwnd", "param:network.links[bottleneck].delay"
+    launch = "param:traffic[pair2].start"  # what the statement selects by (every batch has it)
     runs = []
     for net, late, window, rto_min, paced, values in (
         ("50ms", "15s", 3, "200ms", False, [300e3, 310e3, 320e3]),
@@ -439,8 +440,9 @@ def test_the_startup_orderings_beside_our_means(tmp_path: Path) -> None:
             late_joiner = late != "0s"
             runs.append(
                 {"trial": f"{net}-{late}-{window}-{rto_min}-{paced}-{rep}", "status": "complete",
-                 "analysed": True, delay: net, start: late, initcwnd: window, rto: rto_min,
-                 pacing: paced, "late_first5s_bytes": v if late_joiner else float("nan"),
+                 "analysed": True, delay: net, start: late, launch: late, initcwnd: window,
+                 rto: rto_min, pacing: paced,
+                 "late_first5s_bytes": v if late_joiner else float("nan"),
                  "utilization_transferred_since_first_syn_5s": v if net == "290ms" else 0.1}
             )  # fmt: skip
     ok = pd.DataFrame(runs)
