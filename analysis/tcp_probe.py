@@ -178,11 +178,8 @@ def _lines(b, end):
 def _parse_chunk(data: np.ndarray, room: list):
     """_parse of one chunk into the arrays of ``room`` (made there, for the next chunks too):
     (fields, line numbers, lines left over, events, left-over lines)."""
-    # A line is an event or a left-over line at most: room for the chunk's lines (counted, not
-    # bounded by the shortest possible event, which would hold ~130 MB for 16 MB of text).
-    rows = _lines(data, len(data)) + 1
+    rows = len(data) // (len(_MARKER) + 1) + 1  # each event: the marker and a newline
     if not room or len(room[1]) < rows:
-        rows += rows // 4  # the next chunks' lines, about as many
         room[:] = [
             np.zeros((rows, len(_FIELDS)), np.uint64),
             np.empty(rows, np.int64),
