@@ -102,11 +102,8 @@ def cpu_per_s(trial_dir: Path, record: dict[str, Any], side: str) -> float | Non
     for name, gen in record.get("traffic", {}).items():
         host = gen.get("sender" if side == "client" else "receiver")
         report = _json(trial_dir / str(host) / f"{name}_{side}.json")
-        used = report.get("cpu_s")  # bulk_socket.py: {"user": s, "system": s}
-        if isinstance(used, dict):
-            spent.append(sum(float(v) for v in used.values()))
-        elif used is not None:
-            spent.append(float(used))
+        if "cpu_s" in report:  # hostside/traffic/bulk_socket.py: {"user": s, "system": s}
+            spent.append(sum(report["cpu_s"].values()))
     seconds = parse_duration_ns(record["parameters"]["duration"]) / 1e9
     return sum(spent) / seconds if spent else None
 
