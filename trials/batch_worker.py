@@ -20,7 +20,9 @@ from trials.batch import Batch, Claims, claim_holders
 from trials.interrupts import Interrupted
 from trials.locks import rack_key, this_process
 from trials.loop import run_trial, run_trials
+from trials.network import resolve_network
 from trials.plan import Trial
+from trials.preflight.disk import results_disk_problems, trial_capture_bytes
 from trials.record import failed_record, record_failure
 from trials.runner import TrialRunner
 
@@ -108,6 +110,12 @@ def run_worker(
 
         def claimed() -> Iterator[Trial]:
             while (trial := next_trial(batch, claims, trials, retries)) is not None:
+                if full := results_disk_full(batch_dir, rack, trial):
+                    # Not a failure of the trial: it stays to run when the batch is resumed.
+                    log(f"[{trial.name}] not run: {full}; resume with BATCH={batch_dir}")
+                    batch.event(event="stopped", trial=trial.name, rack=label, error=full)
+                    claims.release(trial.name)
+                    return
                 yield trial
 
         def attempt(trial: Trial) -> int:
@@ -117,6 +125,14 @@ def run_worker(
         return sum(run_trials(runner, claimed(), attempt, label, stem, log))
     finally:
         rack.close()
+
+
+def results_disk_full(batch_dir: Path, rack: Rack, trial: Trial) -> str | None:
+    """Why the disk under the batch cannot take `trial`'s captures now, or None."""
+    exp = trial.experiment
+    net = resolve_network(exp, rack, str(BatchDir(batch_dir).experiment))
+    volume = trial_capture_bytes(net, exp.duration + exp.drain)
+    return next(iter(results_disk_problems(batch_dir, volume, trial.name)), None)
 
 
 def next_trial(batch: Batch, claims: Claims, trials: list[Trial], retries: int) -> Trial | None:

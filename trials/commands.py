@@ -33,6 +33,7 @@ from trials.loop import run_plan
 from trials.network import virtual_topology_problems
 from trials.plan import Plan, Trial, load_plan
 from trials.preflight import available, preflight
+from trials.preflight.disk import batch_capture_line
 from trials.spec import SpecError
 from trials.validation import VALIDATIONS, validate
 
@@ -326,6 +327,8 @@ def run_batch(args: argparse.Namespace) -> int:
                 batch.path if i == 0 else None,
                 plan_trials=plan.trials,
             )
+            if i == 0 and todo:
+                console.print(batch_capture_line(todo, rack, str(plan.source), batch.path))
             with RackLock.for_rack(rack, batch.name, label, warn=console.print):
                 pass  # free now (a stale holder is replaced); the worker takes it for real
         finally:

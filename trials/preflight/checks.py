@@ -13,7 +13,12 @@ from trials.bpf_cc import BUILD_TOOLS, bpf_cc_problem
 from trials.preflight.cc import cc_key, layer_of, params_layer, siftr_senders
 from trials.preflight.clocks import clock_problems
 from trials.preflight.context import Check, Context, TrialView, Wants
-from trials.preflight.disk import MIN_FREE_DISK, capture_bytes, results_disk_problems
+from trials.preflight.disk import (
+    MIN_FREE_DISK,
+    capture_bytes,
+    results_disk_problems,
+    trial_capture_bytes,
+)
 from trials.preflight.facts import kernel_modules, qdiscs_available
 from trials.preflight.marker_load import markers_keep_up
 from trials.preflight.rio import (
@@ -485,16 +490,14 @@ def clocks_apart(ctx: Context, wants: Wants) -> list[str]:
 
 
 def full_results_disk(ctx: Context, wants: Wants) -> list[str]:
-    """The controller's disk under the results directory holds every capture of every
-    selected trial."""
-    if ctx.results is None:
+    """The controller's disk under the results directory holds the captures of the largest
+    selected trial (a batch's workers check each next trial again before they run it)."""
+    if ctx.results is None or not ctx.views:
         return []
-    volume = sum(
-        capture_bytes(v.net, c, v.exp.duration + v.exp.drain)
-        for v in ctx.views
-        for c in v.net.captures
+    volume, name = max(
+        (trial_capture_bytes(v.net, v.exp.duration + v.exp.drain), v.trial.name) for v in ctx.views
     )
-    return results_disk_problems(ctx.results, volume, len(ctx.trials))
+    return results_disk_problems(ctx.results, volume, name)
 
 
 CHECKS = [
