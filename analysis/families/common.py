@@ -43,6 +43,12 @@ def trimmed_mean(values) -> float:
     return float(kept.mean()) if len(kept) else float("nan")
 
 
+def trimmed_sd(values) -> float:
+    """The run-to-run spread: the standard deviation of trimmed(values) (NaN below two)."""
+    kept = trimmed(values.astype(float))
+    return float(kept.std(ddof=1)) if len(kept) > 1 else float("nan")
+
+
 def used(values) -> int:
     """How many repetitions trimmed_mean(values) averages."""
     return len(trimmed(values))

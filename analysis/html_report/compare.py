@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.batches import batch_trials
-from analysis.families.common import trimmed
+from analysis.families.common import trimmed_mean, trimmed_sd
 from analysis.html_report import provenance
 from analysis.html_report.page import Page
 from core.layout import BatchDir
@@ -61,9 +61,8 @@ def previous_batch(batch: Path) -> Path | None:
 
 
 def _stats(values: pd.Series) -> tuple[int, float, float]:
-    kept = trimmed(values.dropna().astype(float))
-    sd = float(kept.std(ddof=1)) if len(kept) > 1 else float("nan")
-    return len(values.dropna()), float(kept.mean()) if len(kept) else float("nan"), sd
+    values = values.dropna()
+    return len(values), trimmed_mean(values), trimmed_sd(values)
 
 
 def _order(key: object) -> tuple:

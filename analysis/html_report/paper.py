@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.families.common import TRIMMED_MEAN, trimmed_mean, used
+from analysis.families.common import TRIMMED_MEAN, trimmed_mean, trimmed_sd, used
 from analysis.families.published import Published, published
 from analysis.html_report.page import Page
 
@@ -53,9 +53,20 @@ def beside(page: Page, family: str, name: str, ours: pd.DataFrame, digits: dict)
     )
 
 
-def _flag(holds: object) -> str | None:
-    """Rows where ours does not have the paper's ordering are flagged."""
-    return "flag" if holds is not None and not bool(holds) else None
+TIE = "within the runs' spread"  # the column of a statement our levels do not separate
+
+
+def _flag(holds: object, tie: object) -> str | None:
+    """Rows where ours has the paper's ordering reversed beyond the runs' spread are flagged."""
+    return "flag" if holds is not None and not bool(holds) and tie is not True else None
+
+
+def _within_spread(compared: pd.DataFrame, gap: float) -> bool | None:
+    """Whether the gap between the two sides' closest trimmed means is no larger than the
+    runs' spread (the largest trimmed standard deviation of the levels compared, as the batch
+    comparison's rule); None without a spread (a single run)."""
+    spread = compared["sd"].max()
+    return None if pd.isna(spread) or pd.isna(gap) else bool(abs(gap) <= spread)
 
 
 def _setting(name: str, value: object) -> str | None:
@@ -79,8 +90,10 @@ def _levels(g: pd.DataFrame, by: str, metric: str, settings: list[str]) -> pd.Da
         shown = [s for s in shown if s]
         label = f"{key[0]} ({', '.join(shown)})" if shown else str(key[0])
         values = runs[metric]
-        rows.append((key[0], label, trimmed_mean(values), used(values), len(values)))
-    return pd.DataFrame(rows, columns=["level", "label", "mean", "used", "runs"])
+        rows.append(
+            (key[0], label, trimmed_mean(values), trimmed_sd(values), used(values), len(values))
+        )
+    return pd.DataFrame(rows, columns=["level", "label", "mean", "sd", "used", "runs"])
 
 
 def _order(levels: pd.DataFrame) -> str:
@@ -119,6 +132,8 @@ def orderings(
             have = all(c in set(levels.level) for c in more + than)
             high = levels[levels.level.isin(more)]["mean"]
             low = levels[levels.level.isin(than)]["mean"]
+            gap = high.min() - low.max() if have else float("nan")
+            compared = levels[levels.level.isin(more + than)]
             rows.append(
                 {
                     "figure": o.figure,
@@ -126,7 +141,8 @@ def orderings(
                     f"{PAPER}: more": ", ".join(map(str, o.more)),
                     f"{PAPER}: than": ", ".join(map(str, o.than)),
                     f"ours ({AVERAGED})": _order(levels),
-                    f"ours as the {PAPER}": bool(high.min() > low.max()) if have else None,
+                    f"ours as the {PAPER}": bool(gap > 0) if have else None,
+                    TIE: _within_spread(compared, gap) if have else None,
                 }
             )
     if not rows:
@@ -137,8 +153,10 @@ def orderings(
         pd.DataFrame(rows),
         f"The paper's orderings (labelled '{PAPER}': its text, display only) beside the order "
         f"of ours per group, each level's {TRIMMED_MEAN} (its runs averaged, of those there "
-        "are); – where a level has no trial",
+        f"are); – where a level has no trial. '{TIE}': the gap between the two sides is no "
+        "larger than the largest standard deviation of a level's (trimmed) runs, so our runs "
+        "do not order them; such a row is not flagged",
         csv=f"orderings_vs_{PAPER}.csv",
         digits={"rtt_ms": 0, "rate_mbps": 0},
-        row_class=lambda r: _flag(r[f"ours as the {PAPER}"]),
+        row_class=lambda r: _flag(r[f"ours as the {PAPER}"], r[TIE]),
     )

@@ -18,7 +18,7 @@ import pytest
 from analysis.families import FAMILIES
 from analysis.families import startup as startup_family
 from analysis.families.published import published
-from analysis.html_report.paper import AVERAGED, PAPER
+from analysis.html_report.paper import AVERAGED, PAPER, TIE
 from analysis.reproduction import (
     FILE_LIST,
     NOT_RUN,
@@ -431,6 +431,8 @@ def test_the_startup_orderings_beside_our_means(tmp_path: Path) -> None:
         ("50ms", "15s", 3, "1s", False, [200e3, 210e3, 220e3]),  # the paper's order
         ("50ms", "15s", 10, "200ms", False, [200e3, 205e3, 210e3]),
         ("50ms", "15s", 10, "1s", False, [250e3, 260e3, 270e3]),  # not the paper's order
+        ("50ms", "15s", 1, "200ms", False, [300e3, 310e3, 320e3]),
+        ("50ms", "15s", 1, "1s", False, [305e3, 315e3, 325e3]),  # a tie: 5 KB apart, sd 10 KB
         ("50ms", "0s", 3, "200ms", False, [1.0, 1.0, 1.0]),  # no late joiner: not Fig. 7's
         ("50ms", "0s", 3, "1s", False, [9.0, 9.0, 9.0]),
         ("290ms", "0s", 4, "200ms", True, [0.5, 0.6, 0.7]),
@@ -453,9 +455,10 @@ def test_the_startup_orderings_beside_our_means(tmp_path: Path) -> None:
     fig7, fig9 = (o.figure for o in published("startup").orderings if o.figure[:6] in FIGS_7_9)
     holds, ours = f"ours as the {PAPER}", f"ours ({AVERAGED})"
     seven = got[got.figure == fig7].set_index(initcwnd)
-    assert sorted(seven.index) == [3, 10]  # the 0 s scenario's trials are not Fig. 7's
-    assert list(seven[holds][[3, 10]]) == [True, False]
+    assert sorted(seven.index) == [1, 3, 10]  # the 0 s scenario's trials are not Fig. 7's
+    assert list(seven[holds][[1, 3, 10]]) == [False, True, False]
+    assert list(seven[TIE][[1, 3, 10]]) == [True, False, False]  # 5 KB apart, the sd 10 KB
     assert seven[ours][3] == "200ms 3.1e+05 (3 of 3) > 1s 2.1e+05 (3 of 3)"
     nine = got[got.figure == fig9]
     assert list(nine[holds]) == [True]
-    assert len(got) == 3  # Figs. 8 and 10: no trial of the high-speed WAN
+    assert len(got) == 4  # Figs. 8 and 10: no trial of the high-speed WAN
