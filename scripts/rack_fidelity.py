@@ -17,8 +17,10 @@ the high-speed WAN at 155 Mbit/s before its batch).
   cap_drops                  packets the captures' kernel buffers dropped (trial.json capture.
                              <point>.dropped_by_kernel)
   share                      payload carried across the bottleneck in the steady state (after
-                             warmup) as a share of its payload capacity (the generators'
-                             goodput_kBps over the summary's payload_capacity_bps)
+                             warmup) as a share of its payload capacity: the generators'
+                             bytes (goodput_kBps over each one's steady_window_s) over the
+                             span of their windows (a late joiner's is shorter), against the
+                             summary's payload_capacity_bps
   snd_cpu, rcv_cpu           CPU seconds a second of the socket senders and receivers
                              (<S>/<name>_client.json, <D>/<name>_server.json: cpu_s)
   idle, sys                  with --vmstat: the machine's idle and system CPU % (vmstat's id
@@ -95,6 +97,22 @@ def other_queue_drops(trial_dir: Path, bottleneck_at: set[tuple[str, str]]) -> i
     return total
 
 
+def steady_share(summary: dict[str, Any]) -> float | None:
+    """The bytes the generators carried in their steady windows over the windows' span, as a
+    share of the bottleneck's payload capacity; None when a figure is missing."""
+    capacity = summary.get("payload_capacity_bps")
+    gens = list((summary.get("generators") or {}).values())
+    rates = [g.get("goodput_kBps") for g in gens]
+    if not capacity or not gens or None in rates:
+        return None
+    windows = [g.get("steady_window_s") for g in gens]
+    if None in windows:  # analysed before the windows were recorded: one window for all
+        return sum(rates) * 8000 / capacity
+    carried = sum(r * 1000 * (w[1] - w[0]) for r, w in zip(rates, windows, strict=True))
+    span = max(w[1] for w in windows) - min(w[0] for w in windows)
+    return carried * 8 / span / capacity if span > 0 else None
+
+
 def cpu_per_s(trial_dir: Path, record: dict[str, Any], side: str) -> float | None:
     """CPU seconds a second of the socket senders' (side "client") or receivers' ("server")
     processes over the trial, from their reports."""
@@ -151,10 +169,7 @@ def trial_row(trial_dir: Path, vmstat: list | None) -> dict[str, Any] | None:
     row["cap_drops"] = sum(
         int(c.get("dropped_by_kernel") or 0) for c in (record.get("capture") or {}).values()
     )
-    capacity = summary.get("payload_capacity_bps")
-    goodput = [g.get("goodput_kBps") for g in summary.get("generators", {}).values()]
-    if capacity and goodput and None not in goodput:
-        row["share"] = sum(goodput) * 8000 / capacity
+    row["share"] = steady_share(summary)
     row["snd_cpu"] = cpu_per_s(trial_dir, record, "client")
     row["rcv_cpu"] = cpu_per_s(trial_dir, record, "server")
     t0 = (record.get("times") or {}).get("t0_ns")

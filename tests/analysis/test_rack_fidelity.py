@@ -126,3 +126,20 @@ def test_a_trial_that_is_not_complete_or_not_analysed_has_no_row(trial: Path) ->
 def test_netem_reports_no_lateness() -> None:
     record = {"delay": {"R": {"backend": "netem"}}}
     assert script().delay_line(record) == {}
+
+
+def test_a_late_joiner_counts_over_its_own_window() -> None:
+    """Two generators, the second joining halfway: the link is full all along when the first
+    carries the whole capacity alone and then half of it (the sum of their rates would say
+    1.5)."""
+    capacity = 8_000_000  # 1000 kB/s of payload
+    summary = {
+        "payload_capacity_bps": capacity,
+        "generators": {
+            "first": {"goodput_kBps": 750.0, "steady_window_s": [0.0, 20.0]},
+            "late": {"goodput_kBps": 500.0, "steady_window_s": [10.0, 20.0]},
+        },
+    }
+    assert script().steady_share(summary) == pytest.approx(1.0)
+    summary["generators"]["late"]["steady_window_s"] = None  # an older summary: one window
+    assert script().steady_share(summary) == pytest.approx(1.25)
