@@ -39,6 +39,7 @@ from core.layout import (
 )
 from trials.locks import HEARTBEAT, create_new, describe, now_iso, stale_holder, taking_over
 from trials.plan import Plan, Trial, load_plan
+from trials.record import git_state
 from trials.spec import SpecError
 
 # A batch's name names a directory on every host (and in shell commands there).
@@ -80,13 +81,7 @@ class Batch:
             batch = cls(path)
             have = {t["id"] for t in batch.meta["trials"]}
             if have != {t["id"] for t in wanted}:
-                missing = sorted({t["name"] for t in wanted if t["id"] not in have})
-                raise SpecError(
-                    f"{path}: this batch holds another plan ({batch.meta['experiment']}, "
-                    f"{len(have)} trials; not in it: {', '.join(missing[:5]) or '-'}"
-                    f"{' ...' if len(missing) > 5 else ''}). Use the same experiment, --set and "
-                    "--only as when it began, or another BATCH directory."
-                )
+                raise SpecError(batch.other_plan(wanted))
             return batch, True
         if path.exists() and any(path.iterdir()):
             raise SpecError(f"{path}: exists and is not a batch directory (no {BATCH_META})")
@@ -98,10 +93,39 @@ class Batch:
             "only": only or [],
             "seed": plan.base.seed,
             "created": now_iso(),
+            "code": git_state()["commit"],  # trial ids hash parameters as this code resolves them
             "trials": wanted,
         }
         write_whole(meta_file, json.dumps(meta, indent=2) + "\n")
         return cls(path), False
+
+    def other_plan(self, wanted: list[dict[str, Any]]) -> str:
+        """Why the plan asked for is not this batch's: other trials, or the same trials whose
+        parameters now resolve otherwise (an edited file, or the code's defaults)."""
+        had = self.meta["trials"]
+        missing = sorted({t["name"] for t in wanted if t["id"] not in {h["id"] for h in had}})
+        said = (
+            f"{self.path}: this batch holds another plan ({self.meta['experiment']}, "
+            f"{len(had)} trials; not in it: {', '.join(missing[:5]) or '-'}"
+            f"{' ...' if len(missing) > 5 else ''}). "
+        )
+        began, now = self.meta.get("code"), git_state()["commit"]
+        if {t["name"] for t in had} == {t["name"] for t in wanted}:
+            said += (
+                "The same trials' parameters resolve otherwise now: the experiment file (or "
+                "--set) was edited, or the code's defaults changed"
+            )
+            if began and now and began != now:
+                said += (
+                    f" (the batch began with commit {began[:12]}, this is {now[:12]}: run it "
+                    f"from a checkout of {began[:12]}, e.g. git worktree add ../at-{began[:7]} "
+                    f"{began[:12]})"
+                )
+            said += ". "
+        return said + (
+            "Use the same experiment, --set and --only as when it began, or another BATCH "
+            "directory."
+        )
 
     def plan(self) -> tuple[Plan, list[Trial]]:
         """The batch's plan, from its own copy of the experiment file."""

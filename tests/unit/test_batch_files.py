@@ -593,3 +593,39 @@ def test_a_controller_user_who_cannot_write_the_lock_directory_is_told_what_to_d
     assert said.startswith(f"the rack's lock {lock.path} is left by a process that is gone")
     assert said.endswith("belongs to another user: remove it as that user or root")
     assert lock.path.exists()
+
+
+def test_a_batch_resumed_with_parameters_that_resolve_otherwise_says_why(tmp_path, monkeypatch):
+    """The same trials whose parameters now resolve otherwise (here the file edited, as a
+    changed default of the code would): the refusal names the commit the batch began with."""
+    from trials import batch as batch_module
+    from trials.plan import load_plan
+    from trials.spec import SpecError
+
+    project = Path(__file__).resolve().parents[2]
+    source = tmp_path / "smoke.yml"
+    source.write_text((project / "experiments" / "smoke.yml").read_text())
+    plan = load_plan(source, ["repetitions=2"])
+    path = tmp_path / "results" / "smoke"
+    monkeypatch.setattr(batch_module, "git_state", lambda: {"commit": "a" * 40, "dirty": False})
+    Batch.create_or_resume(path, plan, plan.trials, ["repetitions=2"], None)
+    assert json.loads(BatchDir(path).meta.read_text())["code"] == "a" * 40
+    again = load_plan(source, ["repetitions=2"])
+    Batch.create_or_resume(path, again, again.trials, ["repetitions=2"], None)  # resumes
+
+    source.write_text(source.read_text().replace("warmup: 5s", "warmup: 6s"))
+    edited = load_plan(source, ["repetitions=2"])
+    assert [t.name for t in edited.trials] == [t.name for t in plan.trials]
+    monkeypatch.setattr(batch_module, "git_state", lambda: {"commit": "b" * 40, "dirty": False})
+    with pytest.raises(SpecError) as exc:
+        Batch.create_or_resume(path, edited, edited.trials, ["repetitions=2"], None)
+    said = str(exc.value)
+    assert "this batch holds another plan" in said and "not in it: r1, r2" in said
+    assert "The same trials' parameters resolve otherwise now" in said
+    assert f"the batch began with commit {'a' * 12}, this is {'b' * 12}" in said
+    assert f"git worktree add ../at-aaaaaaa {'a' * 12}" in said
+
+    more = load_plan(source, ["repetitions=3"])  # other trials: no word of the parameters
+    with pytest.raises(SpecError) as exc:
+        Batch.create_or_resume(path, more, more.trials, ["repetitions=3"], None)
+    assert "resolve otherwise" not in str(exc.value)
