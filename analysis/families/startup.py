@@ -1,8 +1,10 @@
 """Seed 001 (Aron & Druschel 1998): effective throughput vs elapsed time (the Fig. 3 table:
 the useful data transferred over all flows by 1, 5, 10, 20, 30 s after the trial's first data
 SYN, the start of the transfers, and its share of what the bottleneck could carry), and the late
-joiner (Figs. 7-8: data the late flow carried in the first 5 s after its own data SYN against
-its fair share; retransmission timeouts and their idle time per sender).
+joiner (Figs. 7-8: what every sender passed after the bottleneck in the 5 s after the late
+joiner's data SYN, as the paper counts it, and its share of the capacity; the data the late
+flow itself carried then against its fair share; retransmission timeouts and their idle time
+per sender).
 
 The table counts what the paper counts, "the total amount of useful data that was transferred":
 the bytes that passed the capture after the bottleneck in sequence
@@ -65,6 +67,8 @@ RECORD_METRICS = {
         "late_first5s_bytes",
         "late_fair_share_bytes",
         "late_share_of_fair",
+        "late_window_bytes",
+        "late_window_utilization",
         "timeouts",
         "fast_retransmits",
     )
@@ -118,6 +122,12 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
             late_fair_share_bytes=fair,
             late_share_of_fair=(got / fair) if got is not None else None,
         )
+        # The paper's Figs. 7 and 8: what every sender passed after the bottleneck in the
+        # LATE_WINDOW_S after the late joiner's data SYN, and its share of the capacity.
+        window = [s.get("transferred_in_late_window") for s in bulk.values()]
+        if window and None not in window:
+            out["late_window_bytes"] = sum(window)
+            out["late_window_utilization"] = sum(window) * 8 / (capacity * LATE_WINDOW_S)
     return out
 
 
@@ -208,14 +218,15 @@ def throughput_table(
 
 
 LAUNCH_COLUMN, LATE_SYN_COLUMN = "launched, s after T0", "data SYN, s after T0"
-LATE_DIGITS = {LAUNCH_COLUMN: 0, LATE_SYN_COLUMN: 2, "share": 2}
+LATE_DIGITS = {LAUNCH_COLUMN: 0, LATE_SYN_COLUMN: 2, "share": 2, "all senders %": 1}
 
 
 def late_joiner_table(table: pd.DataFrame) -> pd.DataFrame:
     """Per group of complete trials with a late joiner: when it was launched and when its
-    first data SYN came, the data it carried in the LATE_WINDOW_S seconds after its own data
-    SYN(s) against its fair share, timeouts and fast retransmits (trimmed means over the runs;
-    used: the runs averaged, of those with a share)."""
+    first data SYN came, what every sender passed after the bottleneck in the LATE_WINDOW_S
+    seconds after it (the paper's Figs. 7 and 8) and its share of the capacity, the data the
+    late joiner carried then against its fair share, timeouts and fast retransmits (trimmed
+    means over the runs; used: the runs averaged, of those with a share)."""
     keyed, by = _keyed(table)
     if "late_generator" not in keyed:
         return pd.DataFrame()
@@ -229,7 +240,10 @@ def late_joiner_table(table: pd.DataFrame) -> pd.DataFrame:
                 "used": used(_column(r, "late_share_of_fair")),
                 LAUNCH_COLUMN: trimmed_mean(r.late_start_s),
                 LATE_SYN_COLUMN: trimmed_mean(_column(r, "late_first_syn_s")),
-                f"first {LATE_WINDOW_S} s KB": trimmed_mean(r.late_first5s_bytes) / 1000,
+                f"all senders, {LATE_WINDOW_S} s KB": trimmed_mean(_column(r, "late_window_bytes"))
+                / 1000,
+                "all senders %": 100 * trimmed_mean(_column(r, "late_window_utilization")),
+                f"late joiner, {LATE_WINDOW_S} s KB": trimmed_mean(r.late_first5s_bytes) / 1000,
                 "fair share KB": trimmed_mean(r.late_fair_share_bytes) / 1000,
                 "share": trimmed_mean(_column(r, "late_share_of_fair")),
                 "timeouts": trimmed_mean(r.timeouts),
@@ -339,4 +353,12 @@ def trial_rows(r: pd.Series) -> list[tuple[str, str]]:
                 f"({fmt(r.late_share_of_fair, 2)})",
             )
         )
+        if pd.notna(r.get("late_window_bytes")):
+            rows.append(
+                (
+                    f"all senders, the {LATE_WINDOW_S} s after the late joiner's data SYN",
+                    f"{fmt(r.late_window_bytes / 1000)} KB past the bottleneck in sequence, "
+                    f"{fmt(100 * r.late_window_utilization)} % of its capacity",
+                )
+            )
     return rows

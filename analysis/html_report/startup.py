@@ -27,6 +27,8 @@ METRICS = {
     },
     "late_share_of_fair": "late joiner: share of its fair share in the first 5 s after its "
     "data SYN",
+    "late_window_utilization": "every sender, the 5 s after the late joiner's data SYN: "
+    "fraction of capacity transferred",
     "timeouts": "retransmission timeouts",
     "fast_retransmits": "fast retransmits",
 }
@@ -34,6 +36,7 @@ METRICS = {
 DIGITS = {
     **{family.share_key(*TABLE, c): 2 for c in family.CUTOFFS},
     "late_share_of_fair": 2,
+    "late_window_utilization": 2,
 }
 
 

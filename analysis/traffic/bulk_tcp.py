@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from analysis.captures import Captures, Seen, Want, bottleneck_hop, pair_key
+from analysis.families.startup import LATE_WINDOW_S
 from analysis.lazy import pd
 from analysis.metrics import RETRANSMISSION_COLUMNS, goodput_frame
 from analysis.pcap import int_to_ip, ip_to_int
@@ -43,6 +44,7 @@ from core.link_rules import ETHERNET_HEADER
 from core.units import parse_duration_ns, parse_offset_ns
 
 CUTOFFS_S = (1, 5, 10, 20, 30)
+LATE_WINDOW_NS = LATE_WINDOW_S * 10**9  # Figs. 7 and 8 of seed 001: after the late joiner's SYN
 DEFAULT_RTO_MIN_NS = 200_000_000  # Linux TCP_RTO_MIN
 KEY = ["src", "dst", "sport", "dport"]
 TCP_PROBE = "tcp_probe.txt"  # hostside/recorders/tcp_probe.py's output in the sender's dir
@@ -90,9 +92,13 @@ class Analysis:
         # The first bulk_tcp sender's launch: no data SYN of the trial comes before it.
         bulk = [g["start_ns"] for g in record["traffic"].values() if g["type"] == "bulk_tcp"]
         self.launch = self.t0 + min(bulk)
+        # A late joiner (a bulk_tcp generator launched after the first): the paper's Figs. 7
+        # and 8 count what every sender passed in the LATE_WINDOW after its data SYN.
+        self.joins_late = max(bulk) > min(bulk)
         self.first_syn: tuple[int, bool] | None = None  # its flows' earliest start, a SYN?
         self.origin: tuple[int, bool] | None = None  # the trial's: share_first_syn's
         self.origin_clock: str | None = None  # the clock of the capture that saw it
+        self.late_origin: tuple[int, bool] | None = None  # the late joiner's first data SYN
         self.end = self.start + gen["duration_ns"]
         self.warmup = parse_offset_ns(record["parameters"]["warmup"])
         self.duration = parse_duration_ns(record["parameters"]["duration"])
@@ -212,11 +218,14 @@ class Analysis:
         """The bytes its data directions passed this capture in sequence, summed, at each time
         they grew (the in-sequence pass), up to its flows' first SYN here + the last cut-off:
         the trial's first data SYN comes no later (the SYN passes this capture after the one
-        before the bottleneck), so every count from it lies within."""
+        before the bottleneck), so every count from it lies within. With a late joiner, to the
+        capture's end: its data SYN, known once every capture is read, may come later."""
         data = f.flows[ends["src"] == ip_to_int(self.gen["src"])]
         if not len(data):
             return {"passed": (np.zeros(0, np.int64),) * 2, "horizon_ns": -1}
         horizon = int(f.starts()["start_ns"][np.isin(f.flows, data)].min() + self.cutoffs[-1])
+        if self.joins_late:
+            horizon = max(horizon, end_ns)
         mine = np.zeros(f.p.directions, bool)
         mine[data] = True
         moved = in_sequence(f.p, f.data, mine, horizon)
@@ -313,13 +322,24 @@ class Analysis:
                 "a clock"
             }
         times, total = side["passed"]
-        out = {}
-        for c in self.cutoffs:
-            at = self.origin[0] + c
+
+        def by(at: int) -> int | None:
+            """Bytes passed by `at`, where the in-sequence pass covers it."""
             if at <= side["horizon_ns"] or (not len(times) and at <= side["capture_end_ns"]):
                 i = int(np.searchsorted(times, at, side="right"))
-                out[f"{c // 10**9}s"] = int(total[i - 1]) if i else 0
-        return {"transferred_since_first_syn": out}
+                return int(total[i - 1]) if i else 0
+            return None
+
+        out = {}
+        for c in self.cutoffs:
+            if (got := by(self.origin[0] + c)) is not None:
+                out[f"{c // 10**9}s"] = got
+        figures: dict[str, Any] = {"transferred_since_first_syn": out}
+        if self.late_origin is not None:
+            start, end = self.late_origin[0], self.late_origin[0] + LATE_WINDOW_NS
+            if (a := by(start)) is not None and (b := by(end)) is not None:
+                figures["transferred_in_late_window"] = b - a
+        return figures
 
     def _flow_table(self) -> pd.DataFrame:
         """A row per flow: its goodput (the capture after the bottleneck) and its sender's
@@ -403,13 +423,20 @@ class Analysis:
 def share_first_syn(analyses: Iterable[Any]) -> None:
     """Give every bulk_tcp analysis the trial's first data SYN: the earliest start of any of
     their data flows (each seen at the capture before its bottleneck, read one at a time), the
-    origin of the startup table. Call it once every capture is read, before finish."""
+    origin of the startup table, and the late joiner's (the generator launched last, after the
+    first), the origin of the window every sender's bytes are counted in for Figs. 7 and 8.
+    Call it once every capture is read, before finish."""
     bulk = [a for a in analyses if isinstance(a, Analysis)]
     seen = [a for a in bulk if a.first_syn is not None]
     first = min(seen, key=lambda a: a.first_syn[0]) if seen else None
+    # The late joiner: the generator launched last, when it was launched after the first.
+    late = max(bulk, key=lambda a: a.start) if bulk else None
+    late_syn = late.first_syn if late is not None and late.joins_late else None
     for a in bulk:
         a.origin = None if first is None else first.first_syn
         a.origin_clock = None if first is None else first.clock_before
+        same_clock = late is not None and late.clock_before == a.clock_after
+        a.late_origin = late_syn if same_clock else None
 
 
 def sender_state(

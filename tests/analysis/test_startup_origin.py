@@ -182,6 +182,12 @@ def test_a_late_joiner_counts_from_its_own_data_syn(tmp_path: Path) -> None:
         assert summary[f"acked_since_first_syn_{c}"] == truth.acked_by(first + seconds(c))
     in_table = truth.acked_by(first + 5 * S, flows=[1])
     assert truth.acked_by(first + S, flows=[1]) == 0 < in_table < summary["late_first5s_bytes"]
+    # The paper's Figs. 7 and 8: every sender's bytes past the bottleneck in sequence in the
+    # 5 s after the late joiner's data SYN, and their share of the capacity.
+    window = truth.passed_by(late + 5 * S) - truth.passed_by(late)
+    assert summary["late_window_bytes"] == window > truth.passed_by(late + 5 * S, flows=[1]) > 0
+    capacity = summary["payload_capacity_bps"]
+    assert summary["late_window_utilization"] == pytest.approx(window * 8 / (capacity * 5))
 
 
 def test_tables_and_report_say_their_origin(tmp_path: Path) -> None:
