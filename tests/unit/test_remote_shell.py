@@ -5,6 +5,7 @@ csh and tcsh included (FreeBSD 13's root shell), and must print what ``sh -c`` p
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -53,8 +54,11 @@ def test_the_strict_shells_are_here():
 @pytest.mark.parametrize("what", COMMANDS)
 def test_every_login_shell_passes_the_command_on_unchanged(login, what):
     command = COMMANDS[what]
-    want = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True)
-    got = subprocess.run([login, "-c", for_login_shell(command)], capture_output=True, text=True)
+    # Both started as sshd starts a session: SIGHUP at its default. Under nohup (a test run
+    # started so) sh keeps SIGHUP ignored and csh does not, a difference no session has.
+    as_sshd = {"capture_output": True, "text": True, "preexec_fn": _sighup_default}
+    want = subprocess.run(["/bin/sh", "-c", command], **as_sshd)
+    got = subprocess.run([login, "-c", for_login_shell(command)], **as_sshd)
     assert (got.stdout, got.returncode) == (want.stdout, want.returncode), got.stderr
 
 
@@ -94,3 +98,7 @@ def test_an_unusable_setting_is_named_when_the_host_is_first_asked(tmp_path):
     with pytest.raises(RackError, match=r"host R \(.*hosts.yml\): ansible_python_interpreter is "
                        r"'/usr/bin/python3 -u'"):  # fmt: skip
         rack.run("R", "true")
+
+
+def _sighup_default() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
