@@ -40,12 +40,55 @@ def _marker(record: dict[str, Any]) -> str:
 PAPER_LENGTH = (500 * 10**9, 50 * 10**9)  # duration, warmup (discarded), ns
 PAPER_RATE_BPS = 6_000_000  # the bottleneck
 
+# A reproduction record's summary.csv (analysis/reproduction.py): each trial's setting, from
+# its record (a failed trial's too), then the report's figures of the complete ones.
+RECORD_KEYS = ("marker", "rio_in_min_pkt", "rio_out_min_pkt", "offered_load", "seed")
+RECORD_METRICS = {
+    k: k
+    for k in (
+        "rio_high_min_pkt",
+        "in_share",
+        "high_share",
+        "drop_total",
+        "drop_in",
+        "drop_out",
+        "drop_high",
+        "goodput_bps",
+        "utilization",
+        "transit_mean_ms",
+        "delay_normalized",
+        *(f"fct_{p}pkt_{s}" for p in FCT_CLASSES for s in ("mean_ms", "flows")),
+        "lockout_s",
+        "turnaround_excess_p99_ms",
+        "rio_bpf",
+        "shortened",
+        "rescaled",
+    )
+}
+
+
+def record_keys(record: dict[str, Any]) -> dict[str, Any]:
+    """The marker, the RIO queue's IN and OUT min thresholds (packets), the web load offered
+    in all (a share of the link's rate: the paper's 64 % or 90 %) and the flows' seed."""
+    found = _rio(record)
+    queues = found[1]["virtual_queues"] if found else []
+    web = [g for g in record["traffic"].values() if g["type"] == "web_poisson"]
+    seeds = sorted({g.get("seed") for g in web}, key=str)
+    loads = [g.get("load") for g in web]
+    return {
+        "marker": _marker(record),
+        "rio_in_min_pkt": queues[0].get("min_packets") if queues else None,
+        "rio_out_min_pkt": queues[1].get("min_packets") if len(queues) > 1 else None,
+        "offered_load": round(sum(loads), 6) if web and None not in loads else None,
+        "seed": seeds[0] if len(seeds) == 1 else None,
+    }
+
 
 def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     params = record["parameters"]
     length = (parse_duration_ns(params["duration"]), parse_offset_ns(params.get("warmup") or 0))
     out: dict[str, Any] = {
-        "marker": _marker(record),
+        **record_keys(record),
         "shortened": None
         if length == PAPER_LENGTH
         else f"{params['duration']}, {params.get('warmup')} discarded",
@@ -53,7 +96,6 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     found = _rio(record)
     if found:
         where, rio = found
-        vq_in, vq_out = rio["virtual_queues"][:2]
         counters = rio.get("counters") or {}
         c_in, c_out, c_high = (counters.get(vq, {}) for vq in ("0", "1", "2"))
         n_in, n_out, n_high = (c.get("packets", 0) for c in (c_in, c_out, c_high))
@@ -61,8 +103,6 @@ def trial_summary(record: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
         total = n_in + n_out + n_high
         out.update(
             rio_at=where,
-            rio_in_min_pkt=vq_in.get("min_packets"),
-            rio_out_min_pkt=vq_out.get("min_packets"),
             in_packets=n_in,
             out_packets=n_out,
             in_share=n_in / total if total else None,

@@ -14,7 +14,7 @@ import yaml
 
 from analysis.lazy import pd
 
-__all__ = ["Ordering", "Published", "PublishedTable", "published"]
+__all__ = ["REGIONS", "Ordering", "Published", "PublishedTable", "published"]
 
 HERE = Path(__file__).resolve().parent
 SUFFIX = "_paper.yml"
@@ -45,6 +45,13 @@ class Ordering:
     more: list[Any]  # levels, each above every one in `than`
     than: list[Any]
     says: str  # the paper's words
+    # A frontier's statement: the levels compared at equal values of this metric, along each
+    # level's curve (one point per setting), not setting by setting; None: setting by setting.
+    against: str | None = None
+    region: str | None = None  # of the curves' common range of `against`: REGIONS, None: all
+
+
+REGIONS = ("low", "high")  # the lower or upper half of the range the curves share
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,11 @@ def published(family: str) -> Published | None:
     orderings = []
     for i, o in enumerate(data.get("orderings") or []):
         at = f"{path}: key 'orderings[{i}]'"
+        region = o.get("region")
+        if region is not None and (region not in REGIONS or not o.get("against")):
+            raise ValueError(
+                f"{at}: key 'region': {region!r}: allowed {', '.join(REGIONS)}, with 'against'"
+            )
         orderings.append(
             Ordering(
                 figure=str(_need(o, "figure", str, at)),
@@ -123,6 +135,8 @@ def published(family: str) -> Published | None:
                 more=list(_need(o, "more", list, at)),
                 than=list(_need(o, "than", list, at)),
                 says=" ".join(str(o.get("says") or "").split()),
+                against=str(o["against"]) if o.get("against") else None,
+                region=region,
             )
         )
     return Published(

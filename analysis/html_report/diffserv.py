@@ -11,7 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.families import diffserv as family
+from analysis.families.published import published
+from analysis.html_report import paper
+from analysis.html_report.frontier import frontier_orderings
 from analysis.html_report.page import Page, plt
+from analysis.html_report.paper import PAPER as PAPER_LABEL
 
 TITLE = "Adaptive packet marking over DiffServ (Neglia, Bianchi, Sottile)"
 METRICS = {
@@ -23,6 +27,7 @@ METRICS = {
 DIGITS = {"in_share": 3, "drop_total": 4, "goodput_bps": 0, "transit_mean_ms": 1}
 LOAD = "load each"
 THRESHOLDS = ["IN min (pkt)", "OUT min (pkt)"]
+SETTINGS = ["rio_in_min_pkt", "rio_out_min_pkt"]  # one point of a frontier (a trial's keys)
 
 
 def usable(trials: pd.DataFrame) -> pd.DataFrame:
@@ -148,6 +153,38 @@ def sections(page: Page, batch_dir: Path, trials: pd.DataFrame) -> None:
         "diffserv_fct_frontier.png",
         "Mean flow completion time vs goodput for 1-, 18- and 190-packet flows: one point per "
         "RIO threshold setting, one curve per marker (the paper's FCT frontiers).",
+    )
+    beside_paper(page, lines)
+    load = [c for c in ("offered_load", "factor:traffic[*].load") if c in ok][:1]
+    frontier_orderings(page, "diffserv", ok, load, SETTINGS)
+    paper.orderings(page, "diffserv", ok, load, tuple(SETTINGS))
+
+
+def beside_paper(page: Page, lines: list[tuple[str, pd.DataFrame]]) -> None:
+    """The paper's Table II (analysis/families/diffserv_paper.yml) beside ours: each of our
+    curves' values at its lowest and at its highest threshold, as the paper gives its ranges;
+    display only."""
+    pub = published("diffserv")
+    table = pub.tables.get("table2") if pub else None
+    if table is None:
+        return
+    theirs = table.rows.set_index("marker")
+    rows = []
+    for label, points in lines:
+        marker = points["marker"].iloc[0]
+        row: dict[str, object] = {"ours": label, "settings": len(points)}
+        for column in table.values:
+            ends = points[column] if column in points else pd.Series(dtype=float)
+            row[column] = "–" if ends.isna().all() else f"{ends.iloc[0]:.1f}–{ends.iloc[-1]:.1f}"
+            got = theirs[column].get(marker) if marker in theirs.index else None
+            row[f"{PAPER_LABEL} {column}"] = "–" if got is None else str(got)
+        rows.append(row)
+    page.table(
+        pd.DataFrame(rows),
+        f"{table.title}, from the paper ({pub.citation}), beside ours: each of our curves from "
+        f"its lowest threshold to its highest (means over the runs); the columns labelled "
+        f"'{PAPER_LABEL}' are its published ranges (display only)",
+        csv=f"table2_vs_{PAPER_LABEL}.csv",
     )
 
 

@@ -117,8 +117,8 @@ def orderings(
         return
     rows = []
     for o in pub.orderings:
-        if o.metric not in ok or o.by not in ok:
-            continue
+        if o.against or o.metric not in ok or o.by not in ok:
+            continue  # a frontier's statement: analysis/html_report/frontier.py
         data = _our_cc(pub, ok[ok[o.metric].notna()])
         for k, levels in o.where.items():
             data = data[data[k].isin(levels)] if k in data else data.iloc[:0]
@@ -148,7 +148,7 @@ def orderings(
     if not rows:
         return
     page.heading(f"Orderings the paper states ({pub.citation})")
-    page.items([f"{o.figure}: “{o.says}”" for o in pub.orderings])
+    page.items([f"{o.figure}: “{o.says}”" for o in pub.orderings if not o.against])
     page.table(
         pd.DataFrame(rows),
         f"The paper's orderings (labelled '{PAPER}': its text, display only) beside the order "

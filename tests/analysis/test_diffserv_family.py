@@ -156,3 +156,122 @@ def test_a_third_level_has_its_share_and_drops_in_the_trial_and_the_table():
     two = diffserv.trial_summary(record("APM", 9, counters), summary((1, 1), (1.0, 1.0)))
     assert "high_share" not in two
     assert "HIGH %" not in diffserv.frontier_table(pd.DataFrame([{"status": "complete", **two}]))
+
+
+def test_a_trials_keys_come_from_its_record_failed_or_not():
+    counters = {"0": {"packets": 900, "drops": 9}, "1": {"packets": 100, "drops": 30}}
+    rec = record("WPM", 333, counters)
+    for gen in rec["traffic"].values():
+        gen.update(load=0.16, seed=3)
+    keys = diffserv.record_keys(rec)
+    assert keys == {
+        "marker": "WPM", "rio_in_min_pkt": 333, "rio_out_min_pkt": 2, "offered_load": 0.32,
+        "seed": 3,
+    }  # fmt: skip
+    s = diffserv.trial_summary(rec, summary((1, 1), (1.0, 1.0)))
+    assert {k: s[k] for k in diffserv.RECORD_KEYS} == keys
+    # Those of a third level, the BPF RIO and the receivers' turnaround only where they are.
+    maybe = {"rio_high_min_pkt", "high_share", "drop_high", "rio_bpf", "turnaround_excess_p99_ms"}
+    assert set(diffserv.RECORD_METRICS) <= set(s) | maybe
+    assert {"in_share", "drop_out", "goodput_bps", "fct_190pkt_mean_ms"} <= set(
+        diffserv.RECORD_METRICS
+    )
+    # Generators of different seeds, or a record without loads (an older one): no value.
+    list(rec["traffic"].values())[1].update(seed=4, load=None)
+    assert diffserv.record_keys(rec)["seed"] is None
+    assert diffserv.record_keys(rec)["offered_load"] is None
+
+
+def frontier_rows(curves: dict[str, list[tuple[int, float, float, float]]], load: float = 0.64):
+    """Trial rows of a batch: per marker, (threshold, goodput Mbit/s, transit ms, FCT 1 pkt)."""
+    rows = []
+    for marker, points in curves.items():
+        for in_min, goodput, transit, fct1 in points:
+            rows.append(
+                {"trial": f"{marker}{in_min}", "status": "complete", "analysed": True,
+                 "marker": marker, "rio_in_min_pkt": in_min, "rio_out_min_pkt": 2,
+                 "offered_load": load, "in_share": {"APM": 0.97, "WPM": 0.2}.get(marker, 1.0),
+                 "drop_total": 0.02, "drop_in": 0.01, "drop_out": 0.7 if marker == "APM" else 0.0,
+                 "goodput_bps": goodput * 1e6, "utilization": goodput / 6,
+                 "transit_mean_ms": transit, "delay_normalized": 1.5,
+                 **{f"fct_{p}pkt_mean_ms": fct1 * p for p in diffserv.FCT_CLASSES}}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_frontiers_are_compared_at_equal_goodput_over_the_range_they_share():
+    from analysis.families.published import published
+    from analysis.html_report.frontier import compare, curve
+
+    (fig3,) = [o for o in published("diffserv").orderings if o.figure.startswith("Fig. 3")]
+    assert fig3.against == "goodput_bps" and fig3.more == ["NM", "WPM"] and fig3.than == ["APM"]
+    rows = frontier_rows(
+        {
+            "NM": [(9, 4.0, 100, 1), (40, 5.0, 200, 1), (240, 5.6, 400, 1)],
+            "WPM": [(9, 4.2, 120, 1), (240, 5.5, 380, 1)],
+            "APM": [(9, 4.5, 60, 1), (40, 5.2, 90, 1), (240, 5.9, 150, 1)],
+        }
+    )
+
+    def curves(table, o=fig3):
+        return {
+            m: curve(r, ["rio_in_min_pkt", "rio_out_min_pkt"], o.against, o.metric)
+            for m, r in table.groupby("marker")
+            if m in o.more + o.than
+        }
+
+    found = compare(curves(rows), fig3)
+    # The goodputs all three cover: 4.5 to 5.5 Mbit/s; points there and at its ends.
+    assert found["span"] == (4.5e6, 5.5e6) and found["held"] == found["points"] == 4
+    # NM at 4.5 Mbit/s lies halfway between its points (150 ms), at 5.5 at 5/6 (367 ms).
+    assert found["means"]["NM"] == (150 + 200 + (200 + 200 * 2 / 6) + (200 + 200 * 5 / 6)) / 4
+    assert found["means"]["APM"] < min(found["means"]["WPM"], found["means"]["NM"])
+    # APM's delay above NM's at high goodput only: the statement holds at some points.
+    crossing = rows.copy()
+    crossing.loc[
+        (crossing.marker == "APM") & (crossing.rio_in_min_pkt == 240), "transit_mean_ms"
+    ] = 900
+    partly = compare(curves(crossing), fig3)
+    assert 0 < partly["held"] < partly["points"]
+    # Curves that share no goodput are not compared.
+    apart = rows.assign(
+        goodput_bps=rows.goodput_bps.where(rows.marker != "APM", rows.goodput_bps + 5e6)
+    )
+    assert compare(curves(apart), fig3)["span"] is None
+    # A region takes the lower or upper half of the shared range.
+    low = next(o for o in published("diffserv").orderings if o.region == "low")
+    assert low.more == ["APM"] and compare(curves(rows, low), low)["span"][1] == 5.0e6
+
+
+def test_the_report_puts_table_two_and_the_papers_statements_beside_ours(tmp_path):
+    from analysis.html_report import diffserv as html
+    from analysis.html_report.page import Page
+
+    rows = frontier_rows(
+        {
+            "NM": [(9, 4.0, 100, 100), (240, 5.6, 400, 300)],
+            "WPM": [(9, 4.2, 120, 50), (240, 5.5, 380, 400)],
+            "APM": [(9, 4.5, 60, 90), (240, 5.9, 150, 200)],
+        }
+    )
+    page = Page("t", tmp_path)
+    html.sections(page, tmp_path, rows)
+    assert {
+        "table2_vs_paper.csv", "frontier_orderings_vs_paper.csv", "orderings_vs_paper.csv"
+    } <= set(page.files)  # fmt: skip
+    table2 = pd.read_csv(tmp_path / "table2_vs_paper.csv").set_index("ours")
+    assert table2.loc["APM", "paper IN %"] == "97-98" and table2.loc["APM", "IN %"] == "97.0–97.0"
+    statements = pd.read_csv(tmp_path / "frontier_orderings_vs_paper.csv")
+    fig3 = statements[statements.figure.str.startswith("Fig. 3")].iloc[0]
+    # Shared: 4.5 to 5.5 Mbit/s, no point of ours inside it but its ends.
+    assert fig3["ours as the paper"] and fig3["points in the paper's order"] == "2 of 2"
+    # 1-packet flows at high utilization: APM (200 ms at 5.5) is not below WPM (400): held.
+    high = statements[statements.figure.str.contains("1-packet flows vs goodput, high")].iloc[0]
+    assert bool(high["ours as the paper"])
+    # MPM did not run: Fig. 6's statement has no row.
+    assert not statements.figure.str.startswith("Fig. 6").any()
+    settings = pd.read_csv(tmp_path / "orderings_vs_paper.csv")
+    assert set(settings.figure) == {
+        "Table II (section V): IN packets' share", "Table II (section V): OUT packets dropped"
+    }  # fmt: skip
+    assert settings["ours as the paper"].all()
