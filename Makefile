@@ -174,8 +174,9 @@ report: setup  ## write $(BATCH)/report/: index.html (self-contained: tables, fi
 	  $(if $(BASELINE),--baseline $(BASELINE))
 
 # A reproduction record to commit: BATCH=results/<batch> RECORD=docs/reproductions/<family>.
+# Several batches in one record (seed 004's three files): BATCH="results/a results/b results/c".
 RECORD ?=
 .PHONY: record
-record: setup  ## write $(RECORD)/ from $(BATCH): the report (standalone), summary.csv (a row per planned trial), provenance.json, a README with the command; reads the batch only
-	@test -n "$(BATCH)" -a -n "$(RECORD)" || { echo "usage: make record BATCH=results/<batch> RECORD=docs/reproductions/<family>"; exit 2; }
-	@$(TRIALBED) record $(call shell_word,$(BATCH)) $(call shell_word,$(RECORD))
+record: setup  ## write $(RECORD)/ from $(BATCH) (one batch or several): the report (standalone), summary.csv (a row per planned trial), provenance.json, a README with the command; reads the batches only
+	@test -n "$(BATCH)" -a -n "$(RECORD)" || { echo "usage: make record BATCH=results/<batch> RECORD=docs/reproductions/<family> (several: BATCH=\"results/a results/b\")"; exit 2; }
+	@$(TRIALBED) record $(foreach b,$(BATCH),$(call shell_word,$(b))) $(call shell_word,$(RECORD))

@@ -1,14 +1,17 @@
-"""A reproduction record: what one batch measured, in a directory meant to be committed
+"""A reproduction record: what one batch, or several (a family's experiment files run as
+batches of their own), measured, in a directory meant to be committed
 (docs/reproductions/<family>/, `make record`). It holds
 
-    README.md          the batch, the commits, the command that writes the record again
+    README.md          the batches, the commits, the command that writes the record again
     summary.csv        one row per planned trial: its keys (or the experiment's factors),
-                       repetition, status and the family's metrics from its analysis summary
+                       repetition, status and the family's metrics from its analysis summary;
+                       of several batches, a first column `batch` names each row's
     provenance.json    the rack as the trial records describe it (html_report.provenance.rack)
-    report/            the batch's report, standalone (index.html, its tables and figures)
+    report/            the batches' report, standalone (index.html, its tables and figures)
 
-It reads the batch and writes nothing into it: trials without analysis are named, not
-analysed. The same batch and code give the same files (rows in key order, no time of writing).
+It reads the batches and writes nothing into them: trials without analysis are named, not
+analysed. The same batches and code give the same files (rows in key order, no time of
+writing).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ __all__ = [
     "Planned",
     "RecordPathError",
     "check_paths",
+    "record_rows",
     "summary_rows",
     "write_record",
 ]
@@ -48,7 +52,8 @@ GIVEN_UP = "failed"  # no current attempt, only kept ones that failed or died
 
 
 class RecordPathError(ValueError):
-    """The record's directory cannot take a record: the message names it and why."""
+    """The record's directory cannot take a record, or the batches cannot share one: the
+    message names the path and why."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,36 @@ def summary_rows(
     comes from the trial's analysis summary, else its record (also a failed trial's or its
     last attempt's), else a repetition of the same factors that has one; metrics
     (RECORD_METRICS) only of complete trials, as their summary holds them."""
-    batch_dir = Path(batch_dir)
+    keys, metrics, rows = _batch_rows(Path(batch_dir), planned)
+    return ["trial", *keys, "repetition", "status", *metrics, "note"], rows
+
+
+def record_rows(
+    batches: Sequence[Path], plans: Sequence[Iterable[Planned] | None]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """summary.csv's columns and rows of the batches, ``plans`` each one's plan (None: its
+    batch.json's names). One batch: as summary_rows. Several: a first column `batch` (the
+    directory's name, as the report names its trials <batch>/<trial>), each batch's rows in
+    its own key order, the batches in the order given; the keys and metrics of all of them
+    (a column one batch lacks is empty in its rows)."""
+    if len(batches) == 1:
+        return summary_rows(batches[0], plans[0])
+    parts = [_batch_rows(b, p) for b, p in zip(batches, plans, strict=True)]
+    keys = list(dict.fromkeys(k for got, _, _ in parts for k in got))
+    metrics = list(dict.fromkeys(m for _, got, _ in parts for m in got))
+    columns = ["batch", "trial", *keys, "repetition", "status", *metrics, "note"]
+    rows = []
+    for b, (_, _, of_batch) in zip(batches, parts, strict=True):
+        for row in of_batch:
+            named = {"batch": b.name, **row}
+            rows.append({c: named.get(c) for c in columns})
+    return columns, rows
+
+
+def _batch_rows(
+    batch_dir: Path, planned: Iterable[Planned] | None
+) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """One batch's keys (or factors), metric columns and rows in key order (summary_rows)."""
     batch_trials(batch_dir)  # refuses a path that is not a batch
     trials = [(p, _trial(batch_dir, p.name)) for p in _planned(batch_dir, planned)]
     families = sorted({str(t["record"].get("family")) for _, t in trials if t["record"]})
@@ -172,10 +206,10 @@ def summary_rows(
             row.update({k: got.get(k) for k in keys if row[k] is None})
         elif not keys:
             row.update({f: (levels or {}).get(f) for f in factors})
-    head = ["trial", *(keys or factors), "repetition", "status"]
-    columns = [*head, *metrics, "note"]
-    rows.sort(key=lambda r: (*(_natural(r[c]) for c in head[1:]), r["trial"]))
-    return columns, [{c: r.get(c) for c in columns} for r in rows]
+    head = [*(keys or factors), "repetition", "status"]
+    columns = ["trial", *head, *metrics, "note"]
+    rows.sort(key=lambda r: (*(_natural(r[c]) for c in head), r["trial"]))
+    return keys or factors, list(metrics), [{c: r.get(c) for c in columns} for r in rows]
 
 
 def _cell_of(overrides: dict[str, Any]) -> str:
@@ -212,12 +246,24 @@ def summary_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def check_paths(batch_dir: Path, record_dir: Path) -> None:
-    """NotABatch when ``batch_dir`` is not a batch, RecordPathError when ``record_dir`` cannot
-    take its record (a file, inside the batch, or a directory of other files)."""
-    batch_trials(batch_dir)
-    if record_dir.resolve().is_relative_to(batch_dir.resolve()):
-        raise RecordPathError(f"{record_dir}: inside the batch {batch_dir}; a record reads it only")
+def check_paths(batch_dir: Path, record_dir: Path, *, more: Sequence[Path] = ()) -> None:
+    """NotABatch when ``batch_dir`` or one of ``more`` is not a batch, RecordPathError when two
+    batches have one name or ``record_dir`` cannot take their record (a file, inside a batch,
+    or a directory of other files)."""
+    batches = [Path(batch_dir), *map(Path, more)]
+    for batch in batches:
+        batch_trials(batch)
+    seen: dict[str, Path] = {}
+    for batch in batches:  # the record tells their trials apart by the batch's name
+        if batch.name in seen:
+            raise RecordPathError(
+                f"{batch}: named as the batch {seen[batch.name]} is; a record of several "
+                "batches names each row and trial by its batch's directory name"
+            )
+        seen[batch.name] = batch
+    for batch in batches:
+        if record_dir.resolve().is_relative_to(batch.resolve()):
+            raise RecordPathError(f"{record_dir}: inside the batch {batch}; a record reads it only")
     if record_dir.exists() and not record_dir.is_dir():
         raise RecordPathError(
             f"{record_dir}: not a directory (a file); RECORD= names the directory the record "
@@ -237,32 +283,48 @@ def write_record(
     batch_dir: str | Path,
     record_dir: str | Path,
     *,
-    planned: Iterable[Planned] | None = None,
+    more: Sequence[str | Path] = (),
+    planned: Iterable[Planned] | Mapping[str | Path, Iterable[Planned] | None] | None = None,
     command: str | None = None,
     code: dict[str, Any] | None = None,
 ) -> Path:
-    """Write the record of ``batch_dir`` into ``record_dir`` and return it. ``planned``: the
-    batch's plan (else batch.json's names); ``command``: what writes the record again, and
-    ``code``: the git commit and dirty flag of the code writing it, both said in its README.
-    Files an earlier record wrote there are replaced (report/ whole); others stay."""
-    batch_dir, record_dir = Path(batch_dir), Path(record_dir)
-    check_paths(batch_dir, record_dir)
+    """Write the record of ``batch_dir`` and the batches ``more`` into ``record_dir`` and return
+    it. ``planned``: the batch's plan, or each batch's by its directory as given (a mapping;
+    a batch it lacks, or None: batch.json's names); ``command``: what writes the record again,
+    and ``code``: the git commit and dirty flag of the code writing it, both said in its
+    README. Files an earlier record wrote there are replaced (report/ whole); others stay."""
+    batches, record_dir = [Path(batch_dir), *map(Path, more)], Path(record_dir)
+    check_paths(batches[0], record_dir, more=batches[1:])
+    plans = _plans(batches, planned)
     record_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".record-", dir=record_dir.parent))
     try:
-        columns, rows = summary_rows(batch_dir, planned)
+        columns, rows = record_rows(batches, plans)
         (staging / SUMMARY).write_text(summary_csv(columns, rows))
-        recs = provenance.records(batch_dir)
+        recs = provenance.records(batches)
         rack = provenance.rack(recs)
         (staging / PROVENANCE).write_text(json.dumps(rack, indent=1, sort_keys=True) + "\n")
-        write_report(batch_dir, staging / REPORT, standalone=True)
-        text = readme(batch_dir, columns, rows, rack, command=command, code=code)
+        write_report(batches[0], staging / REPORT, more=batches[1:], standalone=True)
+        text = readme(batches, columns, rows, rack, command=command, code=code)
         (staging / README).write_text(text)
         (staging / FILE_LIST).write_text("\n".join(FILES) + "\n")
         _move_in(staging, record_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return record_dir
+
+
+def _plans(
+    batches: list[Path],
+    planned: Iterable[Planned] | Mapping[str | Path, Iterable[Planned] | None] | None,
+) -> list[Iterable[Planned] | None]:
+    """Each batch's plan from write_record's ``planned``."""
+    if isinstance(planned, Mapping):
+        by_batch = {Path(b): p for b, p in planned.items()}
+        return [by_batch.get(b) for b in batches]
+    if planned is not None and len(batches) > 1:  # whose plan would it be?
+        raise TypeError("planned: of several batches, a mapping of each batch to its plan")
+    return [planned, *[None] * (len(batches) - 1)]
 
 
 def _move_in(staging: Path, record_dir: Path) -> None:
@@ -284,7 +346,7 @@ def _meta(batch_dir: Path) -> dict[str, Any]:
 
 
 def readme(
-    batch_dir: Path,
+    batches: list[Path],
     columns: list[str],
     rows: list[dict[str, Any]],
     rack: dict[str, Any],
@@ -292,9 +354,8 @@ def readme(
     command: str | None,
     code: dict[str, Any] | None,
 ) -> str:
-    """README.md of a record: which batch, which code, the command, what each file holds."""
-    meta = _meta(batch_dir)
-    families = sorted({r.get("family") for r in provenance.records(batch_dir).values()} - {None})
+    """README.md of a record: which batches, which code, the command, what each file holds."""
+    families = sorted({r.get("family") for r in provenance.records(batches).values()} - {None})
     titles = [getattr(PAGES.get(f), "TITLE", f) for f in families]
     counts: dict[str, int] = {}
     for r in rows:
@@ -304,18 +365,20 @@ def readme(
         f"{c['trials']} trial(s)"
         for c in rack["code"]
     ]
-    experiment = meta.get("experiment") or ", ".join(rack["experiment_files"]) or "?"
-    sets = " ".join(f"`{s}`" for s in meta.get("sets") or [])
-    only = " ".join(f"`{s}`" for s in meta.get("only") or [])
-    lines = [
-        f"# Reproduction record: {', '.join(titles) or 'no trial record'}",
-        "",
-        f"The batch `{batch_dir.name}` (`{batch_dir}`): experiment `{experiment}`"
-        + (f", set {sets}" if sets else "")
-        + (f", only {only}" if only else "")
-        + (f"; begun {meta['created']}" if meta.get("created") else "")
-        + ".",
-        f"Its trials ran from {rack['first_started']} to {rack['last_stopped']}.",
+    times = f"from {rack['first_started']} to {rack['last_stopped']}."
+    lines = [f"# Reproduction record: {', '.join(titles) or 'no trial record'}", ""]
+    if len(batches) == 1:
+        lines += [f"The batch {_described(batches[0])}.", f"Its trials ran {times}"]
+    else:
+        lines += [
+            f"The {len(batches)} batches (`batch` in {SUMMARY}; the report names their trials "
+            "`<batch>/<trial>`):",
+            "",
+            *(f"- {_described(b)}" for b in batches),
+            "",
+            f"Their trials ran {times}",
+        ]
+    lines += [
         "",
         "Planned trials: "
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
@@ -327,15 +390,18 @@ def readme(
         dirty = " (dirty: uncommitted changes)" if code.get("dirty") else ""
         lines.append(f"Code that wrote this record: `{code.get('commit')}`{dirty}.")
     if command:
-        lines += ["", "Written again, from the batch, by:", "", f"    {command}"]
+        source = "the batch" if len(batches) == 1 else "the batches"
+        lines += ["", f"Written again, from {source}, by:", "", f"    {command}"]
+    whose, each = ("batch's", "") if len(batches) == 1 else ("batches' one", " of every batch")
     lines += [
         "",
         "| file | what it holds |",
         "|---|---|",
-        f"| `{REPORT}/index.html` | the batch's report, self-contained (tables, figures, the "
+        f"| `{REPORT}/index.html` | the {whose} report, self-contained (tables, figures, the "
         "paper's published values labelled beside ours, every trial, provenance); its tables "
         "as CSV and figures as PNG beside it |",
-        f"| `{SUMMARY}` | one row per planned trial: {', '.join(f'`{c}`' for c in columns)}; "
+        f"| `{SUMMARY}` | one row per planned trial{each}: "
+        f"{', '.join(f'`{c}`' for c in columns)}; "
         "metrics of complete trials only, as each one's analysis/summary.json holds them |",
         f"| `{PROVENANCE}` | what the trial records say of the rack: commits, kernels, tools, "
         "congestion control and queue implementations, delay backend and its lateness, capture "
@@ -343,3 +409,19 @@ def readme(
         "",
     ]
     return "\n".join(lines)
+
+
+def _described(batch_dir: Path) -> str:
+    """A batch as its record's README names it: its directory, experiment file (batch.json's,
+    else its trial records'), --set and --only values, and when it began."""
+    meta = _meta(batch_dir)
+    files = sorted({str(r.get("experiment_file")) for r in provenance.records(batch_dir).values()})
+    experiment = meta.get("experiment") or ", ".join(files) or "?"
+    sets = " ".join(f"`{s}`" for s in meta.get("sets") or [])
+    only = " ".join(f"`{s}`" for s in meta.get("only") or [])
+    return (
+        f"`{batch_dir.name}` (`{batch_dir}`): experiment `{experiment}`"
+        + (f", set {sets}" if sets else "")
+        + (f", only {only}" if only else "")
+        + (f"; begun {meta['created']}" if meta.get("created") else "")
+    )

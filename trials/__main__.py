@@ -10,8 +10,9 @@ preflight EXPERIMENT [--set ...] [--only ...] [-i INVENTORY]... [--results DIR]
                                               (reads only; one line per problem with its fix)
 report results/<batch>                        analyse again and print
 results list|query SQL|backfill               the results catalog (trials/cli_results.py)
-record results/<batch> docs/reproductions/<family>
-                                              a batch's reproduction record (make record)
+record results/<batch>... docs/reproductions/<family>
+                                              the reproduction record of one or more batches
+                                              (make record)
 nightly install|remove|status|run EXPERIMENT  nightly batches (exit 3: ran, a change found)
 status [-i INVENTORY]... [--json]             what every rack host is doing now (reads only)
 validate-htcp [--repetitions N] [--batch DIR] H-TCP's kernel module against its BPF implementation

@@ -1,7 +1,8 @@
-"""`trialbed record BATCH RECORD`: a batch's reproduction record (analysis/reproduction.py)
-written into RECORD (docs/reproductions/<family>), what `make record` runs. The batch's plan is
-rebuilt from its own batch.json and experiment.yml, so trials that never ran have their
-factors and repetition in summary.csv too."""
+"""`trialbed record BATCH... RECORD`: the reproduction record (analysis/reproduction.py) of one
+batch or several (a family's experiment files run as batches of their own) written into RECORD
+(docs/reproductions/<family>), what `make record` runs. Each batch's plan is rebuilt from its
+own batch.json and experiment.yml, so trials that never ran have their factors and repetition
+in summary.csv too."""
 
 from __future__ import annotations
 
@@ -22,14 +23,32 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """The `record` subcommand on the command line's subparsers."""
     record = sub.add_parser(
         "record",
-        help="write a batch's reproduction record: its report, summary.csv, provenance, README",
+        help="write the reproduction record of one or more batches: their report, summary.csv, "
+        "provenance, README",
         description=__doc__,
     )
-    record.add_argument("batch", type=Path, help="the batch directory (results/<batch>)")
     record.add_argument(
-        "record", type=Path, help="the record's directory (docs/reproductions/<family>)"
+        "batches",
+        type=Path,
+        nargs="+",
+        metavar="BATCH",
+        help="a batch directory (results/<batch>); several: one record of all of them",
+    )
+    record.add_argument(
+        "record",
+        type=Path,
+        metavar="RECORD",
+        help="the record's directory (docs/reproductions/<family>)",
     )
     return record
+
+
+def _command(batches: list[Path], record: Path) -> str:
+    """The `make record` call that writes the record again (several batches: one quoted word,
+    as make takes them)."""
+    shown = " ".join(_shown(b) for b in batches)
+    batch = shown if len(batches) == 1 else f'"{shown}"'
+    return f"make record BATCH={batch} RECORD={_shown(record)}"
 
 
 def _shown(path: Path) -> str:
@@ -74,13 +93,14 @@ def run(args: argparse.Namespace, err: Console) -> int:
     from analysis.reproduction import SUMMARY, RecordPathError, check_paths, write_record
     from trials.record import git_state
 
+    batches: list[Path] = args.batches
     try:
-        check_paths(args.batch, args.record)
-        command = f"make record BATCH={_shown(args.batch)} RECORD={_shown(args.record)}"
-        planned = planned_trials(args.batch, err)
+        check_paths(batches[0], args.record, more=batches[1:])
+        planned = {b: planned_trials(b, err) for b in batches}
         out = write_record(
-            args.batch, args.record, planned=planned, command=command, code=git_state()
-        )
+            batches[0], args.record, more=batches[1:], planned=planned,
+            command=_command(batches, args.record), code=git_state(),
+        )  # fmt: skip
     except (NotABatch, RecordPathError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
@@ -88,13 +108,21 @@ def run(args: argparse.Namespace, err: Console) -> int:
         rows = list(csv.DictReader(f))
     counts = Counter(r["status"] for r in rows)
     said = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    err.print(f"record: {out}/ ({len(rows)} planned trials in {SUMMARY}: {said})", highlight=False)
-    unanalysed = [r["trial"] for r in rows if (r["note"] or "").startswith("not analysed")]
-    if unanalysed:  # the record reads the batch only: analysing is the report's
-        named = ", ".join(unanalysed[:5]) + (" ..." if len(unanalysed) > 5 else "")
+    of = f" of {len(batches)} batches" if len(batches) > 1 else ""
+    err.print(
+        f"record: {out}/ ({len(rows)} planned trials{of} in {SUMMARY}: {said})", highlight=False
+    )
+    unanalysed = [r for r in rows if (r["note"] or "").startswith("not analysed")]
+    if unanalysed:  # the record reads the batches only: analysing is the report's
+        names = [f"{r['batch']}/{r['trial']}" if "batch" in r else r["trial"] for r in unanalysed]
+        named = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+        holding = {r.get("batch") for r in unanalysed}  # None: the one batch
+        reports = "; ".join(
+            f"make report BATCH={b}" for b in batches if len(batches) == 1 or b.name in holding
+        )
         text = (
             f"{len(unanalysed)} complete trial(s) have no analysis and no numbers in the record "
-            f"({named}): make report BATCH={args.batch} analyses them; then make record again"
+            f"({named}): {reports} analyses them; then make record again"
         )
         err.print(f"[yellow]note:[/yellow] {escape(text)}", highlight=False)
     return 0

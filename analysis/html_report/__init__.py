@@ -72,10 +72,11 @@ def write_report(
     then ``out_dir`` is required, trials are named <batch>/<trial>, and no previous batch is
     compared. The regressions section tests the batch against the last ``nights`` batches of
     its experiment in the results catalog, or against ``baseline`` (analysis.regressions).
-    ``standalone``: the batch alone, as a reproduction record holds it (analysis/reproduction):
-    it reads the batch and writes nothing into it or its catalog: no trial is analysed (those
-    without analysis are named), no other batch is compared, no regressions or trends, no
-    time of writing; the same batch gives the same page."""
+    ``standalone``: the batch (and ``more``) alone, as a reproduction record holds it
+    (analysis/reproduction): it reads the batches and writes nothing into them or their
+    catalog: no trial is analysed (those without analysis are named), no previous batch is
+    compared, no regressions or trends, no time of writing; the same batches give the same
+    page."""
     batches = [Path(batch_dir), *(Path(b) for b in more)]
     for b in batches:
         batch_trials(b)  # refuses a path that is not a batch before anything is written

@@ -27,6 +27,7 @@ from analysis.reproduction import (
     REPORT,
     SUMMARY,
     Planned,
+    record_rows,
     write_record,
 )
 from core.layout import ATTEMPT_LABEL, RECORD, BatchDir
@@ -342,6 +343,118 @@ def test_bad_paths_are_refused_by_name(tmp_path: Path, capsys) -> None:
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["thesis.tex"]
     assert not (batch / "record").exists()
     assert not list(tmp_path.glob(".record-*"))  # no staging left
+
+
+def listed_trials(record: Path) -> set[str]:
+    return set(pd.read_csv(record / REPORT / "trials.csv").trial)
+
+
+def test_a_record_of_two_batches_holds_each_as_its_own_record_does(
+    sample: Path, tmp_path: Path
+) -> None:
+    """Seed 004's files run as batches of their own make one record: summary.csv holds each
+    batch's rows as a record of that batch alone does, a `batch` column first, the batches in
+    the order given; the report lists the trials of both, provenance covers both."""
+    smoke = shutil.copytree(SMOKE, tmp_path / "results" / "smoke")
+    first = records_of(sample)["cc-reno_delay-25ms_flows-1_r1"]
+    planned = [Planned(t["name"]) for t in json.loads(BatchDir(sample).meta.read_text())["trials"]]
+    planned[-1] = Planned(planned[-1].name, 2, first["overrides"])  # the one never run
+    before = {p: p.stat().st_mtime_ns for b in (sample, smoke) for p in b.rglob("*")}
+    both = write_record(
+        sample, tmp_path / "both", more=[smoke], planned={sample: planned},
+        command='make record BATCH="a b" RECORD=c',
+    )  # fmt: skip
+    assert {p: p.stat().st_mtime_ns for b in (sample, smoke) for p in b.rglob("*")} == before
+    alone = {
+        sample.name: write_record(sample, tmp_path / "sample", planned=planned),
+        smoke.name: write_record(smoke, tmp_path / "smoke"),
+    }
+    header = (both / SUMMARY).read_text().splitlines()[0]
+    assert header == "batch," + (alone[sample.name] / SUMMARY).read_text().splitlines()[0]
+    assert rows(both) == [{"batch": b, **r} for b, rec in alone.items() for r in rows(rec)]
+    assert {r["status"] for r in rows(both)} >= {"complete", "failed", NOT_RUN, "interrupted"}
+    assert listed_trials(both) == {
+        f"{b}/{t}" for b, rec in alone.items() for t in listed_trials(rec)
+    } | {f"{smoke.name}/{t}" for t in ("r1", "r2", "r3")}
+    rack = json.loads((both / PROVENANCE).read_text())
+    recs = [*records_of(sample).values(), *records_of(smoke).values()]
+    assert rack["trials"] == len(recs)
+    named = {n for c in rack["code"] for n in c["names"]}
+    assert named == {f"{b.name}/{t}" for b in (sample, smoke) for t in records_of(b)}
+    assert rack["first_started"] == min(r["times"]["started"] for r in recs)
+    assert rack["last_stopped"] == max(r["times"]["stopped"] for r in recs)
+    readme = (both / README).read_text()
+    for b in (sample, smoke):
+        meta = json.loads(BatchDir(b).meta.read_text())
+        said = f"- `{b.name}` (`{b}`): experiment `{meta['experiment']}`"
+        assert said in readme and meta["created"] in readme
+    assert "only `cc-reno_*_r1` `cc-cubic_*_r1`" in readme  # the sample's --only
+    assert f"({len(rows(both))} in all)" in readme and 'make record BATCH="a b" RECORD=c' in readme
+
+
+def test_a_record_of_two_batches_is_the_same_when_written_again(
+    sample: Path, tmp_path: Path
+) -> None:
+    smoke = shutil.copytree(SMOKE, tmp_path / "results" / "smoke")
+    one = write_record(sample, tmp_path / "one", more=[smoke])
+    two = write_record(sample, tmp_path / "two", more=[smoke])
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
+    for f in files:
+        assert (one / f).read_bytes() == (two / f).read_bytes(), f
+
+
+def test_batches_of_two_families_have_the_columns_of_both(sample: Path, tmp_path: Path) -> None:
+    startup = shutil.copytree(STARTUP, tmp_path / "startup")
+    columns, got = record_rows([sample, startup], [None, None])
+    assert columns[:5] == ["batch", "trial", "cc", "rtt_ms", "flows"]
+    (started,) = [r for r in got if r["batch"] == "startup"]
+    factors = records_of(startup)[started["trial"]]["overrides"]
+    assert set(factors) < set(columns) and started["cc"] is None
+    assert all(r[f] is None for r in got if r["batch"] == "sample" for f in factors)
+    assert columns.index("status") < columns.index("goodput_kBps") < columns.index("note")
+    with pytest.raises(TypeError, match="mapping of each batch"):
+        write_record(sample, tmp_path / "r", more=[startup], planned=[Planned("x")])
+
+
+def test_two_batches_given_to_the_command_line(tmp_path: Path, capsys) -> None:
+    from trials.__main__ import main
+    from trials.batch import Batch
+    from trials.plan import load_plan
+
+    batches = []
+    for name, repetitions in (("smoke4", 4), ("smoke3", 3)):
+        sets = ["duration=8s", "warmup=2s", f"repetitions={repetitions}"]
+        plan = load_plan(Path("experiments/smoke.yml"), sets)
+        batches.append(tmp_path / "results" / name)
+        Batch.create_or_resume(batches[-1], plan, plan.trials, sets, None)
+        for t in ("r1", "r2", "r3"):
+            shutil.copytree(SMOKE / "trials" / t, batches[-1] / "trials" / t)
+    record = tmp_path / "rec"
+    assert main(["record", *map(str, batches), str(record)]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"(7 planned trials of 2 batches in {SUMMARY}: 6 complete, 1 not run)" in said
+    got = [(r["batch"], r["trial"], r["status"]) for r in rows(record)]
+    assert got == [
+        *[("smoke4", f"r{i}", "complete") for i in (1, 2, 3)], ("smoke4", "r4", NOT_RUN),
+        *[("smoke3", f"r{i}", "complete") for i in (1, 2, 3)],
+    ]  # fmt: skip
+    assert (
+        f'make record BATCH="{batches[0]} {batches[1]}" RECORD={record}'
+        in (record / README).read_text()
+    )
+    elsewhere = shutil.copytree(SMOKE, tmp_path / "other" / "smoke3")
+    new, inside = tmp_path / "new", batches[1] / "rec"
+    refused = [
+        ([batches[0], tmp_path / "missing"], new, f"{tmp_path / 'missing'}: no such batch"),
+        (batches, inside, f"{inside}: inside the batch {batches[1]}"),
+        ([batches[1], elsewhere], new, f"{elsewhere}: named as the batch {batches[1]} is"),
+    ]
+    for given, target, message in refused:
+        capsys.readouterr()
+        assert main(["record", *map(str, given), str(target)]) == 2, given
+        assert message in " ".join(capsys.readouterr().err.split())
+        assert not target.exists()
 
 
 def test_the_published_tables_are_keyed_like_ours() -> None:
