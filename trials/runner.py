@@ -45,6 +45,25 @@ START_LEAD_S_VM = 10.0
 FINISH_GRACE_S = 60.0  # how long past its end a sender may take before it is stopped
 
 
+class LateLaunch(RuntimeError):
+    """The senders started after T0: the trial stops at once (see late_launch)."""
+
+
+def late_launch(launch_s: float, lead_s: float) -> tuple[str | None, float]:
+    """What a launch that took ``launch_s`` seconds says when it overran the lead (None: in
+    time), and the lead the next trial takes: twice this launch, never less than before.
+    Flows that start late make every rate over [T0, end] read low, so such a trial is stopped
+    at once rather than after its whole traffic (a batch's retry takes the longer lead)."""
+    next_lead = max(lead_s, round(2 * launch_s, 1))
+    if launch_s <= lead_s:
+        return None, next_lead
+    return (
+        f"the senders were launched {launch_s - lead_s:.2f} s after T0 (lead {lead_s:g} s): "
+        f"stopped at once, as every rate from T0 would read low; the next trial's lead is "
+        f"{next_lead:g} s"
+    ), next_lead
+
+
 class TrialRunner:
     """Runs one trial after another on a rack, into a batch directory."""
 
@@ -168,14 +187,9 @@ class TrialRunner:
             record["times"]["launched"] = rec.now_iso()
             launch_s = time.time() - launching
             record["times"]["launch_s"] = round(launch_s, 3)
-            if launch_s > self.lead_s:
-                # Flows started late: every rate over [T0, end] reads low. Said in the
-                # record, and the next trial's lead is long enough.
-                record["errors"].append(
-                    f"the senders were launched {launch_s - self.lead_s:.2f} s after T0 (lead "
-                    f"{self.lead_s:g} s); the next trial's lead is {2 * launch_s:.1f} s"
-                )
-            self.lead_s = max(self.lead_s, round(2 * launch_s, 1))
+            late, self.lead_s = late_launch(launch_s, self.lead_s)
+            if late:
+                raise LateLaunch(late)
             end = t0 + max(g.spec.start + g.duration_ns for g in generators) / 1e9
             self.watch(net, daemons, generators, record, t0).until(end)
             senders = [p for g in generators for p in g.senders()]
@@ -191,7 +205,7 @@ class TrialRunner:
             record["status"] = "interrupted"
             record["errors"].append(f"interrupted ({exc or 'SIGINT'})")
             raise Interrupted(str(exc)) from None
-        except WatchFailure as exc:
+        except (WatchFailure, LateLaunch) as exc:
             self.config.forget()
             record["status"] = "failed"
             record["times"]["failed_at"] = rec.now_iso()

@@ -149,3 +149,15 @@ def test_the_facts_a_runner_caches_are_the_ones_the_host_script_leaves_out():
     host_facts = load("probes/host_facts.py")
 
     assert preflight.STATIC_FACTS == host_facts.STATIC
+
+
+def test_a_late_launch_stops_the_trial_and_lengthens_the_next_lead():
+    from trials.runner import late_launch
+
+    assert late_launch(0.4, 1.0) == (None, 1.0)  # in time: the lead stays
+    said, lead = late_launch(2.19, 1.0)
+    assert lead == 4.4 and said == (
+        "the senders were launched 1.19 s after T0 (lead 1 s): stopped at once, as every rate "
+        "from T0 would read low; the next trial's lead is 4.4 s"
+    )
+    assert late_launch(0.6, 4.4) == (None, 4.4)  # a longer lead is kept
