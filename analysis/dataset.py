@@ -196,6 +196,9 @@ def trial_rows(
             for c in part.columns:  # addresses as text: the same type in every file
                 if isinstance(part[c].dtype, pd.CategoricalDtype):
                     part[c] = part[c].astype(str)
+            # A flow's own column named as a trial key (web_flows' per-flow `status`) is kept
+            # as flow_<name>: the trial's key takes the name, as in every other table.
+            part = part.rename(columns={k: f"flow_{k}" for k in (*FLOW_KEYS, "table") if k in part})
             part.insert(0, "table", kind)
             for i, key in enumerate(FLOW_KEYS):
                 part.insert(1 + i, key, row[key])

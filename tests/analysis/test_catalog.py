@@ -215,3 +215,21 @@ def test_a_metric_that_is_text_in_one_trial_and_a_number_in_another(tmp_path: Pa
     assert len(trials) == 6
     assert trials.loc["cc-reno_r1", "tcp.epochs"] == "unknown"
     assert trials.loc["cc-reno_r2", "tcp.epochs"] == "3.5"
+
+
+def test_a_web_flow_keeps_its_own_status_beside_the_trials(tmp_path: Path):
+    results = tmp_path / "results"
+    (night,) = nights(results, ["2026-12-01"])
+    trial = BatchDir(night).trial("cc-reno_r1")
+    # Seed 004's per-flow table has a `status` of its own (ok, error), as a trial has.
+    web = pd.DataFrame({"sport": [40000, 40001], "status": ["ok", "error"], "bytes": [119, 948]})
+    web.to_parquet(trial.table("web_flows"))
+    add_batch(night)
+    flows = analysis.catalog(
+        "SELECT trial, status, flow_status, bytes FROM flows WHERE \"table\" = 'web_flows'",
+        root=results / "catalog",
+    )
+    assert flows.to_dict("records") == [
+        {"trial": "cc-reno_r1", "status": "complete", "flow_status": "ok", "bytes": 119},
+        {"trial": "cc-reno_r1", "status": "complete", "flow_status": "error", "bytes": 948},
+    ]
