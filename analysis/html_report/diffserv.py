@@ -15,7 +15,6 @@ from analysis.families.published import published
 from analysis.html_report import paper
 from analysis.html_report.frontier import frontier_orderings
 from analysis.html_report.page import Page, plt
-from analysis.html_report.paper import PAPER as PAPER_LABEL
 
 TITLE = "Adaptive packet marking over DiffServ (Neglia, Bianchi, Sottile)"
 METRICS = {
@@ -177,14 +176,14 @@ def beside_paper(page: Page, lines: list[tuple[str, pd.DataFrame]]) -> None:
             ends = points[column] if column in points else pd.Series(dtype=float)
             row[column] = "–" if ends.isna().all() else f"{ends.iloc[0]:.1f}–{ends.iloc[-1]:.1f}"
             got = theirs[column].get(marker) if marker in theirs.index else None
-            row[f"{PAPER_LABEL} {column}"] = "–" if got is None else str(got)
+            row[f"{paper.PAPER} {column}"] = "–" if got is None else str(got)
         rows.append(row)
     page.table(
         pd.DataFrame(rows),
         f"{table.title}, from the paper ({pub.citation}), beside ours: each of our curves from "
         f"its lowest threshold to its highest (means over the runs); the columns labelled "
-        f"'{PAPER_LABEL}' are its published ranges (display only)",
-        csv=f"table2_vs_{PAPER_LABEL}.csv",
+        f"'{paper.PAPER}' are its published ranges (display only)",
+        csv=f"table2_vs_{paper.PAPER}.csv",
     )
 
 
